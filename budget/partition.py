@@ -1,0 +1,132 @@
+"""The partitioner: joint graph -> (forward graph, backward graph) following a Plan.
+
+Mirrors ``torch._functorch.partitioners.min_cut_rematerialization_partition`` step by step
+(same preprocessing, same classification, same extraction), replacing only the choice of
+saved values with budget's plan. The backward recomputes exactly the forward values the
+plan does not save, from what it saves and the graph inputs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch.fx as fx
+
+from . import _torch_api as T
+from .estimators import get_estimator
+from .graph import build_problem
+from .plan_model import Plan
+from .planner import solve_problem
+from .sizes import MemoryBudget
+
+
+@dataclass
+class PlanSettings:
+    budget: MemoryBudget
+    solver: str
+    estimator: str
+    time_limit: float
+    on_plan: Callable[[Plan], None] | None = None
+    plans: list[Plan] = field(default_factory=list)
+
+
+def prepare_joint(joint_module: fx.GraphModule) -> fx.GraphModule:
+    """torch's preprocessing of a joint graph before it chooses what to save."""
+    joint_module.graph.eliminate_dead_code()
+    joint_module.recompile()
+    if T.functorch_config.cse:
+        joint_module.graph = T.fx_graph_cse(joint_module.graph)
+    if T.has_recomputable_ops(joint_module):
+        joint_module = T.cleanup_recompute_tags(joint_module, is_default_partition=False)
+    if not T.functorch_config.unsafe_allow_optimization_of_collectives:
+        T.force_save_collectives(joint_module)
+    T.force_save_effectful_ops(joint_module)
+    T.force_save_bw_mutation_src(joint_module)
+    return joint_module
+
+
+def _set_dist_from_bw(graph: fx.Graph, node_info: T.NodeInfo) -> None:
+    # torch's min-cut reads node.dist_from_bw; computed exactly as torch does.
+    for node in reversed(graph.nodes):
+        if node.op == "output" or node_info.is_required_fw(node):
+            node.dist_from_bw = int(1e9)
+            if node.op != "output":
+                for user in node.users:
+                    node.dist_from_bw = min(node.dist_from_bw, user.dist_from_bw + 1)
+        else:
+            node.dist_from_bw = 0
+
+
+def budget_partition(
+    joint_module: fx.GraphModule,
+    joint_inputs: Sequence[Any],
+    *,
+    num_fwd_outputs: int,
+    settings: PlanSettings,
+    static_lifetime_input_indices: list[int] | None = None,
+    **_: Any,
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    t0 = time.perf_counter()
+    joint_module = prepare_joint(joint_module)
+    graph = joint_module.graph
+    node_info = T.classify_nodes(joint_module, static_lifetime_input_indices or [], num_fwd_outputs)
+    if len(node_info.required_bw_nodes) == 0:
+        return T.default_partition(
+            joint_module,
+            joint_inputs,
+            num_fwd_outputs=num_fwd_outputs,
+            static_lifetime_input_indices=static_lifetime_input_indices,
+            static_lifetime_input_nodes=node_info.static_lifetime_input_nodes,
+        )
+    _set_dist_from_bw(graph, node_info)
+    reference = T.choose_saved_values_set(graph, node_info, memory_budget=1.0)
+    t1 = time.perf_counter()
+    problem, nodes = build_problem(graph, node_info, get_estimator(settings.estimator), reference)
+    t2 = time.perf_counter()
+    plan = solve_problem(
+        problem,
+        settings.budget,
+        solver=settings.solver,
+        estimator=settings.estimator,
+        time_limit=settings.time_limit,
+        timings={"classify": t1 - t0, "estimate": t2 - t1},
+    )
+    saved_names = set(plan.saved)
+    saved = [n for n in nodes if n.name in saved_names] + list(node_info.inputs)
+    fw, bw = extract(joint_module, saved, node_info, num_fwd_outputs)
+    plan.timings["partition"] = time.perf_counter() - t2 - plan.timings["solve"]
+    settings.plans.append(plan)
+    if settings.on_plan is not None:
+        settings.on_plan(plan)
+    return fw, bw
+
+
+def extract(
+    joint_module: fx.GraphModule,
+    saved: list[fx.Node],
+    node_info: T.NodeInfo,
+    num_fwd_outputs: int,
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """Forward and backward modules for a saved set, with torch's post-processing."""
+    sym = [n for n in saved if T.is_sym_node(n)]
+    opaque = [n for n in saved if T.is_opaque_node(n)]
+    values = [n for n in saved if not T.is_sym_node(n) and not T.is_opaque_node(n)]
+    fw, bw = T._extract_fwd_bwd_modules(
+        joint_module,
+        values,
+        saved_sym_nodes=sym,
+        saved_opaque_nodes=opaque,
+        num_fwd_outputs=num_fwd_outputs,
+        static_lifetime_input_nodes=node_info.static_lifetime_input_nodes,
+    )
+    if T.has_recomputable_rng_ops(joint_module):
+        fw, bw = T.functionalize_rng_ops(joint_module, fw, bw, len(sym))
+    bw = T.reordering_to_mimic_autograd_engine(bw)
+    fw = T.raise_getitems(fw)
+    bw = T.raise_getitems(bw)
+    fw = T.thread_graphsafe_rng_from_hops(fw, is_backward=False)
+    bw = T.thread_graphsafe_rng_from_hops(bw, is_backward=True)
+    return fw, bw

@@ -1,0 +1,72 @@
+"""``budget.plan``: preview the plans for a training step without running it.
+
+The step is traced by dynamo and AOTAutograd on fake tensors (no real compute, no
+buffer updates, nothing moved), through the same partitioner the backend uses, so a
+preview is the plan training would get. Graph breaks give one plan per graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._pytree import tree_map
+
+from .plan_model import Plan
+from .torch_backend import backend as make_backend
+
+
+def plans(
+    fn: Callable[..., Any],
+    *example_args: Any,
+    memory_budget: float | str | None = None,
+    solver: str | None = None,
+    estimator: str | None = None,
+    time_limit: float | None = None,
+    **example_kwargs: Any,
+) -> list[Plan]:
+    """The plans for every graph of ``fn(*example_args, **example_kwargs)``, in order."""
+    be = make_backend(
+        memory_budget, solver=solver, estimator=estimator, compiler="eager", time_limit=time_limit
+    )
+    compiled = torch.compile(fn, backend=be, dynamic=False)
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+
+        def fake(x: Any) -> Any:
+            if isinstance(x, torch.Tensor):
+                out = mode.from_tensor(x)
+                return out
+            return x
+
+        args, kwargs = tree_map(fake, (example_args, example_kwargs))
+        compiled(*args, **kwargs)
+    if not be.plans:
+        raise ValueError(
+            "no training graph was captured: nothing in the step requires grad "
+            "(pass parameters or inputs with requires_grad=True)"
+        )
+    return be.plans
+
+
+def plan(
+    fn: Callable[..., Any],
+    *example_args: Any,
+    memory_budget: float | str | None = None,
+    solver: str | None = None,
+    estimator: str | None = None,
+    time_limit: float | None = None,
+    **example_kwargs: Any,
+) -> Plan | list[Plan]:
+    """The plan for ``fn``'s training step; a list of plans when it has graph breaks."""
+    found = plans(
+        fn,
+        *example_args,
+        memory_budget=memory_budget,
+        solver=solver,
+        estimator=estimator,
+        time_limit=time_limit,
+        **example_kwargs,
+    )
+    return found[0] if len(found) == 1 else found

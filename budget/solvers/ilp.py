@@ -1,0 +1,147 @@
+"""Exact closure ILP (DESIGN.md) through PuLP, solved with CBC.
+
+Variables: ``s_v`` (saved) and ``r_v`` (recomputed) for each non-input node that allows
+them, ``y_g`` for each storage with bytes. Ties are broken exactly by a second solve:
+first minimise the primary objective, then fix it at its optimum and minimise the other.
+PuLP is imported only when a problem is solved, so ``import budget`` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from typing import ClassVar
+
+import numpy as np
+
+from ..problem import Problem
+from .base import InfeasibleError, Objective, Solution, SolverTimeout
+
+# Coefficients are scaled so CBC sees numbers of moderate size; the final plan is always
+# re-checked in exact integer bytes, so scaling can never let a plan exceed its target.
+_COST_SCALE = 1e6
+_BYTE_SCALE = 1.0 / 1024.0
+
+
+def _cost_weights(problem: Problem) -> np.ndarray:
+    top = float(problem.cost.max()) if problem.n else 0.0
+    return problem.cost * (_COST_SCALE / top) if top > 0 else np.zeros(problem.n)
+
+
+class PulpILP:
+    name: ClassVar[str] = "ilp"
+    exact: ClassVar[bool] = True
+    requires: ClassVar[str] = "pulp"
+
+    @classmethod
+    def available(cls) -> bool:
+        return importlib.util.find_spec("pulp") is not None
+
+    def solve(
+        self,
+        problem: Problem,
+        target_bytes: int | None,
+        *,
+        minimize: Objective = "cost",
+        time_limit: float = 60.0,
+    ) -> Solution:
+        import pulp
+
+        start = time.perf_counter()
+        model, s, r, y = _build(pulp, problem, target_bytes)
+        w = _cost_weights(problem)
+        cost_expr = pulp.lpSum(float(w[v]) * r[v] for v in r if w[v] > 0)
+        bytes_expr = pulp.lpSum(float(problem.storage_bytes[g]) * _BYTE_SCALE * y[g] for g in y)
+        first, second = (cost_expr, bytes_expr) if minimize == "cost" else (bytes_expr, cost_expr)
+
+        status = _run(pulp, model, first, time_limit, problem, target_bytes)
+        optimal = status == "optimal"
+        best = pulp.value(first) or 0.0
+        remaining = time_limit - (time.perf_counter() - start)
+        if optimal and remaining > 0:
+            model += first <= best + 1e-7 * max(1.0, abs(best)), "tie_break"
+            status2 = _run(pulp, model, second, remaining, problem, target_bytes)
+            optimal = status2 == "optimal"
+        saved = sorted(v for v in s if (pulp.value(s[v]) or 0) > 0.5)
+        saved = _prune(problem, saved)
+        if problem.check(saved):  # numerical trouble: never hand back an invalid plan
+            raise RuntimeError(f"ilp returned an invalid plan: {problem.check(saved)[:3]}")
+        if target_bytes is not None and problem.saved_bytes(saved) > target_bytes:
+            raise RuntimeError("ilp returned a plan over its target (numerical tolerance)")
+        closure = problem.recompute_closure(saved)
+        objective = (
+            float(problem.cost[closure].sum()) if minimize == "cost" else problem.saved_bytes(saved)
+        )
+        return Solution(
+            saved=saved,
+            status="optimal" if optimal else "feasible",
+            objective=objective,
+            bound=None,
+            seconds=time.perf_counter() - start,
+            info={"backend": "CBC", "variables": len(s) + len(r) + len(y)},
+        )
+
+
+def _build(pulp, problem: Problem, target_bytes: int | None):  # type: ignore[no-untyped-def]
+    model = pulp.LpProblem("budget", pulp.LpMinimize)
+    s: dict[int, object] = {}
+    r: dict[int, object] = {}
+    for v in range(problem.n):
+        if problem.is_input[v]:
+            continue
+        if problem.can_save[v]:
+            s[v] = pulp.LpVariable(f"s{v}", cat="Binary")
+        if problem.can_recompute[v]:
+            r[v] = pulp.LpVariable(f"r{v}", cat="Binary")
+    for v in range(problem.n):
+        if problem.needed[v] and not problem.is_input[v]:
+            if v not in s and v not in r:
+                raise InfeasibleError(
+                    f"{problem.names[v]} is needed by the backward but can be neither saved "
+                    f"nor recomputed ({problem.reason[v]})"
+                )
+            model += pulp.lpSum(x[v] for x in (s, r) if v in x) >= 1, f"need{v}"
+    for k, (u, v) in enumerate(problem.edges.tolist()):
+        if v in r and not problem.is_input[u]:
+            model += r[v] <= pulp.lpSum(x[u] for x in (s, r) if u in x), f"closure{k}"
+    y: dict[int, object] = {}
+    for v in sorted(s):
+        g = int(problem.storage[v])
+        if g >= 0 and problem.storage_bytes[g] > 0:
+            if g not in y:
+                y[g] = pulp.LpVariable(f"y{g}", cat="Binary")
+            model += y[g] >= s[v], f"store{v}"
+    if target_bytes is not None:
+        model += (
+            pulp.lpSum(float(problem.storage_bytes[g]) * _BYTE_SCALE * y[g] for g in y)
+            <= target_bytes * _BYTE_SCALE,
+            "memory",
+        )
+    return model, s, r, y
+
+
+def _run(pulp, model, objective, time_limit: float, problem: Problem, target) -> str:  # type: ignore[no-untyped-def]
+    model.setObjective(objective)
+    solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(time_limit)), threads=1)
+    model.solve(solver)
+    if model.status == pulp.LpStatusInfeasible:
+        raise InfeasibleError(f"no plan saves at most {target} bytes")
+    if model.sol_status == pulp.LpSolutionOptimal:
+        return "optimal"
+    if model.sol_status == pulp.LpSolutionIntegerFeasible:
+        return "feasible"
+    raise SolverTimeout(
+        f"ilp found no plan within {time_limit:.0f}s for a problem of {problem.n} nodes; "
+        "raise budget.config.time_limit"
+    )
+
+
+def _prune(problem: Problem, saved: list[int]) -> list[int]:
+    """Drop saved nodes that neither the backward nor any recomputation reads."""
+    keep = set(saved)
+    closure = problem.recompute_closure(keep)
+    ins = problem.inputs_of()
+    used = {v for v in keep if problem.needed[v]}
+    for v in closure:
+        used.update(u for u in ins[v] if u in keep)
+    return sorted(used)

@@ -1,0 +1,119 @@
+"""``budget.backend()``: a torch.compile backend that plans every graph it compiles.
+
+Each graph dynamo hands over (several after graph breaks) is traced into its joint
+forward/backward graph by AOTAutograd, planned at the memory budget, partitioned by the
+plan and compiled with Inductor (default) or run eagerly with Inductor's decompositions
+(``compiler="eager"``, the equivalent of torch's ``aot_eager_decomp_partition``).
+The plans are kept on the backend (``backend.plans``) and passed to ``on_plan``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from .config import config
+from .estimators import get_estimator
+from .partition import PlanSettings, budget_partition
+from .plan_model import Plan
+from .sizes import parse_budget
+from .solvers import get_solver
+
+COMPILERS = ("inductor", "eager")
+
+
+class BudgetBackend:
+    """A torch.compile backend. Create it with :func:`budget.backend`."""
+
+    def __init__(self, settings: PlanSettings, compiler: str) -> None:
+        self.settings = settings
+        self.compiler = compiler
+
+    @property
+    def plans(self) -> list[Plan]:
+        """Plans made so far, one per compiled graph, in compilation order."""
+        return self.settings.plans
+
+    def partition_fn(self) -> Callable[..., Any]:
+        return functools.partial(budget_partition, settings=self.settings)
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+        if self.compiler == "inductor":
+            return self._inductor(gm, example_inputs)
+        return self._eager(gm, example_inputs)
+
+    def _eager(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+        from torch._dynamo.backends.common import aot_autograd
+        from torch._functorch.aot_autograd import make_boxed_func
+        from torch._inductor.compile_fx import select_decomp_table
+
+        def nop(g: torch.fx.GraphModule, _inputs: Sequence[Any]) -> Any:
+            return make_boxed_func(g.forward)
+
+        with torch._functorch.config.patch(unlift_effect_tokens=True):
+            return aot_autograd(
+                fw_compiler=nop,
+                bw_compiler=nop,
+                decompositions=select_decomp_table(),
+                partition_fn=self.partition_fn(),
+            )(gm, example_inputs)
+
+    def _inductor(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+        from torch._inductor.compile_fx import compile_fx
+
+        return compile_fx(
+            gm, example_inputs, config_patches={"custom_partitioner_fn": _InductorPartitioner(self)}
+        )
+
+
+def _inductor_partitioner_base() -> type:
+    from torch._inductor.custom_graph_pass import CustomPartitionerFn
+
+    return CustomPartitionerFn
+
+
+class _InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
+    """Adapter for ``torch._inductor.config.custom_partitioner_fn``."""
+
+    def __init__(self, backend: BudgetBackend) -> None:
+        self.backend = backend
+
+    def __call__(self, gm: torch.fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any) -> Any:
+        kwargs.pop("compiler", None)
+        return budget_partition(gm, joint_inputs, settings=self.backend.settings, **kwargs)
+
+    def uuid(self) -> None:
+        # Plans depend on the budget and solver settings: never reuse a cached compile.
+        return None
+
+
+def backend(
+    memory_budget: float | str | None = None,
+    *,
+    solver: str | None = None,
+    estimator: str | None = None,
+    compiler: str = "inductor",
+    time_limit: float | None = None,
+    on_plan: Callable[[Plan], None] | None = None,
+) -> BudgetBackend:
+    """A ``torch.compile`` backend that saves activations within ``memory_budget``.
+
+    Unset arguments come from :data:`budget.config`. ``memory_budget`` is a fraction in
+    [0, 1] or a size such as ``"512MiB"``. Plans are available as ``backend.plans`` and
+    are passed to ``on_plan`` as they are made.
+    """
+    if compiler not in COMPILERS:
+        raise ValueError(f"unknown compiler {compiler!r}; available: {', '.join(COMPILERS)}")
+    settings = PlanSettings(
+        budget=parse_budget(
+            config.activation_memory_budget if memory_budget is None else memory_budget
+        ),
+        solver=get_solver(solver or config.solver).name,
+        estimator=get_estimator(estimator or config.estimator).name,
+        time_limit=float(time_limit or config.time_limit),
+        on_plan=on_plan,
+    )
+    return BudgetBackend(settings, compiler)
