@@ -48,4 +48,18 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'budget' has no attribute {name!r}")
 
 
-__all__ = ["MemoryBudget", "config", "parse_budget", "__version__", *_LAZY]
+__all__ = [
+    "BudgetTooSmallError",
+    "Decision",
+    "MemoryBudget",
+    "Plan",
+    "Problem",
+    "__version__",
+    "available_estimators",
+    "available_solvers",
+    "backend",
+    "config",
+    "parse_budget",
+    "plan",
+    "plans",
+]
