@@ -76,6 +76,11 @@ def _tensor_storage(val: object) -> tuple[int, int] | None:
     return storage._cdata, nbytes
 
 
+def _read_by_backward(node: fx.Node, bw: object) -> bool:
+    # The output node sits in torch's required_bw_nodes; being a forward output is not a read.
+    return any(u in bw and u.op != "output" for u in node.users)
+
+
 def module_path(node: fx.Node) -> str:
     stack = node.meta.get("nn_module_stack")
     if stack:
@@ -144,7 +149,7 @@ def build_problem(
             storage.append(storage_key[key])
         if n in input_set:
             is_input.append(True)
-            needed.append(any(u in bw for u in n.users))
+            needed.append(_read_by_backward(n, bw))
             can_save.append(True)
             can_recompute.append(False)
             cost.append(0.0)
@@ -152,7 +157,7 @@ def build_problem(
             reason.append("graph input")
             continue
         is_input.append(False)
-        needed.append(any(u in bw for u in n.users))
+        needed.append(_read_by_backward(n, bw))
         savable = isinstance(val, torch.Tensor) or T.is_sym_node(n)
         why_not_save = "" if savable else "not a tensor (saved through its getitems)"
         if T.must_recompute(n):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import time
+import warnings
 from typing import ClassVar
 
 import numpy as np
@@ -90,9 +91,9 @@ def _build(pulp, problem: Problem, target_bytes: int | None):  # type: ignore[no
         if problem.is_input[v]:
             continue
         if problem.can_save[v]:
-            s[v] = pulp.LpVariable(f"s{v}", cat="Binary")
+            s[v] = model.add_variable(f"s{v}", cat="Binary")
         if problem.can_recompute[v]:
-            r[v] = pulp.LpVariable(f"r{v}", cat="Binary")
+            r[v] = model.add_variable(f"r{v}", cat="Binary")
     for v in range(problem.n):
         if problem.needed[v] and not problem.is_input[v]:
             if v not in s and v not in r:
@@ -109,7 +110,7 @@ def _build(pulp, problem: Problem, target_bytes: int | None):  # type: ignore[no
         g = int(problem.storage[v])
         if g >= 0 and problem.storage_bytes[g] > 0:
             if g not in y:
-                y[g] = pulp.LpVariable(f"y{g}", cat="Binary")
+                y[g] = model.add_variable(f"y{g}", cat="Binary")
             model += y[g] >= s[v], f"store{v}"
     if target_bytes is not None:
         model += (
@@ -122,8 +123,11 @@ def _build(pulp, problem: Problem, target_bytes: int | None):  # type: ignore[no
 
 def _run(pulp, model, objective, time_limit: float, problem: Problem, target) -> str:  # type: ignore[no-untyped-def]
     model.setObjective(objective)
-    solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(time_limit)), threads=1)
-    model.solve(solver)
+    with warnings.catch_warnings():
+        # PuLP 3.3 deprecates its bundled CBC in favour of pulp[cbc] for 4.0; we pin pulp<4.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(time_limit)), threads=1)
+        model.solve(solver)
     if model.status == pulp.LpStatusInfeasible:
         raise InfeasibleError(f"no plan saves at most {target} bytes")
     if model.sol_status == pulp.LpSolutionOptimal:
