@@ -185,6 +185,8 @@ def _solve(args: argparse.Namespace) -> int:
         get_solver(args.solver)
     if args.estimator is not None:
         get_estimator(args.estimator)
+    if args.json and not Path(args.json).resolve().parent.is_dir():
+        raise UsageError(f"cannot write {args.json!r}: its directory does not exist")
     sizes = {k: getattr(args, k) for k in SIZE_FLAGS if getattr(args, k) is not None}
     fn, example_args = load_target(args.target, sizes)
     try:

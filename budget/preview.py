@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch._dynamo.exc import BackendCompilerFailed
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_map
 
@@ -41,7 +42,10 @@ def plans(
             return x
 
         args, kwargs = tree_map(fake, (example_args, example_kwargs))
-        compiled(*args, **kwargs)
+        try:
+            compiled(*args, **kwargs)
+        except BackendCompilerFailed as e:  # show our own error, not dynamo's wrapper
+            raise e.inner_exception from None
     if not be.plans:
         raise ValueError(
             "no training graph was captured: nothing in the step requires grad "

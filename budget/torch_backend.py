@@ -53,7 +53,7 @@ class BudgetBackend:
         def nop(g: torch.fx.GraphModule, _inputs: Sequence[Any]) -> Any:
             return make_boxed_func(g.forward)
 
-        with torch._functorch.config.patch(unlift_effect_tokens=True):
+        with torch._functorch.config.patch(unlift_effect_tokens=True, enable_autograd_cache=False):
             return aot_autograd(
                 fw_compiler=nop,
                 bw_compiler=nop,
@@ -64,9 +64,11 @@ class BudgetBackend:
     def _inductor(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         from torch._inductor.compile_fx import compile_fx
 
-        return compile_fx(
-            gm, example_inputs, config_patches={"custom_partitioner_fn": _InductorPartitioner(self)}
-        )
+        # Compile caches would skip the partitioner, and with it the plan users look at;
+        # their keys also ignore what the plan depends on. Every compile plans afresh.
+        patches = {"custom_partitioner_fn": _InductorPartitioner(self), "fx_graph_cache": False}
+        with torch._functorch.config.patch(enable_autograd_cache=False):
+            return compile_fx(gm, example_inputs, config_patches=patches)
 
 
 def _inductor_partitioner_base() -> type:
@@ -85,9 +87,13 @@ class _InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
         kwargs.pop("compiler", None)
         return budget_partition(gm, joint_inputs, settings=self.backend.settings, **kwargs)
 
-    def uuid(self) -> None:
-        # Plans depend on the budget and solver settings: never reuse a cached compile.
-        return None
+    def uuid(self) -> str:
+        # Caches are bypassed (see _inductor), but should one consult this key, it must
+        # change with everything the plan depends on.
+        from . import __version__
+
+        s = self.backend.settings
+        return f"budget-{__version__}-{s.budget}-{s.solver}-{s.estimator}-{s.time_limit}"
 
 
 def backend(

@@ -1,0 +1,209 @@
+"""Public API: budgets and their errors, config, preview, Plan JSON, graph breaks, tags."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import UNIT, MiB, compile_with, grads_of
+from torch.utils.checkpoint import (
+    CheckpointPolicy,
+    checkpoint,
+    create_selective_checkpoint_contexts,
+)
+
+import budget
+from budget.sizes import parse_budget
+
+
+def chain(x, *ws):
+    x = x.cos()
+    for w in ws:
+        x = torch.mm(x, w).cos()
+    return x.sum()
+
+
+@pytest.fixture
+def chain_args():
+    torch.manual_seed(0)
+    return [torch.randn(512, 512, requires_grad=True) for _ in range(6)]
+
+
+@pytest.mark.parametrize(
+    "text,nbytes",
+    [
+        ("36MiB", 36 * MiB),
+        ("36.02MiB", math.floor(36.02 * MiB)),
+        ("2GB", 2 * 10**9),
+        ("1.5GiB", 3 * 2**29),
+        ("123456B", 123456),
+        ("512 KiB", 512 * 1024),
+    ],
+)
+def test_sizes_parse(text, nbytes):
+    assert parse_budget(text).nbytes == nbytes
+
+
+@pytest.mark.parametrize(
+    "bad", [float("nan"), -0.1, 1.5, "lots", "12", "3 parsecs", "-1MiB", True, None, [0.5], -0.0]
+)
+def test_invalid_budgets_say_what_is_allowed(bad):
+    with pytest.raises(ValueError, match="fraction in \\[0, 1\\]|unknown unit"):
+        parse_budget(bad)
+    if bad is not None:  # None means "from budget.config"
+        with pytest.raises(ValueError):
+            budget.backend(bad)
+
+
+def test_config_validates_on_assignment_and_patch_restores():
+    before = budget.config.activation_memory_budget
+    with pytest.raises(ValueError, match="fraction in"):
+        budget.config.activation_memory_budget = 1.5
+    assert budget.config.activation_memory_budget == before
+    with budget.config.patch(activation_memory_budget=0.3, solver="ilp"):
+        assert budget.config.activation_memory_budget == 0.3
+    assert budget.config.activation_memory_budget == before
+
+    @budget.config.patch(activation_memory_budget="8MiB")
+    def inner():
+        return budget.config.activation_memory_budget
+
+    assert inner() == "8MiB" and budget.config.activation_memory_budget == before
+    with pytest.raises(AttributeError, match="options"):
+        budget.config.no_such_option = 1
+
+
+def test_backend_reads_config_when_unset(chain_args):
+    with budget.config.patch(activation_memory_budget=0.2):
+        be = budget.backend(compiler="eager")
+    f = torch.compile(chain, backend=be)
+    f(*chain_args).backward()
+    assert be.plans[0].saved_bytes == 2 * MiB
+
+
+def test_unknown_solver_estimator_compiler():
+    with pytest.raises(ValueError, match="unknown solver 'nope'; available: .*ilp"):
+        budget.backend(0.5, solver="nope")
+    with pytest.raises(ValueError, match="unknown estimator 'nope'; available: flops"):
+        budget.backend(0.5, estimator="nope")
+    with pytest.raises(ValueError, match="unknown compiler 'tvm'; available: inductor, eager"):
+        budget.backend(0.5, compiler="tvm")
+    with pytest.raises(ValueError, match="unknown solver"):
+        budget.config.solver = "nope"
+
+
+def test_unreachable_size_names_the_minimum():
+    torch.manual_seed(0)
+    w = torch.randn(64, 64, requires_grad=True)
+
+    def step(x):  # dropout's mask can't be recomputed, so some memory must be saved
+        return F.dropout(torch.mm(x, w), p=0.5, training=True).sum()
+
+    with pytest.raises(
+        budget.BudgetTooSmallError, match=r"smallest reachable .* 4.00 KiB \(4096 bytes\)"
+    ) as e:
+        budget.plan(step, torch.randn(64, 64), memory_budget="1KiB")
+    assert e.value.min_bytes == 4096
+
+
+def test_preview_matches_training_and_runs_nothing(chain_args):
+    before = [t.clone() for t in chain_args]
+    plan = budget.plan(chain, *chain_args, memory_budget=0.3)
+    assert isinstance(plan, budget.Plan)
+    assert (plan.saved_bytes, plan.recompute_flops) == (3 * MiB, 2 * UNIT)
+    assert plan.min_bytes == 0 and plan.max_bytes == 10 * MiB and plan.target_bytes == 3 * MiB
+    assert plan.status == "optimal" and plan.solver == "ilp" and plan.estimator == "flops"
+    assert plan.torch_version == torch.__version__ and len(plan.graph_hash) == 16
+    assert set(plan.timings) == {"classify", "estimate", "solve", "partition"}
+    assert all(t.grad is None for t in chain_args)
+    assert all(torch.equal(a, b) for a, b in zip(before, chain_args, strict=True))
+    f, be = compile_with(chain, 0.3)
+    f(*chain_args).backward()
+    trained = be.plans[0]
+    assert (trained.saved, trained.recomputed) == (plan.saved, plan.recomputed)
+
+
+def test_plan_json_round_trip_and_str(chain_args):
+    plan = budget.plan(chain, *chain_args, memory_budget="4MiB")
+    again = budget.Plan.from_json(plan.to_json())
+    assert again == plan
+    text = str(plan)
+    assert "4.00 MiB" in text and "recompute" in text and plan.graph_hash in text
+    with pytest.raises(ValueError, match="not a budget plan"):
+        budget.Plan.from_json("[1, 2]")
+    with pytest.raises(ValueError, match="version 99 is not supported"):
+        budget.Plan.from_json(plan.to_json().replace('"version": 1', '"version": 99'))
+
+
+def test_graph_breaks_give_one_plan_per_graph():
+    torch.manual_seed(0)
+    w1, w2 = (torch.randn(256, 256, requires_grad=True) for _ in range(2))
+
+    def step(x):
+        h = torch.mm(x, w1).cos()
+        torch._dynamo.graph_break()
+        return torch.mm(h, w2).cos().sum()
+
+    x = torch.randn(256, 256)
+    plans = budget.plans(step, x, memory_budget=0.0)
+    assert len(plans) == 2 and plans[0].graph_hash != plans[1].graph_hash
+    _, ref = grads_of(step, [w1, w2], x)
+    f, be = compile_with(step, 0.0)
+    _, got = grads_of(f, [w1, w2], x)
+    assert len(be.plans) == 2
+    for g, r in zip(got, ref, strict=True):
+        torch.testing.assert_close(g, r)
+
+
+def test_no_grad_step_is_a_clear_error():
+    with pytest.raises(ValueError, match="nothing in the step requires grad"):
+        budget.plan(lambda x: x.cos().sum(), torch.randn(4))
+
+
+def _policy(ctx, op, *args, **kwargs):
+    return (
+        CheckpointPolicy.MUST_SAVE
+        if op is torch.ops.aten.mm.default
+        else CheckpointPolicy.PREFER_RECOMPUTE
+    )
+
+
+def test_selective_checkpoint_tags_are_honoured(chain_args):
+    ctx = lambda: create_selective_checkpoint_contexts(_policy)  # noqa: E731
+
+    def step(x, *ws):
+        return checkpoint(chain, x, *ws, use_reentrant=False, context_fn=ctx)
+
+    for b in (1.0, 0.0):
+        plan = budget.plan(step, *chain_args, memory_budget=b)
+        decided = {d.name: d.decision for d in plan.decisions}
+        mms = {d.name: d.decision for d in plan.decisions if d.op == "aten.mm.default"}
+        assert mms and set(mms.values()) == {"save"}, (b, mms)  # MUST_SAVE: never recomputed
+        cos = [n for n in decided if n.startswith("cos")]
+        assert cos and all(decided[n] == "recompute" for n in cos)  # PREFER_RECOMPUTE: never saved
+        assert plan.recompute_flops == 0
+    _, ref = grads_of(chain, chain_args, *chain_args)
+    f, _ = compile_with(step, 0.0)
+    _, got = grads_of(f, chain_args, *chain_args)
+    for g, r in zip(got, ref, strict=True):
+        torch.testing.assert_close(g, r)
+
+
+def test_cpu_attention_without_dropout_may_be_recomputed():
+    """The CPU SDPA op carries nondeterministic_seeded even at dropout_p=0; it is not random."""
+    torch.manual_seed(0)
+    wq = torch.randn(32, 32, requires_grad=True)
+    x = torch.randn(2, 4, 64, 32)
+
+    def step(x):
+        q = torch.matmul(x, wq)
+        return F.scaled_dot_product_attention(q, q, q).exp().sum()
+
+    plan = budget.plan(step, x, memory_budget=0.0)
+    attn = [d for d in plan.decisions if "scaled_dot_product" in d.op]
+    assert attn and all(d.decision == "recompute" for d in attn)
+    assert plan.saved_bytes == 0
+    # and it is priced: 4 * B * H * L * S * E FLOPs for the two attention matmuls
+    assert sum(d.flops for d in attn) == 4 * 2 * 4 * 64 * 64 * 32
