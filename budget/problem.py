@@ -102,6 +102,15 @@ class Problem:
             )
         return sorted(out)
 
+    def prune_unused(self, saved: Iterable[int]) -> list[int]:
+        """``saved`` without the nodes neither the backward nor any recomputation reads."""
+        keep = set(saved)
+        ins = self.inputs_of()
+        used = {v for v in keep if self.needed[v]}
+        for v in self.recompute_closure(keep):
+            used.update(u for u in ins[v] if u in keep)
+        return sorted(used)
+
     def check(self, saved: Iterable[int]) -> list[str]:
         """Reasons ``saved`` is not a valid plan (empty when valid). Memory is not checked."""
         saved = set(saved)

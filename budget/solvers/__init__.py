@@ -41,9 +41,11 @@ def get_solver(name: str | Solver) -> Solver:
 
 
 def _register_builtins(register: Callable[[type], type]) -> None:
+    from .cpsat import CpSat
     from .ilp import PulpILP
 
     register(PulpILP)
+    register(CpSat)
 
 
 _register_builtins(register_solver)

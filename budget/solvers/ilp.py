@@ -64,7 +64,7 @@ class PulpILP:
             status2 = _run(pulp, model, second, remaining, problem, target_bytes)
             optimal = status2 == "optimal"
         saved = sorted(v for v in s if (pulp.value(s[v]) or 0) > 0.5)
-        saved = _prune(problem, saved)
+        saved = problem.prune_unused(saved)
         if problem.check(saved):  # numerical trouble: never hand back an invalid plan
             raise RuntimeError(f"ilp returned an invalid plan: {problem.check(saved)[:3]}")
         if target_bytes is not None and problem.saved_bytes(saved) > target_bytes:
@@ -138,14 +138,3 @@ def _run(pulp, model, objective, time_limit: float, problem: Problem, target) ->
         f"ilp found no plan within {time_limit:.0f}s for a problem of {problem.n} nodes; "
         "raise budget.config.time_limit"
     )
-
-
-def _prune(problem: Problem, saved: list[int]) -> list[int]:
-    """Drop saved nodes that neither the backward nor any recomputation reads."""
-    keep = set(saved)
-    closure = problem.recompute_closure(keep)
-    ins = problem.inputs_of()
-    used = {v for v in keep if problem.needed[v]}
-    for v in closure:
-        used.update(u for u in ins[v] if u in keep)
-    return sorted(used)

@@ -1,4 +1,5 @@
-"""The closure ILP against brute force on small random problems (pure data, no torch.fx)."""
+"""Contract suite for every exact solver: brute force on small random problems, agreement,
+and the edge cases (pure data, no torch.fx)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 from budget.problem import Problem
-from budget.solvers import InfeasibleError, get_solver
+from budget.solvers import InfeasibleError, available_solvers, get_solver
 
 
 def random_problem(seed: int, n: int = 10) -> Problem:
@@ -53,10 +54,18 @@ def brute_force(p: Problem, target: int | None) -> tuple[float, int] | None:
     return best
 
 
+EXACT = [name for name in available_solvers() if get_solver(name).exact]
+
+
+def test_both_exact_backends_are_installed():
+    assert {"ilp", "cpsat"} <= set(EXACT)
+
+
+@pytest.mark.parametrize("name", EXACT)
 @pytest.mark.parametrize("seed", range(12))
-def test_ilp_matches_brute_force(seed):
+def test_exact_solvers_match_brute_force(name, seed):
     p = random_problem(seed)
-    solver = get_solver("ilp")
+    solver = get_solver(name)
     total = int(p.storage_bytes.sum())
     for target in [0, total // 4, total // 2, total]:
         expect = brute_force(p, target)
@@ -71,7 +80,8 @@ def test_ilp_matches_brute_force(seed):
         assert sol.status == "optimal"
 
 
-def test_needed_node_that_can_be_neither_saved_nor_recomputed():
+@pytest.mark.parametrize("name", EXACT)
+def test_needed_node_that_can_be_neither_saved_nor_recomputed(name):
     p = Problem(
         names=["x", "a"],
         ops=["in", "op"],
@@ -87,10 +97,11 @@ def test_needed_node_that_can_be_neither_saved_nor_recomputed():
         reason=["", "random op"],
     )
     with pytest.raises(InfeasibleError, match="a is needed by the backward .*\(random op\)"):
-        get_solver("ilp").solve(p, None)
+        get_solver(name).solve(p, None)
 
 
-def test_empty_problem():
+@pytest.mark.parametrize("name", EXACT)
+def test_empty_problem(name):
     p = Problem(
         names=[],
         ops=[],
@@ -104,5 +115,23 @@ def test_empty_problem():
         flops=[],
         edges=[],
     )
-    sol = get_solver("ilp").solve(p, 0)
+    sol = get_solver(name).solve(p, 0)
     assert sol.saved == [] and sol.objective == 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_exact_solvers_agree_on_larger_problems(seed):
+    p = random_problem(100 + seed, n=40)
+    total = int(p.storage_bytes.sum())
+    for target in [total // 5, total // 2]:
+        results = set()
+        for name in EXACT:
+            try:
+                sol = get_solver(name).solve(p, target)
+            except InfeasibleError:
+                results.add(None)
+                continue
+            results.add(
+                (float(p.cost[p.recompute_closure(sol.saved)].sum()), p.saved_bytes(sol.saved))
+            )
+        assert len(results) == 1, results
