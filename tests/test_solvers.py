@@ -96,7 +96,7 @@ def test_needed_node_that_can_be_neither_saved_nor_recomputed(name):
         edges=[(0, 1)],
         reason=["", "random op"],
     )
-    with pytest.raises(InfeasibleError, match="a is needed by the backward .*\(random op\)"):
+    with pytest.raises(InfeasibleError, match=r"a is needed by the backward .*\(random op\)"):
         get_solver(name).solve(p, None)
 
 
