@@ -207,3 +207,29 @@ def test_cpu_attention_without_dropout_may_be_recomputed():
     assert plan.saved_bytes == 0
     # and it is priced: 4 * B * H * L * S * E FLOPs for the two attention matmuls
     assert sum(d.flops for d in attn) == 4 * 2 * 4 * 64 * 64 * 32
+
+
+_DETERMINISM_SCRIPT = """
+import json, torch, budget
+torch.manual_seed(0)
+args = [torch.randn(256, 256, requires_grad=True) for _ in range(9)]
+def chain(x, *ws):
+    x = x.cos()
+    for w in ws:
+        x = torch.mm(x, w).cos()
+    return x.sum()
+plan = budget.plan(chain, *args, memory_budget=0.45)
+print(json.dumps([plan.saved, plan.recomputed, plan.graph_hash]))
+"""
+
+
+def test_same_plan_in_every_process():
+    """Every rank of a job must make the same choice, ties included (8 layers, 4 saved)."""
+    import subprocess
+    import sys
+
+    runs = [
+        subprocess.run([sys.executable, "-c", _DETERMINISM_SCRIPT], capture_output=True, text=True, check=True).stdout
+        for _ in range(2)
+    ]
+    assert runs[0] == runs[1] and runs[0].strip()
