@@ -56,31 +56,6 @@ class Point:
         return not self.error
 
 
-def count_cpu_attention() -> None:
-    """Make torch's FlopCounterMode price CPU flash attention, forward and backward.
-
-    The counter prices the CUDA attention kernels but gives the CPU one 0 FLOPs, so on CPU
-    a plan that recomputes attention would look free. Priced here like the CUDA kernels
-    (as budget's flops estimator does). Affects this process only.
-    """
-    from torch.utils.flop_counter import (
-        flop_registry,
-        register_flop_formula,
-        sdpa_backward_flop_count,
-        sdpa_flop_count,
-    )
-
-    aten = torch.ops.aten
-    fwd = aten._scaled_dot_product_flash_attention_for_cpu
-    bwd = aten._scaled_dot_product_flash_attention_for_cpu_backward
-    if fwd not in flop_registry:
-        register_flop_formula(fwd)(lambda q, k, v, *_, **__: sdpa_flop_count(q, k, v))
-    if bwd not in flop_registry:
-        register_flop_formula(bwd)(
-            lambda g, q, k, v, *_, **__: sdpa_backward_flop_count(g, q, k, v)
-        )
-
-
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -88,6 +63,10 @@ def log(msg: str) -> None:
 def _unwrap(e: BaseException) -> BaseException:
     inner = getattr(e, "inner_exception", None) or e.__cause__
     return _unwrap(inner) if isinstance(inner, BaseException) and inner is not e else e
+
+
+# Price CPU attention in measured FLOPs (torch's counter gives it 0); --raw-flop-counter clears it.
+PRICE_ATTENTION = True
 
 
 def measure(ex: Example, backend: Any, ctx: Any = None) -> Point:
@@ -98,7 +77,9 @@ def measure(ex: Example, backend: Any, ctx: Any = None) -> Point:
     try:
         with ctx or contextlib.nullcontext():
             compiled = torch.compile(ex.step, backend=backend)
-            m = measure_step(compiled, *ex.args, exclude=exclude)
+            m = measure_step(
+                compiled, *ex.args, exclude=exclude, price_cpu_attention=PRICE_ATTENTION
+            )
     except Exception as e:
         inner = _unwrap(e)
         first = (str(inner).strip().splitlines() or [""])[0]
@@ -345,7 +326,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    global PRICE_ATTENTION
     args = parse_args(argv)
+    PRICE_ATTENTION = not args.raw_flop_counter
     models: list[tuple[str, str, Callable[[], Example]]] = []
     if args.model in ("gpt", "all"):
         opts = dict(
@@ -363,8 +346,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         label = f"resnet (batch={args.resnet_batch}, {args.resnet_size}x{args.resnet_size})"
         models.append(("resnet", label, lambda: get_builtin("resnet", **opts_r)))
 
-    if not args.raw_flop_counter:
-        count_cpu_attention()
     print(
         f"torch {torch.__version__}, budget {budget.__version__}, solver "
         f"{args.solver or budget.config.solver}, estimator "

@@ -3,7 +3,9 @@
 - saved activation memory: the distinct new storages autograd saves during a forward,
   seen through ``torch.autograd.graph.saved_tensors_hooks`` (storages of the inputs and
   of ``exclude``, e.g. parameters, are not new and are not counted);
-- recompute cost: FLOPs of ``backward()`` under ``FlopCounterMode``.
+- recompute cost: FLOPs of ``backward()`` under ``FlopCounterMode``. torch's counter gives
+  CPU flash attention 0 FLOPs (forward and backward); by default we price it like the CUDA
+  attention kernels, as the flops estimator does, so recomputing attention is never free.
 """
 
 from __future__ import annotations
@@ -14,7 +16,17 @@ from typing import Any
 
 import torch
 from torch.utils._pytree import tree_leaves
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+
+aten = torch.ops.aten
+CPU_ATTENTION_FLOPS = {
+    aten._scaled_dot_product_flash_attention_for_cpu: (
+        lambda q, k, v, *_, **__: sdpa_flop_count(q, k, v)
+    ),
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: (
+        lambda g, q, k, v, *_, **__: sdpa_backward_flop_count(g, q, k, v)
+    ),
+}
 
 
 def _key(t: torch.Tensor) -> int:
@@ -47,18 +59,23 @@ def saved_bytes(
     return Measured(output=out, saved_bytes=sum(storages.values()))
 
 
-def backward_flops(loss: torch.Tensor) -> int:
+def backward_flops(loss: torch.Tensor, *, price_cpu_attention: bool = True) -> int:
     """FLOPs counted by torch's FlopCounterMode during ``loss.backward()``."""
-    with FlopCounterMode(display=False) as mode:
+    mapping = CPU_ATTENTION_FLOPS if price_cpu_attention else {}
+    with FlopCounterMode(display=False, custom_mapping=mapping) as mode:
         loss.backward()
     return int(mode.get_total_flops())
 
 
 def measure_step(
-    fn: Callable[..., Any], *args: Any, exclude: Iterable[torch.Tensor] = (), **kwargs: Any
+    fn: Callable[..., Any],
+    *args: Any,
+    exclude: Iterable[torch.Tensor] = (),
+    price_cpu_attention: bool = True,
+    **kwargs: Any,
 ) -> Measured:
     """Saved bytes of the forward and FLOPs of the backward of a scalar-loss step."""
     m = saved_bytes(fn, *args, exclude=exclude, **kwargs)
     loss = m.output if isinstance(m.output, torch.Tensor) else tree_leaves(m.output)[0]
-    m.backward_flops = backward_flops(loss)
+    m.backward_flops = backward_flops(loss, price_cpu_attention=price_cpu_attention)
     return m

@@ -92,6 +92,9 @@ def test_unknown_solver_estimator_compiler():
         budget.backend(0.5, compiler="tvm")
     with pytest.raises(ValueError, match="unknown solver"):
         budget.config.solver = "nope"
+    for bad in (0, -5, float("nan"), "1s"):
+        with pytest.raises(ValueError, match="time_limit must be a positive number"):
+            budget.backend(0.5, time_limit=bad)
 
 
 def test_unreachable_size_names_the_minimum():
@@ -229,7 +232,9 @@ def test_same_plan_in_every_process():
     import sys
 
     runs = [
-        subprocess.run([sys.executable, "-c", _DETERMINISM_SCRIPT], capture_output=True, text=True, check=True).stdout
+        subprocess.run(
+            [sys.executable, "-c", _DETERMINISM_SCRIPT], capture_output=True, text=True, check=True
+        ).stdout
         for _ in range(2)
     ]
     assert runs[0] == runs[1] and runs[0].strip()
