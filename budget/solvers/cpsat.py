@@ -16,7 +16,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..problem import Problem
-from .base import InfeasibleError, Objective, Solution, SolverTimeout
+from .base import InfeasibleError, Objective, Solution, SolverTimeout, closure_model, finish
 
 _MAX_COST = 10**9
 
@@ -89,17 +89,15 @@ class CpSat:
                 values = {v: solver.value(x) for v, x in s.items()}
             optimal = status == cp_model.OPTIMAL
         saved = sorted(v for v, val in values.items() if val)
-        saved = problem.prune_unused(saved)
-        closure = problem.recompute_closure(saved)
-        objective = (
-            float(problem.cost[closure].sum()) if minimize == "cost" else problem.saved_bytes(saved)
-        )
-        return Solution(
-            saved=saved,
-            status="optimal" if optimal else "feasible",
-            objective=objective,
-            bound=None if optimal else _unscale(bound, problem, w, minimize),
-            seconds=time.perf_counter() - start,
+        return finish(
+            problem,
+            saved,
+            solver=self.name,
+            target_bytes=target_bytes,
+            minimize=minimize,
+            optimal=optimal,
+            bound=_unscale(bound, problem, w, minimize),
+            start=start,
             info={"backend": "CP-SAT", "variables": len(s) + len(r) + len(y)},
         )
 
@@ -118,37 +116,20 @@ def _unscale(bound: float, problem: Problem, w: np.ndarray, minimize: Objective)
 
 
 def _build(model, problem: Problem, target_bytes: int | None):  # type: ignore[no-untyped-def]
-    s: dict[int, object] = {}
-    r: dict[int, object] = {}
-    for v in range(problem.n):
-        if problem.is_input[v]:
-            continue
-        if problem.can_save[v]:
-            s[v] = model.new_bool_var(f"s{v}")
-        if problem.can_recompute[v]:
-            r[v] = model.new_bool_var(f"r{v}")
-    for v in range(problem.n):
-        if problem.needed[v] and not problem.is_input[v]:
-            if v not in s and v not in r:
-                raise InfeasibleError(
-                    f"{problem.names[v]} is needed by the backward but can be neither saved "
-                    f"nor recomputed ({problem.reason[v]})"
-                )
-            model.add_bool_or([x[v] for x in (s, r) if v in x])
-    for u, v in problem.edges.tolist():
-        if v in r and not problem.is_input[u]:
-            options = [x[u] for x in (s, r) if u in x]
-            if options:
-                model.add_bool_or(options).only_enforce_if(r[v])
-            else:
-                model.add(r[v] == 0)
-    y: dict[int, object] = {}
-    for v in sorted(s):
-        g = int(problem.storage[v])
-        if g >= 0 and problem.storage_bytes[g] > 0:
-            if g not in y:
-                y[g] = model.new_bool_var(f"y{g}")
-            model.add_implication(s[v], y[g])
+    m = closure_model(problem)
+    s = {v: model.new_bool_var(f"s{v}") for v in m.save}
+    r = {v: model.new_bool_var(f"r{v}") for v in m.recompute}
+    y = {g: model.new_bool_var(f"y{g}") for g in m.groups}
+    for v in m.need:
+        model.add_bool_or([x[v] for x in (s, r) if v in x])
+    for v, u in m.closure:
+        options = [x[u] for x in (s, r) if u in x]
+        if options:
+            model.add_bool_or(options).only_enforce_if(r[v])
+        else:
+            model.add(r[v] == 0)
+    for v, g in m.store:
+        model.add_implication(s[v], y[g])
     if target_bytes is not None:
         model.add(sum(int(problem.storage_bytes[g]) * y[g] for g in y) <= int(target_bytes))
     return s, r, y

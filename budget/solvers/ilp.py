@@ -16,7 +16,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..problem import Problem
-from .base import InfeasibleError, Objective, Solution, SolverTimeout
+from .base import InfeasibleError, Objective, Solution, SolverTimeout, closure_model, finish
 
 # Coefficients are scaled so CBC sees numbers of moderate size; the final plan is always
 # re-checked in exact integer bytes, so scaling can never let a plan exceed its target.
@@ -64,54 +64,31 @@ class PulpILP:
             status2 = _run(pulp, model, second, remaining, problem, target_bytes)
             optimal = status2 == "optimal"
         saved = sorted(v for v in s if (pulp.value(s[v]) or 0) > 0.5)
-        saved = problem.prune_unused(saved)
-        if problem.check(saved):  # numerical trouble: never hand back an invalid plan
-            raise RuntimeError(f"ilp returned an invalid plan: {problem.check(saved)[:3]}")
-        if target_bytes is not None and problem.saved_bytes(saved) > target_bytes:
-            raise RuntimeError("ilp returned a plan over its target (numerical tolerance)")
-        closure = problem.recompute_closure(saved)
-        objective = (
-            float(problem.cost[closure].sum()) if minimize == "cost" else problem.saved_bytes(saved)
-        )
-        return Solution(
-            saved=saved,
-            status="optimal" if optimal else "feasible",
-            objective=objective,
+        return finish(
+            problem,
+            saved,
+            solver=self.name,
+            target_bytes=target_bytes,
+            minimize=minimize,
+            optimal=optimal,
             bound=None,
-            seconds=time.perf_counter() - start,
+            start=start,
             info={"backend": "CBC", "variables": len(s) + len(r) + len(y)},
         )
 
 
 def _build(pulp, problem: Problem, target_bytes: int | None):  # type: ignore[no-untyped-def]
+    m = closure_model(problem)
     model = pulp.LpProblem("budget", pulp.LpMinimize)
-    s: dict[int, object] = {}
-    r: dict[int, object] = {}
-    for v in range(problem.n):
-        if problem.is_input[v]:
-            continue
-        if problem.can_save[v]:
-            s[v] = model.add_variable(f"s{v}", cat="Binary")
-        if problem.can_recompute[v]:
-            r[v] = model.add_variable(f"r{v}", cat="Binary")
-    for v in range(problem.n):
-        if problem.needed[v] and not problem.is_input[v]:
-            if v not in s and v not in r:
-                raise InfeasibleError(
-                    f"{problem.names[v]} is needed by the backward but can be neither saved "
-                    f"nor recomputed ({problem.reason[v]})"
-                )
-            model += pulp.lpSum(x[v] for x in (s, r) if v in x) >= 1, f"need{v}"
-    for k, (u, v) in enumerate(problem.edges.tolist()):
-        if v in r and not problem.is_input[u]:
-            model += r[v] <= pulp.lpSum(x[u] for x in (s, r) if u in x), f"closure{k}"
-    y: dict[int, object] = {}
-    for v in sorted(s):
-        g = int(problem.storage[v])
-        if g >= 0 and problem.storage_bytes[g] > 0:
-            if g not in y:
-                y[g] = model.add_variable(f"y{g}", cat="Binary")
-            model += y[g] >= s[v], f"store{v}"
+    s = {v: model.add_variable(f"s{v}", cat="Binary") for v in m.save}
+    r = {v: model.add_variable(f"r{v}", cat="Binary") for v in m.recompute}
+    y = {g: model.add_variable(f"y{g}", cat="Binary") for g in m.groups}
+    for v in m.need:
+        model += pulp.lpSum(x[v] for x in (s, r) if v in x) >= 1, f"need{v}"
+    for k, (v, u) in enumerate(m.closure):
+        model += r[v] <= pulp.lpSum(x[u] for x in (s, r) if u in x), f"closure{k}"
+    for v, g in m.store:
+        model += y[g] >= s[v], f"store{v}"
     if target_bytes is not None:
         model += (
             pulp.lpSum(float(problem.storage_bytes[g]) * _BYTE_SCALE * y[g] for g in y)
