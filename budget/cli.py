@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -239,6 +240,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return _solve(args)
+    except BrokenPipeError:
+        # The reader went away (``budget solve | head``): not an error. Point stdout at
+        # devnull so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (UsageError, ValueError, OSError, ImportError) as e:
         if args.debug:
             traceback.print_exc()
