@@ -24,6 +24,7 @@ _LAZY = {
     "backend": ".torch_backend",
     "plan": ".preview",
     "plans": ".preview",
+    "sweep": ".preview",
     "BudgetTooSmallError": ".planner",
     "available_solvers": ".solvers",
     "available_estimators": ".estimators",
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from .estimators import available_estimators
     from .plan_model import Decision, Plan
     from .planner import BudgetTooSmallError
-    from .preview import plan, plans
+    from .preview import plan, plans, sweep
     from .problem import Problem
     from .solvers import available_solvers
     from .torch_backend import backend
@@ -62,4 +63,5 @@ __all__ = [
     "parse_budget",
     "plan",
     "plans",
+    "sweep",
 ]

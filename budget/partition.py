@@ -19,7 +19,7 @@ from . import _torch_api as T
 from .estimators import get_estimator
 from .graph import build_problem
 from .plan_model import Plan
-from .planner import solve_problem
+from .planner import solve_problem, solve_sweep
 from .sizes import MemoryBudget
 
 
@@ -31,6 +31,8 @@ class PlanSettings:
     time_limit: float
     on_plan: Callable[[Plan], None] | None = None
     plans: list[Plan] = field(default_factory=list)
+    sweep: list[MemoryBudget] | None = None  # preview only: also plan these budgets
+    sweeps: list[list[Plan]] = field(default_factory=list)  # one list per graph
 
 
 def prepare_joint(joint_module: fx.GraphModule) -> fx.GraphModule:
@@ -86,18 +88,32 @@ def budget_partition(
     t1 = time.perf_counter()
     problem, nodes = build_problem(graph, node_info, get_estimator(settings.estimator), reference)
     t2 = time.perf_counter()
-    plan = solve_problem(
-        problem,
-        settings.budget,
-        solver=settings.solver,
-        estimator=settings.estimator,
-        time_limit=settings.time_limit,
-        timings={"classify": t1 - t0, "estimate": t2 - t1},
-    )
+    timings = {"classify": t1 - t0, "estimate": t2 - t1}
+    if settings.sweep:
+        sweep = solve_sweep(  # preview sweeps set settings.budget to sweep[0]
+            problem,
+            settings.sweep,
+            solver=settings.solver,
+            estimator=settings.estimator,
+            time_limit=settings.time_limit,
+            timings=timings,
+        )
+        plan = sweep[0]
+        settings.sweeps.append(sweep)
+    else:
+        plan = solve_problem(
+            problem,
+            settings.budget,
+            solver=settings.solver,
+            estimator=settings.estimator,
+            time_limit=settings.time_limit,
+            timings=timings,
+        )
     saved_names = set(plan.saved)
     saved = [n for n in nodes if n.name in saved_names] + list(node_info.inputs)
+    t3 = time.perf_counter()
     fw, bw = extract(joint_module, saved, node_info, num_fwd_outputs)
-    plan.timings["partition"] = time.perf_counter() - t2 - plan.timings["solve"]
+    plan.timings["partition"] = time.perf_counter() - t3
     settings.plans.append(plan)
     if settings.on_plan is not None:
         settings.on_plan(plan)

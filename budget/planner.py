@@ -10,52 +10,111 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
 from .plan_model import Decision, Plan
 from .problem import Problem
 from .sizes import MemoryBudget, format_bytes
-from .solvers import InfeasibleError, Solution, get_solver
+from .solvers import InfeasibleError, Solution, Solver, get_solver
 
 
 class BudgetTooSmallError(InfeasibleError):
     """The requested size is below the smallest reachable saved memory."""
 
 
-def solve_problem(
-    problem: Problem,
-    budget: MemoryBudget,
-    *,
-    solver: str = "ilp",
-    estimator: str = "flops",
-    time_limit: float = 60.0,
-    timings: dict[str, float] | None = None,
-) -> Plan:
-    timings = dict(timings or {})
-    backend = get_solver(solver)
-    start = time.perf_counter()
+@dataclass
+class Ends:
+    """The two ends of a graph's budget range, solved once and reused across budgets."""
+
+    reference: list[int]  # torch's b=1.0 choice
+    max_bytes: int
+    min_bytes: int
+    low: Solution  # the cheapest plan among those saving min_bytes
+
+
+def solve_ends(problem: Problem, backend: Solver, time_limit: float) -> Ends:
     reference = problem.reference_saved
     if problem.check(reference):  # should not happen; fall back to solving for b=1
         reference = []
     max_bytes = problem.saved_bytes(reference)
     low = backend.solve(problem, None, minimize="bytes", time_limit=time_limit)
     min_bytes = int(low.objective)
-    if reference and max_bytes < min_bytes:  # torch's choice is below our floor: trust it
+    if reference and max_bytes < min_bytes:  # a time-limited floor above torch's own choice
         min_bytes = max_bytes
+    return Ends(reference, max_bytes, min_bytes, low)
 
+
+def target_bytes(budget: MemoryBudget, ends: Ends) -> int:
+    """The byte target of ``budget`` for a graph; raises when a size is unreachable."""
     if budget.fraction is not None:
-        b = budget.fraction
-        target = min_bytes + math.floor(b * max(0, max_bytes - min_bytes))
-    else:
-        target = int(budget.nbytes or 0)
-        if target < min_bytes:
-            raise BudgetTooSmallError(
-                f"memory budget {budget} ({target} bytes) is below the smallest reachable "
-                f"saved activation memory for this graph: {format_bytes(min_bytes)} "
-                f"({min_bytes} bytes)",
-                min_bytes=min_bytes,
+        return ends.min_bytes + math.floor(
+            budget.fraction * max(0, ends.max_bytes - ends.min_bytes)
+        )
+    target = int(budget.nbytes or 0)
+    if target < ends.min_bytes:
+        raise BudgetTooSmallError(
+            f"memory budget {budget} ({target} bytes) is below the smallest reachable "
+            f"saved activation memory for this graph: {format_bytes(ends.min_bytes)} "
+            f"({ends.min_bytes} bytes)",
+            min_bytes=ends.min_bytes,
+        )
+    return target
+
+
+def solve_sweep(
+    problem: Problem,
+    budgets: Sequence[MemoryBudget],
+    *,
+    solver: str = "cpsat",
+    estimator: str = "flops",
+    time_limit: float = 60.0,
+    timings: dict[str, float] | None = None,
+) -> list[Plan]:
+    """Plans for many budgets of one problem, solving its two ends only once."""
+    backend = get_solver(solver)
+    start = time.perf_counter()
+    ends = solve_ends(problem, backend, time_limit)
+    ends_time = time.perf_counter() - start
+    plans = []
+    for i, b in enumerate(budgets):
+        t = dict(timings or {})
+        if i == 0:
+            t["ends"] = ends_time
+        plans.append(
+            solve_problem(
+                problem,
+                b,
+                solver=solver,
+                estimator=estimator,
+                time_limit=time_limit,
+                timings=t,
+                ends=ends,
             )
+        )
+    return plans
+
+
+def solve_problem(
+    problem: Problem,
+    budget: MemoryBudget,
+    *,
+    solver: str = "cpsat",
+    estimator: str = "flops",
+    time_limit: float = 60.0,
+    timings: dict[str, float] | None = None,
+    ends: Ends | None = None,
+) -> Plan:
+    timings = dict(timings or {})
+    backend = get_solver(solver)
+    start = time.perf_counter()
+    if ends is None:
+        ends = solve_ends(problem, backend, time_limit)
+    reference, low = ends.reference, ends.low
+    min_bytes, max_bytes = ends.min_bytes, ends.max_bytes
+    target = target_bytes(budget, ends)
 
     sol: Solution
     status: str

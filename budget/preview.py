@@ -7,7 +7,7 @@ preview is the plan training would get. Graph breaks give one plan per graph.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -16,22 +16,28 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_map
 
 from .plan_model import Plan
+from .sizes import parse_budget
+from .torch_backend import BudgetBackend
 from .torch_backend import backend as make_backend
 
 
-def plans(
+def _trace(
     fn: Callable[..., Any],
-    *example_args: Any,
-    memory_budget: float | str | None = None,
-    solver: str | None = None,
-    estimator: str | None = None,
-    time_limit: float | None = None,
-    **example_kwargs: Any,
-) -> list[Plan]:
-    """The plans for every graph of ``fn(*example_args, **example_kwargs)``, in order."""
+    example_args: tuple[Any, ...],
+    example_kwargs: dict[str, Any],
+    memory_budget: float | str | None,
+    solver: str | None,
+    estimator: str | None,
+    time_limit: float | None,
+    sweep: Sequence[float | str] | None = None,
+) -> BudgetBackend:
     be = make_backend(
         memory_budget, solver=solver, estimator=estimator, compiler="eager", time_limit=time_limit
     )
+    if sweep is not None:
+        be.settings.sweep = [parse_budget(b) for b in sweep]
+        if not be.settings.sweep:
+            raise ValueError("budgets must name at least one budget")
     compiled = torch.compile(fn, backend=be, dynamic=False)
     with FakeTensorMode(allow_non_fake_inputs=True) as mode:
 
@@ -51,7 +57,49 @@ def plans(
             "no training graph was captured: nothing in the step requires grad "
             "(pass parameters or inputs with requires_grad=True)"
         )
+    return be
+
+
+def plans(
+    fn: Callable[..., Any],
+    *example_args: Any,
+    memory_budget: float | str | None = None,
+    solver: str | None = None,
+    estimator: str | None = None,
+    time_limit: float | None = None,
+    **example_kwargs: Any,
+) -> list[Plan]:
+    """The plans for every graph of ``fn(*example_args, **example_kwargs)``, in order."""
+    be = _trace(fn, example_args, example_kwargs, memory_budget, solver, estimator, time_limit)
     return be.plans
+
+
+def sweep(
+    fn: Callable[..., Any],
+    *example_args: Any,
+    budgets: Sequence[float | str],
+    solver: str | None = None,
+    estimator: str | None = None,
+    time_limit: float | None = None,
+    **example_kwargs: Any,
+) -> list[Plan] | list[list[Plan]]:
+    """Plans for many budgets from one trace: ``[plan per budget]`` for a step with one
+    graph, ``[[plan per budget] per graph]`` when it has graph breaks.
+
+    The step is traced and its problem built once; each graph's two ends (torch's b=1.0
+    choice and the smallest reachable memory) are solved once and shared by all budgets.
+    """
+    be = _trace(
+        fn,
+        example_args,
+        example_kwargs,
+        budgets[0] if budgets else None,
+        solver,
+        estimator,
+        time_limit,
+        sweep=budgets,
+    )
+    return be.settings.sweeps[0] if len(be.settings.sweeps) == 1 else be.settings.sweeps
 
 
 def plan(

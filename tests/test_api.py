@@ -238,3 +238,35 @@ def test_same_plan_in_every_process():
         for _ in range(2)
     ]
     assert runs[0] == runs[1] and runs[0].strip()
+
+
+def test_sweep_plans_many_budgets_from_one_trace(chain_args):
+    budgets = [1.0, 0.7, 0.5, 0.3, 0.0, "2MiB"]
+    plans = budget.sweep(chain, *chain_args, budgets=budgets)
+    assert [p.budget for p in plans] == [1.0, 0.7, 0.5, 0.3, 0.0, f"{2 * MiB}B"]
+    assert [p.saved_bytes // MiB for p in plans] == [10, 5, 5, 3, 0, 2]
+    assert [p.recompute_flops / UNIT for p in plans] == [0, 0, 0, 2, 5, 3]
+    assert "ends" in plans[0].timings  # the two ends are solved once, for the first plan
+    # each equals what a single preview gives
+    single = budget.plan(chain, *chain_args, memory_budget=0.3)
+    assert (single.saved, single.recomputed) == (plans[3].saved, plans[3].recomputed)
+    with pytest.raises(ValueError, match="at least one budget"):
+        budget.sweep(chain, *chain_args, budgets=[])
+
+
+def test_time_limit_never_gives_a_plan_over_budget():
+    """Whatever the clock does, a time-limited solve is optimal, feasible with its gap,
+    or a clear error; it is never over its target."""
+    from budget.models import get_builtin
+    from budget.solvers import SolverTimeout
+
+    ex = get_builtin("gpt", layers=2, d=64, seq=64)
+    try:
+        plans = budget.sweep(ex.step, *ex.args, budgets=[0.45, 0.3], time_limit=0.01)
+    except SolverTimeout as e:
+        assert "raise budget.config.time_limit" in str(e)
+        return
+    for p in plans:
+        assert p.saved_bytes <= p.target_bytes
+        assert p.status in ("optimal", "feasible")
+        assert p.status == "optimal" or p.gap is None or p.gap >= 0

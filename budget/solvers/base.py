@@ -2,7 +2,9 @@
 
 Solvers minimise recompute cost subject to saved bytes <= target (``minimize="cost"``),
 or the saved bytes themselves (``minimize="bytes"``, used to find the smallest reachable
-plan); ties go to fewer bytes (resp. less cost). A solver never returns a plan over the
+plan); ties go to fewer bytes (resp. less cost). ``status`` speaks of the primary
+objective: "optimal" when it is proven; whether the tie-break was proven too is in
+``info["tie_break"]``. A solver never returns a plan over the
 target: it returns an optimal or feasible plan, or raises :class:`InfeasibleError`.
 """
 

@@ -75,6 +75,7 @@ class CpSat:
                 "raise budget.config.time_limit"
             )
         optimal = status == cp_model.OPTIMAL
+        tie_break = "not run"
         bound = solver.best_objective_bound
         best_value = solver.objective_value
         values = {v: solver.value(x) for v, x in s.items()}
@@ -87,7 +88,7 @@ class CpSat:
             solver, status = self._run(cp_model, model, remaining)
             if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 values = {v: solver.value(x) for v, x in s.items()}
-            optimal = status == cp_model.OPTIMAL
+            tie_break = "optimal" if status == cp_model.OPTIMAL else "not proven"
         saved = sorted(v for v, val in values.items() if val)
         return finish(
             problem,
@@ -98,7 +99,11 @@ class CpSat:
             optimal=optimal,
             bound=_unscale(bound, problem, w, minimize),
             start=start,
-            info={"backend": "CP-SAT", "variables": len(s) + len(r) + len(y)},
+            info={
+                "backend": "CP-SAT",
+                "variables": len(s) + len(r) + len(y),
+                "tie_break": tie_break,
+            },
         )
 
     def _run(self, cp_model, model, time_limit: float):  # type: ignore[no-untyped-def]

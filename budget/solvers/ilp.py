@@ -57,12 +57,13 @@ class PulpILP:
 
         status = _run(pulp, model, first, time_limit, problem, target_bytes)
         optimal = status == "optimal"
+        tie_break = "not run"
         best = pulp.value(first) or 0.0
         remaining = time_limit - (time.perf_counter() - start)
         if optimal and remaining > 0:
             model += first <= best + 1e-7 * max(1.0, abs(best)), "tie_break"
             status2 = _run(pulp, model, second, remaining, problem, target_bytes)
-            optimal = status2 == "optimal"
+            tie_break = "optimal" if status2 == "optimal" else "not proven"
         saved = sorted(v for v in s if (pulp.value(s[v]) or 0) > 0.5)
         return finish(
             problem,
@@ -73,7 +74,7 @@ class PulpILP:
             optimal=optimal,
             bound=None,
             start=start,
-            info={"backend": "CBC", "variables": len(s) + len(r) + len(y)},
+            info={"backend": "CBC", "variables": len(s) + len(r) + len(y), "tie_break": tie_break},
         )
 
 
