@@ -25,6 +25,7 @@ _LAZY = {
     "plan": ".preview",
     "plans": ".preview",
     "sweep": ".preview",
+    "problems": ".preview",
     "BudgetTooSmallError": ".planner",
     "available_solvers": ".solvers",
     "available_estimators": ".estimators",
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from .estimators import available_estimators
     from .plan_model import Decision, Plan
     from .planner import BudgetTooSmallError
-    from .preview import plan, plans, sweep
+    from .preview import plan, plans, problems, sweep
     from .problem import Problem
     from .solvers import available_solvers
     from .torch_backend import backend
@@ -63,5 +64,6 @@ __all__ = [
     "parse_budget",
     "plan",
     "plans",
+    "problems",
     "sweep",
 ]

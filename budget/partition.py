@@ -19,6 +19,7 @@ from . import _torch_api as T
 from .estimators import get_estimator
 from .graph import build_problem
 from .plan_model import Plan
+from .problem import Problem
 from .planner import solve_problem, solve_sweep
 from .sizes import MemoryBudget
 
@@ -33,6 +34,7 @@ class PlanSettings:
     plans: list[Plan] = field(default_factory=list)
     sweep: list[MemoryBudget] | None = None  # preview only: also plan these budgets
     sweeps: list[list[Plan]] = field(default_factory=list)  # one list per graph
+    problems: list[Problem] = field(default_factory=list)  # one per graph, for analysis
 
 
 def prepare_joint(joint_module: fx.GraphModule) -> fx.GraphModule:
@@ -88,6 +90,7 @@ def budget_partition(
     t1 = time.perf_counter()
     problem, nodes = build_problem(graph, node_info, get_estimator(settings.estimator), reference)
     t2 = time.perf_counter()
+    settings.problems.append(problem)
     timings = {"classify": t1 - t0, "estimate": t2 - t1}
     if settings.sweep:
         sweep = solve_sweep(  # preview sweeps set settings.budget to sweep[0]

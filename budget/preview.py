@@ -16,6 +16,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_map
 
 from .plan_model import Plan
+from .problem import Problem
 from .sizes import parse_budget
 from .torch_backend import BudgetBackend
 from .torch_backend import backend as make_backend
@@ -72,6 +73,18 @@ def plans(
     """The plans for every graph of ``fn(*example_args, **example_kwargs)``, in order."""
     be = _trace(fn, example_args, example_kwargs, memory_budget, solver, estimator, time_limit)
     return be.plans
+
+
+def problems(
+    fn: Callable[..., Any],
+    *example_args: Any,
+    estimator: str | None = None,
+    **example_kwargs: Any,
+) -> list[Problem]:
+    """The solver-agnostic :class:`~budget.problem.Problem` of every graph of the step,
+    for benchmarks and notebooks (planned at budget 1.0 on the way, which is cheap)."""
+    be = _trace(fn, example_args, example_kwargs, 1.0, None, estimator, None)
+    return be.settings.problems
 
 
 def sweep(

@@ -1,0 +1,303 @@
+"""Solver benchmark: time and quality of every solver on random and real problems.
+
+    python bench/solvers.py                      # everything (several minutes on 2 cores)
+    python bench/solvers.py --quick              # small sizes only
+    python bench/solvers.py --markdown           # tables for the README
+
+For each problem (random layered DAGs of 1k/5k/20k nodes; joint graphs of the built-in
+GPT with 4/12/24/48 layers and the ResNet) and budget 0.1 ... 0.9, every available solver
+gets the same Problem and byte target; we report its solve time and its objective against
+the best known bound (the proven optimum when an exact solver proves one). Beside them,
+in the same run: the time torch 2.13 spends in its own ``choose_saved_values_set`` on the
+same real graphs (traced on fake tensors, so nothing is executed), and the first-call
+time of ``torch.compile`` with budget's backend against torch's own memory-budget path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+import budget
+from budget.models import get_builtin
+from budget.planner import solve_ends, target_bytes
+from budget.problem import Problem
+from budget.sizes import parse_budget
+from budget.solvers import InfeasibleError, SolverTimeout, available_solvers, get_solver
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def layered_dag(n: int, seed: int = 0, width: int = 64) -> Problem:
+    """A random training-like DAG: layers of ``width`` nodes, each reading 1-3 nodes of the
+    previous two layers; a third are matmul-like (cost ~ bytes * 64), the rest pointwise
+    (cost 0); 40% are read by the backward; 3% can't be recomputed (random ops)."""
+    rng = np.random.default_rng(seed)
+    n_in = width
+    edges = []
+    for v in range(n_in, n):
+        layer_start = (v // width) * width
+        lo = max(0, layer_start - 2 * width)
+        k = int(rng.integers(1, 4))
+        for u in rng.choice(
+            np.arange(lo, layer_start), size=min(k, layer_start - lo), replace=False
+        ):
+            edges.append((int(u), v))
+    size = rng.choice([1, 2, 4], size=n) * 2**20
+    matmul = rng.random(n) < 1 / 3
+    cost = np.where(matmul, size * 64.0, 0.0)
+    cost[:n_in] = 0
+    is_input = np.arange(n) < n_in
+    return Problem(
+        names=[f"n{i}" for i in range(n)],
+        ops=["mm" if m else "pointwise" for m in matmul],
+        is_input=is_input,
+        needed=(rng.random(n) < 0.4) & ~is_input,
+        can_save=np.ones(n, bool),
+        can_recompute=(rng.random(n) > 0.03) & ~is_input,
+        storage=np.arange(n),
+        storage_bytes=np.where(is_input, 0, size),
+        cost=cost,
+        flops=cost,
+        edges=edges,
+    )
+
+
+def real_problems(layers: Sequence[int], d: int) -> list[tuple[str, Callable[[], Any], Problem]]:
+    out = []
+    for n_layers in layers:
+        ex = get_builtin("gpt", layers=n_layers, d=d, heads=4)
+        t = time.perf_counter()
+        (problem,) = budget.problems(ex.step, *ex.args)
+        log(f"captured gpt-{n_layers} ({problem.n} nodes) in {time.perf_counter() - t:.1f}s")
+        out.append(
+            (
+                f"gpt-{n_layers}L d={d}",
+                lambda n_layers=n_layers: get_builtin("gpt", layers=n_layers, d=d, heads=4),
+                problem,
+            )
+        )
+    ex = get_builtin("resnet")
+    (problem,) = budget.problems(ex.step, *ex.args)
+    out.append(("resnet", lambda: get_builtin("resnet"), problem))
+    return out
+
+
+def run_solvers(
+    problem: Problem, budgets: Sequence[float], solvers: Sequence[str], time_limit: float
+) -> list[dict[str, Any]]:
+    ends = solve_ends(problem, get_solver("cpsat"), time_limit)
+    rows = []
+    for b in budgets:
+        target = target_bytes(parse_budget(b), ends)
+        results: dict[str, dict[str, Any]] = {}
+        for name in solvers:
+            t = time.perf_counter()
+            try:
+                sol = get_solver(name).solve(problem, target, time_limit=time_limit)
+                results[name] = {
+                    "obj": sol.objective,
+                    "status": sol.status,
+                    "bound": sol.bound,
+                    "s": time.perf_counter() - t,
+                }
+                assert problem.saved_bytes(sol.saved) <= target, f"{name} over budget"
+            except (InfeasibleError, SolverTimeout) as e:
+                results[name] = {
+                    "obj": None,
+                    "status": type(e).__name__,
+                    "bound": None,
+                    "s": time.perf_counter() - t,
+                }
+        # "optimal" is a proof, whichever solver says it (heuristics never do)
+        proven = [r["obj"] for r in results.values() if r["status"] == "optimal"]
+        best = min((r["obj"] for r in results.values() if r["obj"] is not None), default=None)
+        bound = max(
+            [r["bound"] for r in results.values() if r["bound"] is not None] + proven, default=None
+        )
+        rows.append({"b": b, "target": target, "best": best, "bound": bound, "results": results})
+    return rows
+
+
+def torch_choose_time(make: Callable[[], Any], b: float) -> float:
+    """Seconds torch spends in choose_saved_values_set for this step at budget b (fake tensors)."""
+    import torch._functorch.partitioners as P
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    spent = []
+    original = P.choose_saved_values_set
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        out = original(*args, **kwargs)
+        spent.append(time.perf_counter() - t)
+        return out
+
+    ex = make()
+    torch._dynamo.reset()
+    P.choose_saved_values_set = timed
+    try:
+        with (
+            torch._functorch.config.patch(activation_memory_budget=b),
+            FakeTensorMode(allow_non_fake_inputs=True) as mode,
+        ):
+            f = torch.compile(ex.step, backend="aot_eager_decomp_partition")
+            f(*[mode.from_tensor(a) for a in ex.args])
+    finally:
+        P.choose_saved_values_set = original
+    return sum(spent)
+
+
+def budget_plan_time(make: Callable[[], Any], b: float) -> float:
+    """Seconds budget spends choosing what to save: classify (incl. torch's b=1 min-cut,
+    our reference end), estimate, both ends and the solve; tracing and extraction excluded,
+    as they are for torch's choose_saved_values_set."""
+    ex = make()
+    torch._dynamo.reset()
+    plan = budget.plan(ex.step, *ex.args, memory_budget=b)
+    return sum(v for k, v in plan.timings.items() if k != "partition")
+
+
+def first_call(make: Callable[[], Any], b: float, ours: bool) -> float:
+    """Seconds of the first compiled training step (compile + run), Inductor on CPU."""
+    ex = make()
+    torch._dynamo.reset()
+    t = time.perf_counter()
+    if ours:
+        f = torch.compile(ex.step, backend=budget.backend(b))
+        f(*ex.args).backward()
+    else:
+        with torch._functorch.config.patch(activation_memory_budget=b):
+            f = torch.compile(ex.step)
+            f(*ex.args).backward()
+    return time.perf_counter() - t
+
+
+def fmt(x: float | None, spec: str = ".3g") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def table(title: str, header: list[str], rows: list[list[str]], markdown: bool) -> None:
+    print(f"\n## {title}\n")
+    if markdown:
+        print("| " + " | ".join(header) + " |")
+        print("|" + "|".join("---:" for _ in header) + "|")
+        for r in rows:
+            print("| " + " | ".join(r) + " |")
+        return
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    print("  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)))
+    for r in rows:
+        print("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
+
+
+def summarise(name: str, n: int, rows: list[dict[str, Any]], solvers: Sequence[str]) -> list[str]:
+    cells = [name, str(n)]
+    for s in solvers:
+        times = [r["results"][s]["s"] for r in rows]
+        ratios = [
+            r["results"][s]["obj"] / r["bound"]
+            if r["bound"]
+            else (1.0 if r["results"][s]["obj"] == 0 else float("inf"))
+            for r in rows
+            if r["results"][s]["obj"] is not None
+        ]
+        optimal = sum(r["results"][s]["status"] == "optimal" for r in rows)
+        failed = sum(r["results"][s]["obj"] is None for r in rows)
+        worst = max(ratios) if ratios else None
+        cells.append(
+            f"{statistics.median(times):.3f}/{max(times):.3f}s "
+            f"x{fmt(worst, '.3f')} {optimal}/{len(rows)} opt"
+            + (f" {failed} fail" if failed else "")
+        )
+    return cells
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="1k-node DAG and GPT 4/12 only")
+    ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--time-limit", type=float, default=60.0)
+    ap.add_argument("--solvers", default=",".join(available_solvers()))
+    ap.add_argument("--d", type=int, default=128, help="GPT width")
+    ap.add_argument("--no-compile", action="store_true", help="skip the first-call compile timing")
+    args = ap.parse_args(argv)
+    solvers = [s for s in args.solvers.split(",") if s]
+    budgets = [round(0.1 * i, 1) for i in range(1, 10)]
+    sizes = [1000] if args.quick else [1000, 5000, 20000]
+    layers = [4, 12] if args.quick else [4, 12, 24, 48]
+
+    print(
+        f"torch {torch.__version__}, budget {budget.__version__}, {torch.get_num_threads()} threads, "
+        f"time limit {args.time_limit:g}s, budgets {budgets[0]}..{budgets[-1]}"
+    )
+    print(
+        "cell: median/max solve time over the budgets, worst objective/best-bound ratio, "
+        "budgets proven optimal"
+    )
+    summary = []
+    for n in sizes:
+        p = layered_dag(n)
+        log(f"dag-{n}: solving")
+        summary.append(
+            summarise(f"dag-{n}", p.n, run_solvers(p, budgets, solvers, args.time_limit), solvers)
+        )
+    reals = real_problems(layers, args.d)
+    torch_rows = []
+    for name, make, p in reals:
+        log(f"{name}: solving")
+        rows = run_solvers(p, budgets, solvers, args.time_limit)
+        summary.append(summarise(name, p.n, rows, solvers))
+        t_torch = [torch_choose_time(make, b) for b in (0.5, 0.2)]
+        t_ours = [rows[budgets.index(b)]["results"][budget.config.solver]["s"] for b in (0.5, 0.2)]
+        torch_rows.append(
+            [name, str(p.n)]
+            + [f"{x:.3f}" for x in t_torch + t_ours]
+            + [f"{t_torch[0] / t_ours[0]:.1f}x"]
+        )
+    table(
+        "solve time and quality per solver", ["problem", "nodes", *solvers], summary, args.markdown
+    )
+    table(
+        f"choosing saved values: torch's choose_saved_values_set vs budget ({budget.config.solver}, all stages but tracing/extraction)",
+        [
+            "graph",
+            "nodes",
+            "torch b=0.5 s",
+            "torch b=0.2 s",
+            "budget b=0.5 s",
+            "budget b=0.2 s",
+            "speed-up b=0.5",
+        ],
+        torch_rows,
+        args.markdown,
+    )
+    if not args.no_compile:
+        make = reals[0][1]
+        rows = []
+        for b in (0.5,):
+            theirs = first_call(make, b, ours=False)
+            ours = first_call(make, b, ours=True)
+            rows.append(
+                [reals[0][0], f"{b}", f"{theirs:.1f}", f"{ours:.1f}", f"{ours / theirs:.2f}"]
+            )
+        table(
+            "first call of torch.compile (Inductor, CPU): compile + one step",
+            ["graph", "budget", "torch s", "budget s", "ratio"],
+            rows,
+            args.markdown,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
