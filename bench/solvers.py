@@ -176,7 +176,11 @@ def first_call(make: Callable[[], Any], b: float, ours: bool) -> float:
         f = torch.compile(ex.step, backend=budget.backend(b))
         f(*ex.args).backward()
     else:
-        with torch._functorch.config.patch(activation_memory_budget=b):
+        # cold, like budget's compiles (which bypass the compile caches, see README)
+        with (
+            torch._functorch.config.patch(activation_memory_budget=b, enable_autograd_cache=False),
+            torch._inductor.config.patch(fx_graph_cache=False),
+        ):
             f = torch.compile(ex.step)
             f(*ex.args).backward()
     return time.perf_counter() - t
