@@ -19,8 +19,8 @@ from . import _torch_api as T
 from .estimators import get_estimator
 from .graph import build_problem
 from .plan_model import Plan
-from .problem import Problem
 from .planner import solve_problem, solve_sweep
+from .problem import Problem
 from .sizes import MemoryBudget
 
 

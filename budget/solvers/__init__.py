@@ -42,10 +42,16 @@ def get_solver(name: str | Solver) -> Solver:
 
 def _register_builtins(register: Callable[[type], type]) -> None:
     from .cpsat import CpSat
+    from .dp import DpKnapsack
+    from .greedy import Greedy
     from .ilp import PulpILP
+    from .mincut import MinCutSolver
 
     register(PulpILP)
     register(CpSat)
+    register(MinCutSolver)
+    register(Greedy)
+    register(DpKnapsack)
 
 
 _register_builtins(register_solver)
