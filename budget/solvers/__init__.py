@@ -41,12 +41,14 @@ def get_solver(name: str | Solver) -> Solver:
 
 
 def _register_builtins(register: Callable[[type], type]) -> None:
+    from .auto import Auto
     from .cpsat import CpSat
     from .dp import DpKnapsack
     from .greedy import Greedy
     from .ilp import PulpILP
     from .mincut import MinCutSolver
 
+    register(Auto)
     register(PulpILP)
     register(CpSat)
     register(MinCutSolver)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import time
+from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -19,6 +20,7 @@ from ..problem import Problem
 from .base import InfeasibleError, Objective, Solution, SolverTimeout, closure_model, finish
 
 _MAX_COST = 10**9
+_TIE_BREAK_EFFORT = 5.0  # CP-SAT deterministic time units (roughly seconds) for tie-breaks
 
 
 def integer_costs(problem: Problem) -> np.ndarray:
@@ -54,17 +56,43 @@ class CpSat:
         *,
         minimize: Objective = "cost",
         time_limit: float = 60.0,
+        hint: Sequence[int] | None = None,
+        hint_is_optimal: bool = False,
     ) -> Solution:
+        """As every solver; ``hint`` is a valid saved set to start from (a warm start).
+
+        With ``hint_is_optimal`` the caller has proven the hint optimal for the primary
+        objective: only the tie-break runs (the primary is fixed at the hint's value), with
+        a deterministic effort limit so every process returns the same plan.
+        """
         from ortools.sat.python import cp_model
 
         start = time.perf_counter()
         model = cp_model.CpModel()
         s, r, y = _build(model, problem, target_bytes)
+        if hint is not None:
+            _add_hint(model, problem, hint, s, r, y)
         w = integer_costs(problem)
         cost_expr = sum(int(w[v]) * r[v] for v in r if w[v] > 0)
         bytes_expr = sum(int(problem.storage_bytes[g]) * y[g] for g in y)
         first, second = (cost_expr, bytes_expr) if minimize == "cost" else (bytes_expr, cost_expr)
 
+        if hint is not None and hint_is_optimal:
+            return self._tie_break_only(
+                cp_model,
+                model,
+                problem,
+                hint,
+                s,
+                y,
+                w,
+                first,
+                second,
+                minimize,
+                target_bytes,
+                time_limit,
+                start,
+            )
         model.minimize(first)
         solver, status = self._run(cp_model, model, time_limit)
         if status == cp_model.INFEASIBLE:
@@ -81,6 +109,7 @@ class CpSat:
         values = {v: solver.value(x) for v, x in s.items()}
         remaining = time_limit - (time.perf_counter() - start)
         if optimal and remaining > 0:
+            model.clear_hints()  # a variable hinted twice makes the model invalid
             for x in (*s.values(), *r.values(), *y.values()):
                 model.add_hint(x, solver.value(x))
             model.add(first <= int(round(best_value)))
@@ -106,18 +135,77 @@ class CpSat:
             },
         )
 
-    def _run(self, cp_model, model, time_limit: float):  # type: ignore[no-untyped-def]
+    def _tie_break_only(  # type: ignore[no-untyped-def]
+        self,
+        cp_model,
+        model,
+        problem,
+        hint,
+        s,
+        y,
+        w,
+        first,
+        second,
+        minimize,
+        target,
+        time_limit,
+        start,
+    ) -> Solution:
+        closure = problem.recompute_closure(hint)
+        if minimize == "cost":
+            value = int(sum(int(w[v]) for v in closure))
+        else:
+            value = problem.saved_bytes(hint)
+        model.add(first <= value)
+        model.minimize(second)
+        solver, status = self._run(cp_model, model, time_limit, deterministic=_TIE_BREAK_EFFORT)
+        found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+        saved = sorted(v for v, x in s.items() if solver.value(x)) if found else list(hint)
+        return finish(
+            problem,
+            saved,
+            solver=self.name,
+            target_bytes=target,
+            minimize=minimize,
+            optimal=True,
+            bound=None,
+            start=start,
+            info={
+                "backend": "CP-SAT",
+                "variables": len(s) + len(y),
+                "tie_break": "optimal" if status == cp_model.OPTIMAL else "not proven",
+            },
+        )
+
+    def _run(self, cp_model, model, time_limit: float, deterministic: float | None = None):  # type: ignore[no-untyped-def]
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = max(0.1, float(time_limit))
+        if deterministic is not None:
+            solver.parameters.max_deterministic_time = deterministic
         solver.parameters.num_workers = self.workers
         solver.parameters.random_seed = self.seed
-        return solver, solver.solve(model)
+        status = solver.solve(model)
+        if status == cp_model.MODEL_INVALID:  # a bug of ours, never a user error
+            raise RuntimeError(f"cpsat: invalid model: {model.validate()}")
+        return solver, status
 
 
 def _unscale(bound: float, problem: Problem, w: np.ndarray, minimize: Objective) -> float:
     if minimize == "bytes" or not w.any():
         return float(bound)
     return float(bound) * float(problem.cost.max()) / float(w.max())
+
+
+def _add_hint(model, problem: Problem, saved: Sequence[int], s, r, y) -> None:  # type: ignore[no-untyped-def]
+    kept = set(saved)
+    redo = set(problem.recompute_closure(kept))
+    groups = {int(problem.storage[v]) for v in kept if problem.storage[v] >= 0}
+    for v, x in s.items():
+        model.add_hint(x, v in kept)
+    for v, x in r.items():
+        model.add_hint(x, v in redo)
+    for g, x in y.items():
+        model.add_hint(x, g in groups)
 
 
 def _build(model, problem: Problem, target_bytes: int | None):  # type: ignore[no-untyped-def]
