@@ -17,7 +17,7 @@ from .sizes import MemoryBudget, parse_budget
 
 _DEFAULTS: dict[str, Any] = {
     "activation_memory_budget": 1.0,
-    "solver": "cpsat",
+    "solver": "auto",
     "estimator": "flops",
     "time_limit": 60.0,
 }

@@ -62,7 +62,7 @@ def test_config_validates_on_assignment_and_patch_restores():
     with pytest.raises(ValueError, match="fraction in"):
         budget.config.activation_memory_budget = 1.5
     assert budget.config.activation_memory_budget == before
-    with budget.config.patch(activation_memory_budget=0.3, solver="cpsat"):
+    with budget.config.patch(activation_memory_budget=0.3, solver="auto"):
         assert budget.config.activation_memory_budget == 0.3
     assert budget.config.activation_memory_budget == before
 
@@ -117,7 +117,7 @@ def test_preview_matches_training_and_runs_nothing(chain_args):
     assert isinstance(plan, budget.Plan)
     assert (plan.saved_bytes, plan.recompute_flops) == (3 * MiB, 2 * UNIT)
     assert plan.min_bytes == 0 and plan.max_bytes == 10 * MiB and plan.target_bytes == 3 * MiB
-    assert plan.status == "optimal" and plan.solver == "cpsat" and plan.estimator == "flops"
+    assert plan.status == "optimal" and plan.solver == "auto" and plan.estimator == "flops"
     assert plan.torch_version == torch.__version__ and len(plan.graph_hash) == 16
     assert set(plan.timings) == {"classify", "estimate", "solve", "partition"}
     assert all(t.grad is None for t in chain_args)
