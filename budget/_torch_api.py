@@ -8,6 +8,10 @@ range is pinned in pyproject.toml, and tests/test_torch_seam.py checks they stil
 
 from __future__ import annotations
 
+import contextlib
+import functools
+from collections.abc import Iterator
+
 from torch._functorch import config as functorch_config
 from torch._functorch._aot_autograd.graph_compile import is_opaque_node
 from torch._functorch._aot_autograd.utils import _is_fwd_seed_offset, _is_primal
@@ -32,7 +36,29 @@ from torch._functorch.partitioners import (
 )
 from torch.fx.experimental.proxy_tensor import is_sym_node
 
+
+@contextlib.contextmanager
+def boykov_kolmogorov_cuts() -> Iterator[None]:
+    """Make torch's min-cut partitioner use networkx's Boykov-Kolmogorov max flow.
+
+    torch calls ``nx.minimum_cut`` with the default preflow-push. The minimum cut it reads
+    (the nodes that reach the sink in the residual graph) is the same for every maximum
+    flow, so the partition is unchanged; Boykov-Kolmogorov is ~7x faster on joint graphs
+    (0.07 s against 0.46 s on the 24-layer GPT). Restored on exit.
+    """
+    import networkx as nx
+    from networkx.algorithms.flow import boykov_kolmogorov
+
+    original = nx.minimum_cut
+    nx.minimum_cut = functools.partial(original, flow_func=boykov_kolmogorov)
+    try:
+        yield
+    finally:
+        nx.minimum_cut = original
+
+
 __all__ = [
+    "boykov_kolmogorov_cuts",
     "NodeInfo",
     "_extract_fwd_bwd_modules",
     "_is_fwd_seed_offset",

@@ -86,7 +86,8 @@ def budget_partition(
             static_lifetime_input_nodes=node_info.static_lifetime_input_nodes,
         )
     _set_dist_from_bw(graph, node_info)
-    reference = T.choose_saved_values_set(graph, node_info, memory_budget=1.0)
+    with T.boykov_kolmogorov_cuts():
+        reference = T.choose_saved_values_set(graph, node_info, memory_budget=1.0)
     t1 = time.perf_counter()
     problem, nodes = build_problem(graph, node_info, get_estimator(settings.estimator), reference)
     t2 = time.perf_counter()

@@ -64,3 +64,29 @@ def test_budget_one_is_torchs_own_partition():
         ours.saved_bytes == theirs.saved_bytes == be.plans[0].saved_bytes == be.plans[0].max_bytes
     )
     assert ours.backward_flops == theirs.backward_flops
+
+
+def test_faster_max_flow_gives_torchs_exact_cut():
+    """budget runs torch's b=1.0 min-cut with Boykov-Kolmogorov: same saved set as torch's default."""
+    import networkx as nx
+
+    from budget.models import get_builtin
+
+    ex = get_builtin("gpt", layers=2, d=64, seq=64)
+    seen = []
+    original = nx.minimum_cut
+
+    def both(G, s, t, **kwargs):
+        default = original(G, s, t)
+        fast = original(G, s, t, **kwargs)
+        seen.append((default[0], default[1][0]) == (fast[0], fast[1][0]) and "flow_func" in kwargs)
+        return fast
+
+    nx.minimum_cut = both
+    try:
+        import budget
+
+        budget.plan(ex.step, *ex.args, memory_budget=0.5)
+    finally:
+        nx.minimum_cut = original
+    assert seen and all(seen)
