@@ -135,3 +135,25 @@ def test_exact_solvers_agree_on_larger_problems(seed):
                 (float(p.cost[p.recompute_closure(sol.saved)].sum()), p.saved_bytes(sol.saved))
             )
         assert len(results) == 1, results
+
+
+def test_missing_backend_names_the_package_and_what_is_available():
+    from budget.solvers import _SOLVERS, register_solver
+    from budget.solvers.base import SolverBase
+
+    class Phantom(SolverBase):
+        name = "phantom"
+        exact = True
+        requires = "no_such_package_xyz"
+
+    register_solver(Phantom)
+    try:
+        assert "phantom" not in available_solvers()
+        with pytest.raises(
+            ValueError, match=r"needs the package 'no_such_package_xyz' .*available: auto"
+        ):
+            get_solver("phantom")
+        with pytest.raises(ValueError, match="already registered"):
+            register_solver(Phantom)
+    finally:
+        del _SOLVERS["phantom"]

@@ -10,24 +10,19 @@ the min-cut has one.
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from typing import ClassVar
 
 from ..problem import Problem
-from .base import InfeasibleError, Objective, Solution, SolverTimeout
+from .base import InfeasibleError, Objective, Solution, SolverBase, SolverTimeout
 from .cpsat import CpSat
 from .mincut import MinCutSolver
 
 
-class Auto:
+class Auto(SolverBase):
     name: ClassVar[str] = "auto"
     exact: ClassVar[bool] = True
     requires: ClassVar[str] = "ortools"
-
-    @classmethod
-    def available(cls) -> bool:
-        return importlib.util.find_spec("ortools") is not None
 
     def solve(
         self,

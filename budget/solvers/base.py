@@ -48,6 +48,20 @@ class Solution:
         return max(0.0, self.objective - self.bound) / max(abs(self.objective), 1e-12)
 
 
+class SolverBase:
+    """Shared plumbing: a solver is available when the package it names is installed."""
+
+    name: ClassVar[str]
+    exact: ClassVar[bool]
+    requires: ClassVar[str]  # pip package (and import name) of the backend
+
+    @classmethod
+    def available(cls) -> bool:
+        import importlib.util
+
+        return importlib.util.find_spec(cls.requires) is not None
+
+
 class Solver(Protocol):
     name: ClassVar[str]
     exact: ClassVar[bool]

@@ -9,7 +9,6 @@ second solve that fixes the first objective at its optimum, hinted with the firs
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from collections.abc import Sequence
 from typing import ClassVar
@@ -17,7 +16,15 @@ from typing import ClassVar
 import numpy as np
 
 from ..problem import Problem
-from .base import InfeasibleError, Objective, Solution, SolverTimeout, closure_model, finish
+from .base import (
+    InfeasibleError,
+    Objective,
+    Solution,
+    SolverBase,
+    SolverTimeout,
+    closure_model,
+    finish,
+)
 
 _MAX_COST = 10**9
 _TIE_BREAK_EFFORT = 5.0  # CP-SAT deterministic time units (roughly seconds) for tie-breaks
@@ -36,7 +43,7 @@ def integer_costs(problem: Problem) -> np.ndarray:
     )
 
 
-class CpSat:
+class CpSat(SolverBase):
     name: ClassVar[str] = "cpsat"
     exact: ClassVar[bool] = True
     requires: ClassVar[str] = "ortools"
@@ -44,10 +51,6 @@ class CpSat:
     def __init__(self, workers: int = 1, seed: int = 0) -> None:
         self.workers = workers
         self.seed = seed
-
-    @classmethod
-    def available(cls) -> bool:
-        return importlib.util.find_spec("ortools") is not None
 
     def solve(
         self,

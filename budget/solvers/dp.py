@@ -43,7 +43,6 @@ saves only what is forced, free or needed by the repair, a heuristic floor.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import time
 from typing import ClassVar
@@ -51,7 +50,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..problem import Problem
-from .base import InfeasibleError, Objective, Solution, finish
+from .base import InfeasibleError, Objective, Solution, SolverBase, finish
 from .greedy import check_feasible
 
 _PROBES = 12  # knapsacks solved in all when repairs push plans over the target
@@ -99,17 +98,13 @@ def knapsack(
     return chosen
 
 
-class DpKnapsack:
+class DpKnapsack(SolverBase):
     name: ClassVar[str] = "dp"
     exact: ClassVar[bool] = False
     requires: ClassVar[str] = "numpy"
 
     def __init__(self, buckets: int = 10_000) -> None:
         self.buckets = buckets
-
-    @classmethod
-    def available(cls) -> bool:
-        return importlib.util.find_spec("numpy") is not None
 
     def solve(
         self,

@@ -51,12 +51,11 @@ DAGs of 20k nodes, about 0.5 s when the backward reads 80% of them, 8 s when it 
 from __future__ import annotations
 
 import heapq
-import importlib.util
 import time
 from typing import ClassVar
 
 from ..problem import Problem
-from .base import InfeasibleError, Objective, Solution, finish
+from .base import InfeasibleError, Objective, Solution, SolverBase, finish
 
 _DORMANT, _SAVED, _RECOMPUTED = 0, 1, 2
 _RESAVE_TRIES = 32  # re-save attempts after the target is met (each costs a closure walk)
@@ -212,14 +211,10 @@ def _key(added: float, net: int, g: int) -> tuple:
     return (1, -(net / added), -net, g)
 
 
-class Greedy:
+class Greedy(SolverBase):
     name: ClassVar[str] = "greedy"
     exact: ClassVar[bool] = False
     requires: ClassVar[str] = "numpy"
-
-    @classmethod
-    def available(cls) -> bool:
-        return importlib.util.find_spec("numpy") is not None
 
     def solve(
         self,

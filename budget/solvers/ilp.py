@@ -8,7 +8,6 @@ PuLP is imported only when a problem is solved, so ``import budget`` stays light
 
 from __future__ import annotations
 
-import importlib.util
 import time
 import warnings
 from typing import ClassVar
@@ -16,7 +15,15 @@ from typing import ClassVar
 import numpy as np
 
 from ..problem import Problem
-from .base import InfeasibleError, Objective, Solution, SolverTimeout, closure_model, finish
+from .base import (
+    InfeasibleError,
+    Objective,
+    Solution,
+    SolverBase,
+    SolverTimeout,
+    closure_model,
+    finish,
+)
 
 # Coefficients are scaled so CBC sees numbers of moderate size; the final plan is always
 # re-checked in exact integer bytes, so scaling can never let a plan exceed its target.
@@ -29,14 +36,10 @@ def _cost_weights(problem: Problem) -> np.ndarray:
     return problem.cost * (_COST_SCALE / top) if top > 0 else np.zeros(problem.n)
 
 
-class PulpILP:
+class PulpILP(SolverBase):
     name: ClassVar[str] = "ilp"
     exact: ClassVar[bool] = True
     requires: ClassVar[str] = "pulp"
-
-    @classmethod
-    def available(cls) -> bool:
-        return importlib.util.find_spec("pulp") is not None
 
     def solve(
         self,

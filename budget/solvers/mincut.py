@@ -20,7 +20,6 @@ the public functions and the solver.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import math
 import time
 from collections import OrderedDict
@@ -30,7 +29,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..problem import Problem
-from .base import InfeasibleError, Objective, Solution, finish
+from .base import InfeasibleError, Objective, Solution, SolverBase, finish
 from .cutnet import _PRODUCT_BITS, _build
 from .parametric import _Cut, _lower_hull, _Model
 
@@ -142,7 +141,7 @@ def lower_bound(problem: Problem, target_bytes: int | None) -> float:
 # ---- solver ----------------------------------------------------------------------------------
 
 
-class MinCutSolver:
+class MinCutSolver(SolverBase):
     """Parametric min-cut: plans on the frontier's convex hull, with a proven bound.
 
     ``minimize="cost"``: the cheapest hull vertex under the target, or, better, a minimum
@@ -156,10 +155,6 @@ class MinCutSolver:
     name: ClassVar[str] = "mincut"
     exact: ClassVar[bool] = False
     requires: ClassVar[str] = "ortools"
-
-    @classmethod
-    def available(cls) -> bool:
-        return importlib.util.find_spec("ortools") is not None
 
     def solve(
         self,
