@@ -32,6 +32,7 @@ import torch._functorch.config
 import budget
 from budget.measure import measure_step
 from budget.models import Example, get_builtin
+from budget.torch_backend import root_error
 
 MiB = 2**20
 DEFAULT_BUDGETS = [round(1.0 - i / 10, 1) for i in range(11)]
@@ -60,11 +61,6 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _unwrap(e: BaseException) -> BaseException:
-    inner = getattr(e, "inner_exception", None) or e.__cause__
-    return _unwrap(inner) if isinstance(inner, BaseException) and inner is not e else e
-
-
 # Price CPU attention in measured FLOPs (torch's counter gives it 0); --raw-flop-counter clears it.
 PRICE_ATTENTION = True
 
@@ -81,7 +77,7 @@ def measure(ex: Example, backend: Any, ctx: Any = None) -> Point:
                 compiled, *ex.args, exclude=exclude, price_cpu_attention=PRICE_ATTENTION
             )
     except Exception as e:
-        inner = _unwrap(e)
+        inner = root_error(e)
         first = (str(inner).strip().splitlines() or [""])[0]
         return Point(error=f"{type(inner).__name__}: {first}", seconds=time.perf_counter() - start)
     finally:

@@ -159,18 +159,6 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split()) or type(e).__name__
 
 
-def _unwrap(e: BaseException) -> BaseException:
-    """The error behind torch.compile's wrappers (BackendCompilerFailed and the like)."""
-    seen: set[int] = set()
-    while id(e) not in seen:
-        seen.add(id(e))
-        inner = getattr(e, "inner_exception", None) or e.__cause__
-        if not isinstance(inner, BaseException):
-            break
-        e = inner
-    return e
-
-
 def _solve(args: argparse.Namespace) -> int:
     import budget
 
@@ -200,7 +188,9 @@ def _solve(args: argparse.Namespace) -> int:
             time_limit=args.time_limit,
         )
     except Exception as e:
-        inner = _unwrap(e)
+        from .torch_backend import root_error
+
+        inner = root_error(e)
         if isinstance(inner, ValueError):  # BudgetTooSmallError, InfeasibleError, ...
             raise inner from e
         raise
@@ -254,10 +244,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("budget: interrupted", file=sys.stderr)
         return 130
     except Exception as e:
+        from .torch_backend import root_error
+
         if args.debug:
             traceback.print_exc()
         print(
-            f"budget: error: unexpected {_describe(_unwrap(e))} (rerun with --debug for the "
+            f"budget: error: unexpected {_describe(root_error(e))} (rerun with --debug for the "
             "traceback)",
             file=sys.stderr,
         )

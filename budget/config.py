@@ -9,8 +9,6 @@ An invalid value raises at the assignment, not at compile time.
 from __future__ import annotations
 
 import contextlib
-import functools
-from collections.abc import Callable
 from typing import Any
 
 from .sizes import MemoryBudget, parse_budget
@@ -93,14 +91,6 @@ class _Patch(contextlib.ContextDecorator):
     def __exit__(self, *exc: object) -> None:
         self._cfg._values.clear()
         self._cfg._values.update(self._saved.pop())
-
-    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with self:
-                return fn(*args, **kwargs)
-
-        return wrapper
 
 
 config = _Config()

@@ -16,17 +16,9 @@ from typing import Any
 
 import torch
 from torch.utils._pytree import tree_leaves
-from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+from torch.utils.flop_counter import FlopCounterMode
 
-aten = torch.ops.aten
-CPU_ATTENTION_FLOPS = {
-    aten._scaled_dot_product_flash_attention_for_cpu: (
-        lambda q, k, v, *_, **__: sdpa_flop_count(q, k, v)
-    ),
-    aten._scaled_dot_product_flash_attention_for_cpu_backward: (
-        lambda g, q, k, v, *_, **__: sdpa_backward_flop_count(g, q, k, v)
-    ),
-}
+from .estimators.flops import FLOP_GAPS
 
 
 def _key(t: torch.Tensor) -> int:
@@ -61,7 +53,7 @@ def saved_bytes(
 
 def backward_flops(loss: torch.Tensor, *, price_cpu_attention: bool = True) -> int:
     """FLOPs counted by torch's FlopCounterMode during ``loss.backward()``."""
-    mapping = CPU_ATTENTION_FLOPS if price_cpu_attention else {}
+    mapping = FLOP_GAPS if price_cpu_attention else {}
     with FlopCounterMode(display=False, custom_mapping=mapping) as mode:
         loss.backward()
     return int(mode.get_total_flops())

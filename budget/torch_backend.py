@@ -96,6 +96,18 @@ class _InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
         return f"budget-{__version__}-{s.budget}-{s.solver}-{s.estimator}-{s.time_limit}"
 
 
+def root_error(e: BaseException) -> BaseException:
+    """The error behind torch.compile's wrappers (BackendCompilerFailed and the like)."""
+    seen: set[int] = set()
+    while id(e) not in seen:
+        seen.add(id(e))
+        inner = getattr(e, "inner_exception", None) or e.__cause__
+        if not isinstance(inner, BaseException):
+            break
+        e = inner
+    return e
+
+
 def backend(
     memory_budget: float | str | None = None,
     *,

@@ -139,31 +139,22 @@ def test_never_better_than_cpsat_on_larger_problems(name, seed):
         assert sol.objective >= best - 1e-9
 
 
+@pytest.mark.parametrize(
+    "name,equal_bytes",
+    # the documented cases where each heuristic is exact: greedy when the values are
+    # independent and of equal size, dp when independent and under its bucket resolution
+    [("greedy", True), ("dp", False)],
+)
 @pytest.mark.parametrize("seed", range(30))
-def test_greedy_is_optimal_on_independent_values_of_equal_size(seed):
-    """Documented special case: dropping the cheapest first is then exactly optimal."""
-    p = independent_problem(seed, equal_bytes=True)
+def test_heuristic_is_optimal_in_its_documented_case(name, equal_bytes, seed):
+    p = independent_problem(seed, equal_bytes=equal_bytes)
     for target in targets(p):
         expect = brute_force(p, target)
         if expect is None:
             with pytest.raises(InfeasibleError):
-                get_solver("greedy").solve(p, target)
+                get_solver(name).solve(p, target)
             continue
-        sol = get_solver("greedy").solve(p, target)
-        assert (sol.objective, p.saved_bytes(sol.saved)) == expect
-
-
-@pytest.mark.parametrize("seed", range(30))
-def test_dp_is_optimal_on_independent_values_below_bucket_resolution(seed):
-    """Independent costs and a capacity under ``buckets`` bytes: the knapsack is exact."""
-    p = independent_problem(seed, equal_bytes=False)
-    for target in targets(p):
-        expect = brute_force(p, target)
-        if expect is None:
-            with pytest.raises(InfeasibleError):
-                get_solver("dp").solve(p, target)
-            continue
-        sol = get_solver("dp").solve(p, target)
+        sol = get_solver(name).solve(p, target)
         assert (sol.objective, p.saved_bytes(sol.saved)) == expect
 
 
@@ -282,15 +273,6 @@ def test_unsaveable_chain_to_an_unrecomputable_value(name):
     )
     with pytest.raises(InfeasibleError, match=r"r is needed to recompute a .*\(rng\)"):
         get_solver(name).solve(p, 10**9)
-
-
-@pytest.mark.parametrize("name", HEURISTICS)
-def test_empty_problem(name):
-    p = make(0, [], [])
-    for target in (0, None):
-        sol = get_solver(name).solve(p, target)
-        assert sol.saved == [] and sol.objective == 0
-    assert get_solver(name).solve(p, 0, minimize="bytes").objective == 0
 
 
 @pytest.mark.parametrize("name", HEURISTICS)

@@ -100,7 +100,7 @@ def test_needed_node_that_can_be_neither_saved_nor_recomputed(name):
         get_solver(name).solve(p, None)
 
 
-@pytest.mark.parametrize("name", EXACT)
+@pytest.mark.parametrize("name", available_solvers())
 def test_empty_problem(name):
     p = Problem(
         names=[],
@@ -115,8 +115,10 @@ def test_empty_problem(name):
         flops=[],
         edges=[],
     )
-    sol = get_solver(name).solve(p, 0)
-    assert sol.saved == [] and sol.objective == 0
+    for target in (0, None):
+        sol = get_solver(name).solve(p, target)
+        assert sol.saved == [] and sol.objective == 0
+    assert get_solver(name).solve(p, 0, minimize="bytes").objective == 0
 
 
 @pytest.mark.parametrize("seed", range(6))

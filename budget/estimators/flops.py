@@ -14,16 +14,30 @@ from typing import Any, ClassVar
 import torch
 import torch.fx
 from torch.utils._pytree import tree_map
-from torch.utils.flop_counter import flop_registry, sdpa_flop_count
+from torch.utils.flop_counter import (
+    flop_registry,
+    sdpa_backward_flop_count,
+    sdpa_flop_count,
+    shape_wrapper,
+)
 
 from .base import NodeCost
 
 aten = torch.ops.aten
 
-# Attention kernels the counter does not price (CPU flash attention); q, k, v are args 0-2.
-_SDPA_GAPS = {
-    aten._scaled_dot_product_flash_attention_for_cpu,
-    aten._scaled_dot_product_fused_attention_overrideable,
+# Attention kernels torch's counter prices at 0, as shape formulas (the form FlopCounterMode's
+# ``custom_mapping`` takes), priced like the CUDA SDPA kernels. budget.measure uses the same
+# table, so estimates and measurements agree.
+FLOP_GAPS = {
+    aten._scaled_dot_product_flash_attention_for_cpu: (
+        lambda q, k, v, *_, **__: sdpa_flop_count(q, k, v)
+    ),
+    aten._scaled_dot_product_fused_attention_overrideable: (
+        lambda q, k, v, *_, **__: sdpa_flop_count(q, k, v)
+    ),
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: (
+        lambda g, q, k, v, *_, **__: sdpa_backward_flop_count(g, q, k, v)
+    ),
 }
 
 
@@ -37,10 +51,7 @@ def node_flops(node: torch.fx.Node) -> float:
         return 0.0
     packet = node.target.overloadpacket
     args, kwargs = tree_map(_val, (node.args, node.kwargs))
-    if packet in _SDPA_GAPS:
-        q, k, v = args[:3]
-        return float(sdpa_flop_count(q.shape, k.shape, v.shape))
-    formula = flop_registry.get(packet)
+    formula = shape_wrapper(FLOP_GAPS[packet]) if packet in FLOP_GAPS else flop_registry.get(packet)
     if formula is None:
         return 0.0
     return float(formula(*args, out_val=node.meta.get("val"), **kwargs))
