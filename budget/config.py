@@ -21,7 +21,7 @@ _DEFAULTS: dict[str, Any] = {
 }
 
 
-def _validate(name: str, value: Any) -> Any:
+def validate_option(name: str, value: Any) -> Any:
     if name == "activation_memory_budget":
         parse_budget(value)
         return value
@@ -57,7 +57,7 @@ class _Config:
             ) from None
 
     def __setattr__(self, name: str, value: Any) -> None:
-        self._values[name] = _validate(name, value)
+        self._values[name] = validate_option(name, value)
 
     def memory_budget(self) -> MemoryBudget:
         return parse_budget(self._values["activation_memory_budget"])
@@ -68,7 +68,7 @@ class _Config:
     def patch(self, **changes: Any) -> _Patch:
         """Temporarily set options: ``with config.patch(solver="ilp"):`` or as a decorator."""
         for name, value in changes.items():
-            _validate(name, value)
+            validate_option(name, value)
         return _Patch(self, changes)
 
     def __repr__(self) -> str:

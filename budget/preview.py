@@ -43,10 +43,7 @@ def _trace(
     with FakeTensorMode(allow_non_fake_inputs=True) as mode:
 
         def fake(x: Any) -> Any:
-            if isinstance(x, torch.Tensor):
-                out = mode.from_tensor(x)
-                return out
-            return x
+            return mode.from_tensor(x) if isinstance(x, torch.Tensor) else x
 
         args, kwargs = tree_map(fake, (example_args, example_kwargs))
         try:

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .config import _validate, config
+from .config import config, validate_option
 from .estimators import get_estimator
 from .partition import PlanSettings, budget_partition
 from .plan_model import Plan
@@ -131,7 +131,9 @@ def backend(
         ),
         solver=get_solver(solver or config.solver).name,
         estimator=get_estimator(estimator or config.estimator).name,
-        time_limit=config.time_limit if time_limit is None else _validate("time_limit", time_limit),
+        time_limit=config.time_limit
+        if time_limit is None
+        else validate_option("time_limit", time_limit),
         on_plan=on_plan,
     )
     return BudgetBackend(settings, compiler)
