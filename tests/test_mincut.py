@@ -14,7 +14,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from test_solvers import brute_force, random_problem
+from test_solvers import brute_force, empty_problem, random_problem
 
 from budget.problem import Problem
 from budget.solvers import InfeasibleError, available_solvers, get_solver
@@ -309,19 +309,7 @@ def test_unavailable_input_forbids_recompute():
 
 def test_empty_problem_and_nothing_needed():
     # (solve() on the empty problem is in test_solvers' suite over every solver)
-    p = Problem(
-        names=[],
-        ops=[],
-        is_input=[],
-        needed=[],
-        can_save=[],
-        can_recompute=[],
-        storage=[],
-        storage_bytes=[],
-        cost=[],
-        flops=[],
-        edges=[],
-    )
+    p = empty_problem()
     assert get_solver("mincut").solve(p, 0).status == "optimal"
     assert M.hull(p) == [(0, 0.0, [])] and M.lower_bound(p, 0) == 0
     q = small(needed=[False, False, False])

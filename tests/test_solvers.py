@@ -100,9 +100,8 @@ def test_needed_node_that_can_be_neither_saved_nor_recomputed(name):
         get_solver(name).solve(p, None)
 
 
-@pytest.mark.parametrize("name", available_solvers())
-def test_empty_problem(name):
-    p = Problem(
+def empty_problem() -> Problem:
+    return Problem(
         names=[],
         ops=[],
         is_input=[],
@@ -115,6 +114,11 @@ def test_empty_problem(name):
         flops=[],
         edges=[],
     )
+
+
+@pytest.mark.parametrize("name", available_solvers())
+def test_empty_problem(name):
+    p = empty_problem()
     for target in (0, None):
         sol = get_solver(name).solve(p, target)
         assert sol.saved == [] and sol.objective == 0
