@@ -16,7 +16,8 @@ import torch.fx as fx
 from torch.utils.checkpoint import CheckpointPolicy
 
 from . import _torch_api as T
-from .estimators import Estimator
+from .estimators import Estimator, NodeCost
+from .estimators.memory import storage_of
 from .problem import Problem
 
 aten = torch.ops.aten
@@ -65,17 +66,6 @@ def forbidden_recompute(node: fx.Node) -> str:
     return ""
 
 
-def _tensor_storage(val: object) -> tuple[int, int] | None:
-    """(storage key, storage bytes) of a tensor value, None for non-tensors."""
-    if not isinstance(val, torch.Tensor) or not torch._C._has_storage(val):
-        return None
-    storage = val.untyped_storage()
-    nbytes = storage.nbytes()
-    if not isinstance(nbytes, int):  # symbolic sizes: use their hints
-        nbytes = int(torch.fx.experimental.symbolic_shapes.hint_int(nbytes, fallback=4096))
-    return storage._cdata, nbytes
-
-
 def _read_by_backward(node: fx.Node, bw: object) -> bool:
     # The output node sits in torch's required_bw_nodes; being a forward output is not a read.
     return any(u in bw and u.op != "output" for u in node.users)
@@ -85,7 +75,8 @@ def module_path(node: fx.Node) -> str:
     stack = node.meta.get("nn_module_stack")
     if stack:
         path = list(stack.values())[-1][0]
-        return str(path).replace("L['self'].", "").replace("L['", "").replace("']", "")
+        path = str(path).replace("L['self'].", "")
+        return path.replace("L['", "").replace("G['", "").replace("']", "")  # locals, globals
     return ""
 
 
@@ -127,18 +118,19 @@ def build_problem(
     storage_bytes: list[int] = []
     free_storages: set[int] = set()
     for n in inputs:
-        st = _tensor_storage(n.meta.get("val"))
+        st = storage_of(n.meta.get("val"))
         if st is not None:
             free_storages.add(st[0])
 
-    names, ops, storage, cost, flops, modules, reason = [], [], [], [], [], [], []
+    names, ops, storage, cost, flops, moved, notes = [], [], [], [], [], [], []
+    modules, reason = [], []
     is_input, needed, can_save, can_recompute = [], [], [], []
     for n in nodes:
         val = n.meta.get("val")
         names.append(n.name)
         ops.append(str(n.target) if n.op == "call_function" else n.op)
         modules.append(module_path(n))
-        st = _tensor_storage(val)
+        st = storage_of(val)
         if st is None:
             storage.append(-1)
         else:
@@ -154,6 +146,8 @@ def build_problem(
             can_recompute.append(False)
             cost.append(0.0)
             flops.append(0.0)
+            moved.append(0.0)
+            notes.append("")
             reason.append("graph input")
             continue
         is_input.append(False)
@@ -166,10 +160,13 @@ def build_problem(
         can_save.append(savable)
         can_recompute.append(not why_not_recompute)
         reason.append(why_not_recompute or why_not_save)
-        est = estimator.estimate(n)
-        # An unclaimed node runs once either way (in forward if saved, else in backward).
-        cost.append(0.0 if n in unclaimed else est.cost)
-        flops.append(0.0 if n in unclaimed else est.flops)
+        # An unclaimed node runs once either way (in forward if saved, else in backward):
+        # recomputing it costs nothing, and it is not priced (nor profiled).
+        est = NodeCost(0.0) if n in unclaimed else estimator.estimate(n)
+        cost.append(est.cost)
+        flops.append(est.flops)
+        moved.append(est.bytes_moved)
+        notes.append(est.note)
 
     edges = [
         (index[a], index[n])
@@ -191,6 +188,8 @@ def build_problem(
         flops=flops,
         edges=edges,
         cost_unit=estimator.unit,
+        moved=moved,
+        cost_notes=notes,
         modules=modules,
         reason=reason,
         reference_saved=reference,

@@ -4,8 +4,10 @@
   seen through ``torch.autograd.graph.saved_tensors_hooks`` (storages of the inputs and
   of ``exclude``, e.g. parameters, are not new and are not counted);
 - recompute cost: FLOPs of ``backward()`` under ``FlopCounterMode``. torch's counter gives
-  CPU flash attention 0 FLOPs (forward and backward); by default we price it like the CUDA
-  attention kernels, as the flops estimator does, so recomputing attention is never free.
+  some real work 0 FLOPs (CPU flash attention, forward and backward; normalisations; the
+  embedding backward); by default we fill those gaps with the estimators' own table
+  (``budget.estimators.flops.FLOP_GAPS``), so measured and estimated FLOPs agree and
+  recomputing attention is never free.
 """
 
 from __future__ import annotations
@@ -52,7 +54,9 @@ def saved_bytes(
 
 
 def backward_flops(loss: torch.Tensor, *, price_cpu_attention: bool = True) -> int:
-    """FLOPs counted by torch's FlopCounterMode during ``loss.backward()``."""
+    """FLOPs counted by torch's FlopCounterMode during ``loss.backward()``.
+
+    ``price_cpu_attention=False`` gives torch's raw count, without any of ``FLOP_GAPS``."""
     mapping = FLOP_GAPS if price_cpu_attention else {}
     with FlopCounterMode(display=False, custom_mapping=mapping) as mode:
         loss.backward()

@@ -10,6 +10,9 @@ exactly": for every non-input node v, ``s_v`` (saved) and ``r_v`` (recomputed in
 - ``can_save[v]`` False   -> s_v = 0;  ``can_recompute[v]`` False -> r_v = 0
 - memory: sum over storages g of ``storage_bytes[g] * max(s_v for v in g)`` <= target
 - minimise sum ``cost[v] * r_v``; among equal costs, the fewest saved bytes.
+
+``cost`` is in ``cost_unit`` (seconds for the time estimators, ``"op"`` for ``unit``);
+``flops`` and ``moved`` (bytes read + written) are kept beside it for display and totals.
 """
 
 from __future__ import annotations
@@ -38,6 +41,11 @@ class Problem:
     reason: list[str] = field(default_factory=list)  # why a decision is forbidden ("" if not)
     reference_saved: list[int] = field(default_factory=list)  # torch's b=1.0 choice
     graph_hash: str = ""
+    # float[n]: bytes each node reads + writes (display, roofline); zeros when not given
+    moved: np.ndarray | None = None
+    # how a node's cost was found when not the estimator's usual way ("" if it was), e.g.
+    # the profile estimator's roofline fallback for an op it did not run, and why
+    cost_notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n = len(self.names)
@@ -48,17 +56,34 @@ class Problem:
         self.storage_bytes = np.asarray(self.storage_bytes, dtype=np.int64)
         self.cost = np.asarray(self.cost, dtype=np.float64)
         self.flops = np.asarray(self.flops, dtype=np.float64)
+        self.moved = (
+            np.zeros(n, dtype=np.float64)
+            if self.moved is None
+            else np.asarray(self.moved, dtype=np.float64)
+        )
         if not self.modules:
             self.modules = [""] * n
         if not self.reason:
             self.reason = [""] * n
-        for name in ("ops", "is_input", "needed", "can_save", "can_recompute", "storage"):
+        if not self.cost_notes:
+            self.cost_notes = [""] * n
+        for name in (
+            "ops",
+            "is_input",
+            "needed",
+            "can_save",
+            "can_recompute",
+            "storage",
+            "cost_notes",
+        ):
             if len(getattr(self, name)) != n:
                 raise ValueError(
                     f"Problem.{name} has {len(getattr(self, name))} entries, expected {n}"
                 )
-        if len(self.cost) != n or len(self.flops) != n:
-            raise ValueError("Problem.cost and Problem.flops need one entry per node")
+        if len(self.cost) != n or len(self.flops) != n or len(self.moved) != n:
+            raise ValueError(
+                "Problem.cost, Problem.flops and Problem.moved need one entry per node"
+            )
 
     @property
     def n(self) -> int:
