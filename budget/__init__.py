@@ -27,12 +27,16 @@ _LAZY = {
     "sweep": ".preview",
     "problems": ".preview",
     "BudgetTooSmallError": ".planner",
+    "PlanMismatchError": ".plan_files",
+    "load_plans": ".plan_files",
+    "save_plans": ".plan_files",
     "available_solvers": ".solvers",
     "available_estimators": ".estimators",
 }
 
 if TYPE_CHECKING:
     from .estimators import available_estimators
+    from .plan_files import PlanMismatchError, load_plans, save_plans
     from .plan_model import Decision, Plan
     from .planner import BudgetTooSmallError
     from .preview import plan, plans, problems, sweep
@@ -55,15 +59,18 @@ __all__ = [
     "Decision",
     "MemoryBudget",
     "Plan",
+    "PlanMismatchError",
     "Problem",
     "__version__",
     "available_estimators",
     "available_solvers",
     "backend",
     "config",
+    "load_plans",
     "parse_budget",
     "plan",
     "plans",
     "problems",
+    "save_plans",
     "sweep",
 ]

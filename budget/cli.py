@@ -1,192 +1,55 @@
-"""The ``budget`` command line: preview plans without writing Python.
+"""The ``budget`` command line: preview plans and sweeps without writing Python.
 
-    budget solve                               # the built-in GPT at the configured budget
+    budget solve                                 # the built-in GPT at the configured budget
     budget solve builtin:resnet --budget 0.3
-    budget solve my_model.py:make --budget 512MiB --format json --json plan.json
+    budget solve my_model.py:make --budget 512MiB --json plan.json
+    budget sweep builtin:mlp --budgets 0,0.25,0.5,1 --plot pareto.png
 
-A TARGET is ``builtin:NAME`` (see :mod:`budget.models`) or ``FILE.py:FACTORY``, where the
-factory takes no arguments and returns an :class:`~budget.models.Example` or a
-``(step, args)`` pair, ``step(*args)`` computing the training loss. Plans are previewed on
-fake tensors (:func:`budget.plans`), so nothing is trained. User errors (a bad target, a
-factory that raises, an invalid or unreachable budget) exit with status 2 and one line on
-stderr; ``--debug`` shows the traceback. This is the only module of budget that prints.
+A TARGET is ``builtin:NAME`` or ``FILE.py:FACTORY`` (:mod:`budget.targets` has the
+contract). Plans are previewed on fake tensors through the same pipeline training uses
+(:func:`budget.plans`), so nothing is trained; ``--json`` writes a plan file that
+``budget.backend(plan=FILE)`` applies. User errors (a bad target, a factory that raises,
+an invalid option or an unreachable budget) exit with status 2 and one line on stderr;
+``--debug`` shows the traceback. This is the only module of budget that prints; the text
+itself comes from :mod:`budget.report`.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-DEFAULT_TARGET = "builtin:gpt"
-SIZE_FLAGS = ("layers", "d", "heads", "seq", "batch", "vocab")
+from .cli_args import (
+    UsageError,
+    build_parser,
+    check_options,
+    check_writable,
+    parse_budget_arg,
+    parse_budgets,
+)
+from .targets import Target, describe_error, load_target
+
+__all__ = ["UsageError", "main", "parse_budget_arg", "parse_budgets"]
 
 
-class UsageError(Exception):
-    """A user error: reported as one line, exit status 2."""
+def _target(args: argparse.Namespace) -> Target:
+    from .models import BUILTINS, builtin_defaults
+
+    names = {opt for n in BUILTINS for opt in builtin_defaults(n)}
+    options = {k: getattr(args, k) for k in sorted(names) if getattr(args, k, None) is not None}
+    return load_target(args.target, options)
 
 
-def _parser() -> argparse.ArgumentParser:
-    from .config import config
-    from .models import BUILTINS
-
-    parser = argparse.ArgumentParser(
-        prog="budget",
-        description="Plan which activations to save and which to recompute within a memory budget.",
-    )
-    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    parser.add_argument("--version", action="store_true", help="print the version and exit")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    solve = sub.add_parser(
-        "solve",
-        help="preview the plan(s) for a training step",
-        description="Preview the save/recompute plan for every graph of a training step.",
-    )
-    solve.add_argument(
-        "target",
-        nargs="?",
-        default=DEFAULT_TARGET,
-        metavar="TARGET",
-        help=f"builtin:NAME ({', '.join(BUILTINS)}) or FILE.py:FACTORY (default: {DEFAULT_TARGET})",
-    )
-    solve.add_argument(
-        "--budget",
-        default=None,
-        help="fraction in [0, 1] of saved activation memory, or a size such as 512MiB "
-        f"(default: {config.activation_memory_budget})",
-    )
-    solve.add_argument("--solver", default=None, help=f"(default: {config.solver})")
-    solve.add_argument("--estimator", default=None, help=f"(default: {config.estimator})")
-    solve.add_argument(
-        "--time-limit",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help=f"solver time limit per solve (default: {config.time_limit:g})",
-    )
-    solve.add_argument(
-        "--format", choices=("table", "json"), default="table", help="what to print to stdout"
-    )
-    solve.add_argument(
-        "--json", metavar="FILE", help="also write the plan as JSON (several graphs: a list)"
-    )
-    sizes = solve.add_argument_group("built-in model sizes")
-    for flag in SIZE_FLAGS:
-        sizes.add_argument(f"--{flag}", type=int, default=None, metavar="N")
-    solve.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
-    return parser
-
-
-def parse_budget_arg(text: str | None) -> float | str | None:
-    """'0.5' -> 0.5, '512MiB' -> '512MiB' (validated), None -> None (use the config)."""
-    from .sizes import parse_budget
-
-    if text is None:
-        return None
+def _planning(run: Callable[[], Any]) -> Any:
+    """Run a planning call; surface the user error behind torch.compile's wrappers."""
     try:
-        value: float | str = float(text)
-    except ValueError:
-        value = text
-    parse_budget(value)
-    return value
-
-
-def load_target(target: str, sizes: dict[str, int]) -> tuple[Callable[..., Any], tuple]:
-    """The training step and its example arguments for a TARGET string."""
-    from .models import Example, get_builtin
-
-    if target.startswith("builtin:"):
-        ex = get_builtin(target.removeprefix("builtin:"), **sizes)
-        return ex.step, tuple(ex.args)
-    path, sep, factory_name = target.rpartition(":")
-    if not sep or not path or not factory_name:
-        raise UsageError(
-            f"target {target!r} must be builtin:NAME or FILE.py:FACTORY (e.g. model.py:make)"
-        )
-    if sizes:
-        raise UsageError(f"--{', --'.join(sizes)} apply to built-in models only, not to {target!r}")
-    file = Path(path)
-    if not file.is_file():
-        raise UsageError(f"target {target!r}: no such file {path!r}")
-    module = _import_file(file)
-    factory = getattr(module, factory_name, None)
-    if not callable(factory):
-        raise UsageError(f"target {target!r}: {path} defines no function {factory_name!r}")
-    try:
-        made = factory()
-    except Exception as e:
-        raise UsageError(f"target {target!r}: {factory_name}() raised {_describe(e)}") from e
-    if isinstance(made, Example):
-        return made.step, tuple(made.args)
-    if isinstance(made, (tuple, list)) and len(made) == 2 and callable(made[0]):
-        fn, args = made
-        return fn, tuple(args) if isinstance(args, (tuple, list)) else (args,)
-    raise UsageError(
-        f"target {target!r}: {factory_name}() must return an Example or a (step, args) pair; "
-        f"got {type(made).__name__}"
-    )
-
-
-def _import_file(file: Path) -> Any:
-    name = f"_budget_target_{abs(hash(str(file.resolve())))}"
-    spec = importlib.util.spec_from_file_location(name, file)
-    if spec is None or spec.loader is None:
-        raise UsageError(f"cannot import {str(file)!r} (is it a .py file?)")
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(file.resolve().parent))  # let the file import its neighbours
-    try:
-        spec.loader.exec_module(module)
-    except Exception as e:
-        raise UsageError(f"importing {str(file)!r} raised {_describe(e)}") from e
-    finally:
-        sys.path.pop(0)
-    return module
-
-
-def _describe(e: BaseException) -> str:
-    first = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {first[0]}" if first else type(e).__name__
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split()) or type(e).__name__
-
-
-def _solve(args: argparse.Namespace) -> int:
-    import budget
-
-    from .estimators import get_estimator
-    from .solvers import get_solver
-
-    if args.time_limit is not None and not args.time_limit > 0:
-        raise UsageError(
-            f"--time-limit must be a positive number of seconds; got {args.time_limit}"
-        )
-    memory_budget = parse_budget_arg(args.budget)
-    if args.solver is not None:
-        get_solver(args.solver)
-    if args.estimator is not None:
-        get_estimator(args.estimator)
-    if args.json and not Path(args.json).resolve().parent.is_dir():
-        raise UsageError(f"cannot write {args.json!r}: its directory does not exist")
-    sizes = {k: getattr(args, k) for k in SIZE_FLAGS if getattr(args, k) is not None}
-    fn, example_args = load_target(args.target, sizes)
-    try:
-        plans = budget.plans(
-            fn,
-            *example_args,
-            memory_budget=memory_budget,
-            solver=args.solver,
-            estimator=args.estimator,
-            time_limit=args.time_limit,
-        )
+        return run()
     except Exception as e:
         from .torch_backend import root_error
 
@@ -194,32 +57,162 @@ def _solve(args: argparse.Namespace) -> int:
         if isinstance(inner, ValueError):  # BudgetTooSmallError, InfeasibleError, ...
             raise inner from e
         raise
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _solve(args: argparse.Namespace) -> int:
+    import budget
+
+    from .plan_files import dumps_plans
+    from .report import solve_report
+
+    check_options(args)
+    memory_budget = parse_budget_arg(args.budget)
+    if args.depth < 1:
+        raise UsageError(f"--depth must be at least 1; got {args.depth}")
+    if args.top < 0:
+        raise UsageError(f"--top must be 0 or more; got {args.top}")
+    if args.plan is not None:
+        given = [f for f in ("budget", "solver", "time_limit") if getattr(args, f) is not None]
+        if given:
+            flags = ", ".join(f"--{f.replace('_', '-')}" for f in given)
+            raise UsageError(f"--plan applies a saved plan: {flags} cannot be used with it")
+        if not Path(args.plan).is_file():
+            raise UsageError(f"--plan {args.plan!r}: no such file")
     if args.json:
-        text = _json(plans)
+        check_writable(args.json, "--json")
+    start = time.perf_counter()
+    target = _target(args)
+    loaded = time.perf_counter()
+    plans = _planning(
+        lambda: budget.plans(
+            target.step,
+            *target.args,
+            memory_budget=memory_budget,
+            solver=args.solver,
+            estimator=args.estimator,
+            time_limit=args.time_limit,
+            compiler=args.compiler,
+            plan=args.plan,
+        )
+    )
+    done = time.perf_counter()
+    if args.json:
         try:
-            Path(args.json).write_text(text + "\n")
+            Path(args.json).write_text(dumps_plans(plans) + "\n")
         except OSError as e:
-            raise UsageError(f"cannot write {args.json!r}: {e.strerror or e}") from e
+            raise UsageError(f"cannot write --json {args.json!r}: {e.strerror or e}") from e
     if args.format == "json":
-        print(_json(plans))
-    else:
-        for i, plan in enumerate(plans):
-            if len(plans) > 1:
-                print(f"{'' if i == 0 else chr(10)}graph {i + 1} of {len(plans)}")
-            print(plan)
+        print(dumps_plans(plans))
+        return 0
+    stages = sum(sum(p.timings.values()) for p in plans)
+    timings = {
+        "load": loaded - start,
+        "trace": max(0.0, done - loaded - stages),
+        "plan": stages,
+        "total": done - start,
+    }
+    print(solve_report(plans, target.description, depth=args.depth, top=args.top, timings=timings))
+    if args.plan:
+        print(f"\napplied the saved plan {args.plan}: it fits {target.description}")
+    if args.json:
+        print(f"\nplan file: {args.json} (apply with budget.backend(plan={args.json!r}))")
     return 0
 
 
-def _json(plans: Sequence[Any]) -> str:
-    if len(plans) == 1:
-        return plans[0].to_json()
-    return json.dumps([json.loads(p.to_json()) for p in plans], indent=2)
+def _sweep(args: argparse.Namespace) -> int:
+    import budget
+
+    from .report import sweep_csv, sweep_json, sweep_table
+
+    check_options(args)
+    budgets = parse_budgets(args.budgets)
+    if args.plot:
+        from .viz import require_matplotlib, save_sweep_plot
+
+        if Path(args.plot).suffix.lower() != ".png":
+            raise UsageError(f"--plot writes a PNG: name the file *.png; got {args.plot!r}")
+        check_writable(args.plot, "--plot")
+        require_matplotlib()
+    target = _target(args)
+    bar = _progress_bar(len(budgets), quiet=args.quiet)
+    try:
+        found = _planning(
+            lambda: budget.sweep(
+                target.step,
+                *target.args,
+                budgets=budgets,
+                solver=args.solver,
+                estimator=args.estimator,
+                time_limit=args.time_limit,
+                compiler=args.compiler,
+                progress=bar.update,
+            )
+        )
+    finally:
+        bar.close()
+    sweeps = found if found and isinstance(found[0], list) else [found]
+    if args.plot:
+        try:
+            save_sweep_plot(sweeps, args.plot, title=target.description)
+        except OSError as e:
+            raise UsageError(f"cannot write --plot {args.plot!r}: {e.strerror or e}") from e
+    if args.format == "json":
+        print(sweep_json(sweeps, target.description))
+    elif args.format == "csv":
+        print(sweep_csv(sweeps))
+    else:
+        print(sweep_table(sweeps, target.description))
+        if args.plot:
+            print(f"\nplot: {args.plot}")
+    return 0
+
+
+class _progress_bar:  # noqa: N801 (used like a function)
+    """A tqdm bar on stderr driven by budget.sweep's progress(graph, done, total) callback;
+    silent when stderr is not a terminal or with --quiet."""
+
+    def __init__(self, total: int, quiet: bool) -> None:
+        self.bar = None
+        self.graph = -1
+        if quiet or not sys.stderr.isatty():
+            return
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc="tracing", unit="budget", file=sys.stderr, leave=False)
+
+    def update(self, graph: int, done: int, total: int) -> None:
+        if self.bar is None:
+            return
+        if graph != self.graph:
+            self.graph = graph
+            self.bar.reset(total=total)
+            self.bar.set_description(f"graph {graph + 1}")
+        self.bar.n = done
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``budget`` console script; returns the exit status."""
-    parser = _parser()
-    args = parser.parse_args(argv)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse: --help (0) or a usage error (2, already printed)
+        return int(e.code or 0)
+    debug = getattr(args, "debug", False)
     if args.version:
         from . import __version__
 
@@ -228,15 +221,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    command = _solve if args.command == "solve" else _sweep
     try:
-        return _solve(args)
+        return command(args)
     except BrokenPipeError:
         # The reader went away (``budget solve | head``): not an error. Point stdout at
         # devnull so the interpreter's final flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (UsageError, ValueError, OSError, ImportError) as e:
-        if args.debug:
+        if debug:
             traceback.print_exc()
         print(f"budget: error: {_one_line(e)}", file=sys.stderr)
         return 2
@@ -244,12 +238,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("budget: interrupted", file=sys.stderr)
         return 130
     except Exception as e:
+        from .solvers import SolverTimeout
         from .torch_backend import root_error
 
-        if args.debug:
+        if debug:
             traceback.print_exc()
+        inner = root_error(e)
+        if isinstance(inner, SolverTimeout):
+            print(f"budget: error: {_one_line(inner)}", file=sys.stderr)
+            return 1
         print(
-            f"budget: error: unexpected {_describe(root_error(e))} (rerun with --debug for the "
+            f"budget: error: unexpected {describe_error(inner)} (rerun with --debug for the "
             "traceback)",
             file=sys.stderr,
         )

@@ -5,14 +5,15 @@ decoder (attention, LayerNorm, GELU MLP, cross-entropy), a small ResNet (convolu
 BatchNorm with running-stat buffers) and an MLP. Each factory returns an :class:`Example`:
 the module, seeded example inputs and a ``step(*args) -> loss`` that runs the model and
 computes the scalar training loss, so ``budget.plan(ex.step, *ex.args)`` and
-``torch.compile(ex.step)`` work as they are. Sizes are keyword options.
+``torch.compile(ex.step)`` work as they are. Sizes are keyword options
+(:func:`builtin_defaults` lists them); ``ex.options`` records the ones used.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +28,11 @@ class Example:
     model: nn.Module
     args: tuple
     step: Callable[..., torch.Tensor]
+    options: dict[str, int | float] = field(default_factory=dict)  # the sizes it was built with
+
+    def describe(self) -> str:
+        """'builtin:gpt vocab=1024 d=256 ...': the target string and its sizes."""
+        return " ".join([f"builtin:{self.name}"] + [f"{k}={v}" for k, v in self.options.items()])
 
 
 # --------------------------------------------------------------------------- GPT
@@ -113,7 +119,7 @@ def gpt(**opts: int | float) -> Example:
         logits = model(idx)
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
-    return Example("gpt", model, (idx, targets), step)
+    return Example("gpt", model, (idx, targets), step, asdict(cfg))
 
 
 # --------------------------------------------------------------------------- ResNet
@@ -173,7 +179,8 @@ def resnet(
     def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(model(x), y)
 
-    return Example("resnet", model, (x, y), step)
+    options = {"batch": batch, "size": size, "width": width, "blocks": blocks, "classes": classes}
+    return Example("resnet", model, (x, y), step, options)
 
 
 # --------------------------------------------------------------------------- MLP
@@ -208,7 +215,8 @@ def mlp(
     def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(model(x), y)
 
-    return Example("mlp", model, (x, y), step)
+    options = {"batch": batch, "d_in": d_in, "d": d, "layers": layers, "classes": classes}
+    return Example("mlp", model, (x, y), step, options)
 
 
 BUILTINS: dict[str, Callable[..., Example]] = {"gpt": gpt, "resnet": resnet, "mlp": mlp}
@@ -231,6 +239,12 @@ def get_builtin(name: str, **opts: int | float) -> Example:
 
 def builtin_options(name: str) -> list[str]:
     """The size options the built-in ``name`` accepts."""
+    return list(builtin_defaults(name))
+
+
+def builtin_defaults(name: str) -> dict[str, int | float]:
+    """The size options of the built-in ``name`` and their default values."""
     if name == "gpt":
-        return [f.name for f in fields(GPTConfig)]
-    return list(inspect.signature(BUILTINS[name]).parameters)
+        return {f.name: f.default for f in fields(GPTConfig)}  # type: ignore[misc]
+    params = inspect.signature(BUILTINS[name]).parameters.values()
+    return {p.name: p.default for p in params}

@@ -4,10 +4,15 @@ Mirrors ``torch._functorch.partitioners.min_cut_rematerialization_partition`` st
 (same preprocessing, same classification, same extraction), replacing only the choice of
 saved values with budget's plan. The backward recomputes exactly the forward values the
 plan does not save, from what it saves and the graph inputs.
+
+The plan is solved for the graph at hand, or, when the backend was given saved plans
+(``budget.backend(plan="plan.json")``), taken from the plan made for this graph (matched
+by graph hash and checked node by node, :mod:`budget.plan_files`); never both.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,11 +22,12 @@ import torch.fx as fx
 
 from . import _torch_api as T
 from .estimators import get_estimator
-from .graph import build_problem
+from .graph import build_problem, graph_hash
+from .plan_files import PlanBook, saved_indices
 from .plan_model import Plan
-from .planner import solve_problem, solve_sweep
+from .planner import make_plan, solve_problem, solve_sweep
 from .problem import Problem
-from .sizes import MemoryBudget
+from .sizes import MemoryBudget, parse_budget
 
 
 @dataclass
@@ -35,6 +41,10 @@ class PlanSettings:
     sweep: list[MemoryBudget] | None = None  # preview only: also plan these budgets
     sweeps: list[list[Plan]] = field(default_factory=list)  # one list per graph
     problems: list[Problem] = field(default_factory=list)  # one per graph, for analysis
+    compiler: str = ""  # recorded in plans: the joint graph differs between pipelines
+    book: PlanBook | None = None  # saved plans to apply instead of solving
+    # preview sweeps: progress(graph, done, total), graph counting from 0
+    progress: Callable[[int, int, int], None] | None = None
 
 
 def prepare_joint(joint_module: fx.GraphModule) -> fx.GraphModule:
@@ -86,6 +96,8 @@ def budget_partition(
             static_lifetime_input_nodes=node_info.static_lifetime_input_nodes,
         )
     _set_dist_from_bw(graph, node_info)
+    if settings.book is not None:
+        return _apply_saved_plan(joint_module, node_info, num_fwd_outputs, settings, t0)
     with T.boykov_kolmogorov_cuts():
         reference = T.choose_saved_values_set(graph, node_info, memory_budget=1.0)
     t1 = time.perf_counter()
@@ -94,6 +106,10 @@ def budget_partition(
     settings.problems.append(problem)
     timings = {"classify": t1 - t0, "estimate": t2 - t1}
     if settings.sweep:
+        progress = None
+        if settings.progress is not None:
+            graph_index, report = len(settings.sweeps), settings.progress
+            progress = functools.partial(report, graph_index)
         sweep = solve_sweep(  # preview sweeps set settings.budget to sweep[0]
             problem,
             settings.sweep,
@@ -101,7 +117,10 @@ def budget_partition(
             estimator=settings.estimator,
             time_limit=settings.time_limit,
             timings=timings,
+            progress=progress,
         )
+        for p in sweep:
+            p.compiler = settings.compiler
         plan = sweep[0]
         settings.sweeps.append(sweep)
     else:
@@ -113,6 +132,55 @@ def budget_partition(
             time_limit=settings.time_limit,
             timings=timings,
         )
+    plan.compiler = settings.compiler
+    return _finish(joint_module, nodes, plan, node_info, num_fwd_outputs, settings)
+
+
+def _apply_saved_plan(
+    joint_module: fx.GraphModule,
+    node_info: T.NodeInfo,
+    num_fwd_outputs: int,
+    settings: PlanSettings,
+    t0: float,
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """Partition by the saved plan made for this graph (no solve, no torch min-cut)."""
+    assert settings.book is not None
+    saved_plan = settings.book.for_graph(graph_hash(joint_module.graph), settings.compiler)
+    # Price with the plan's own estimator when it is known, so the plan reads the same.
+    try:
+        estimator = get_estimator(saved_plan.estimator)
+    except ValueError:
+        estimator = get_estimator(settings.estimator)
+    t1 = time.perf_counter()
+    problem, nodes = build_problem(joint_module.graph, node_info, estimator)
+    t2 = time.perf_counter()
+    settings.problems.append(problem)
+    saved = saved_indices(problem, saved_plan, settings.book.source)
+    plan = make_plan(
+        problem,
+        saved,
+        budget=parse_budget(saved_plan.budget),
+        target_bytes=saved_plan.target_bytes,
+        min_bytes=saved_plan.min_bytes,
+        max_bytes=saved_plan.max_bytes,
+        status=saved_plan.status,
+        gap=saved_plan.gap,
+        solver=saved_plan.solver,
+        estimator=getattr(estimator, "spec", estimator.name),
+        timings={"classify": t1 - t0, "estimate": t2 - t1, "apply": time.perf_counter() - t2},
+    )
+    plan.compiler = settings.compiler
+    return _finish(joint_module, nodes, plan, node_info, num_fwd_outputs, settings)
+
+
+def _finish(
+    joint_module: fx.GraphModule,
+    nodes: list[fx.Node],
+    plan: Plan,
+    node_info: T.NodeInfo,
+    num_fwd_outputs: int,
+    settings: PlanSettings,
+) -> tuple[fx.GraphModule, fx.GraphModule]:
     saved_names = set(plan.saved)
     saved = [n for n in nodes if n.name in saved_names] + list(node_info.inputs)
     t3 = time.perf_counter()

@@ -3,7 +3,8 @@
 A Plan is the product users see and trust before training: what is saved, what is
 recomputed, what that costs, how it was found. It is plain data that round-trips through
 JSON (``plan.to_json()`` / ``Plan.from_json(text)``) with a format version, and prints as
-an aligned table.
+a readable report (:mod:`budget.report`). Files holding the plans of a whole step (one per
+graph) are read and written by :mod:`budget.plan_files`.
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
-
-from .sizes import format_bytes
 
 PLAN_FORMAT_VERSION = 1
 Choice = Literal["save", "recompute", "input"]
@@ -47,6 +46,9 @@ class Plan:
     graph_hash: str
     decisions: list[Decision] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    # the compile pipeline whose joint graph was planned ("inductor" or "eager"): the graph,
+    # and so the plan, differ between them ("" in plans from before this field)
+    compiler: str = ""
     version: int = PLAN_FORMAT_VERSION
 
     @property
@@ -66,6 +68,11 @@ class Plan:
             data: dict[str, Any] = json.loads(text)
         except json.JSONDecodeError as e:
             raise ValueError(f"not a budget plan: invalid JSON ({e})") from None
+        if isinstance(data, dict) and isinstance(data.get("plans"), list):
+            raise ValueError(
+                f"this file holds {len(data['plans'])} plans (one per graph of a step with "
+                "graph breaks): read it with budget.load_plans(path)"
+            )
         if not isinstance(data, dict) or "version" not in data:
             raise ValueError("not a budget plan: no 'version' field")
         if data["version"] != PLAN_FORMAT_VERSION:
@@ -73,40 +80,13 @@ class Plan:
                 f"plan format version {data['version']} is not supported "
                 f"(this budget reads version {PLAN_FORMAT_VERSION})"
             )
-        data["decisions"] = [Decision(**d) for d in data.get("decisions", [])]
         try:
+            data["decisions"] = [Decision(**d) for d in data.get("decisions", [])]
             return cls(**data)
         except TypeError as e:
             raise ValueError(f"not a budget plan: {e}") from None
 
     def __str__(self) -> str:
-        gap = "" if self.gap in (None, 0.0) else f", gap {self.gap:.2%}"
-        head = [
-            f"budget plan for graph {self.graph_hash} (budget {self.budget})",
-            f"  target     {format_bytes(self.target_bytes):>12}   "
-            f"(range {format_bytes(self.min_bytes)} .. {format_bytes(self.max_bytes)})",
-            f"  saved      {format_bytes(self.saved_bytes):>12}",
-            f"  recompute  {_fmt_cost(self.recompute_cost, self.cost_unit):>12}   "
-            f"({self.recompute_flops / 1e9:.3f} GFLOP)",
-            f"  solver     {self.solver} ({self.status}{gap}), estimator {self.estimator}",
-            "  timings    " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in self.timings.items()),
-        ]
-        rows = [d for d in self.decisions if d.decision != "input"]
-        rows.sort(key=lambda d: (-d.bytes if d.decision == "save" else -d.cost, d.name))
-        table = [f"  {'decision':<10} {'bytes':>11} {'cost':>11}  {'node':<24} op"]
-        for d in rows[:20]:
-            table.append(
-                f"  {d.decision:<10} {format_bytes(d.bytes):>11} "
-                f"{_fmt_cost(d.cost, self.cost_unit):>11}  {d.name[:24]:<24} {d.op[:30]}"
-            )
-        if len(rows) > 20:
-            table.append(f"  ... {len(rows) - 20} more")
-        return "\n".join(head + table)
+        from .report import plan_report
 
-
-def _fmt_cost(cost: float, unit: str) -> str:
-    if unit == "flop":
-        return f"{cost / 1e9:.3f} GF"
-    if unit == "s":
-        return f"{cost * 1e3:.3f} ms"
-    return f"{cost:g} {unit}"
+        return plan_report(self)

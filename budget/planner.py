@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -72,8 +72,15 @@ def solve_sweep(
     estimator: str = "flops",
     time_limit: float = 60.0,
     timings: dict[str, float] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[Plan]:
-    """Plans for many budgets of one problem, solving its two ends only once."""
+    """Plans for many budgets of one problem, solving its two ends only once.
+
+    ``progress(done, total)`` is called before the first solve (``done=0``) and after each
+    budget is planned, so a caller can show progress; the library itself prints nothing.
+    """
+    if progress is not None:
+        progress(0, len(budgets))
     backend = get_solver(solver)
     start = time.perf_counter()
     ends = solve_ends(problem, backend, time_limit)
@@ -94,6 +101,8 @@ def solve_sweep(
                 ends=ends,
             )
         )
+        if progress is not None:
+            progress(i + 1, len(budgets))
     return plans
 
 

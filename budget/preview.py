@@ -1,7 +1,9 @@
 """``budget.plan``: preview the plans for a training step without running it.
 
 The step is traced by dynamo and AOTAutograd on fake tensors (no real compute, no
-buffer updates, nothing moved), through the same partitioner the backend uses, so a
+buffer updates, nothing moved), through the same pipeline and partitioner the backend
+uses with the same ``compiler`` (Inductor's passes change the joint graph, so a preview
+for ``compiler="inductor"``, the default, runs them too, and generates no code), so a
 preview is the plan training would get. Graph breaks give one plan per graph.
 """
 
@@ -15,6 +17,7 @@ from torch._dynamo.exc import BackendCompilerFailed
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_map
 
+from .plan_files import PlanSource
 from .plan_model import Plan
 from .problem import Problem
 from .sizes import parse_budget
@@ -30,11 +33,21 @@ def _trace(
     solver: str | None,
     estimator: str | None,
     time_limit: float | None,
+    compiler: str,
     sweep: Sequence[float | str] | None = None,
+    progress: Callable[[int, int, int], None] | None = None,
+    plan: PlanSource | None = None,
 ) -> BudgetBackend:
     be = make_backend(
-        memory_budget, solver=solver, estimator=estimator, compiler="eager", time_limit=time_limit
+        memory_budget,
+        solver=solver,
+        estimator=estimator,
+        compiler=compiler,
+        time_limit=time_limit,
+        plan=plan,
     )
+    be.preview = True
+    be.settings.progress = progress
     if sweep is not None:
         be.settings.sweep = [parse_budget(b) for b in sweep]
         if not be.settings.sweep:
@@ -65,10 +78,28 @@ def plans(
     solver: str | None = None,
     estimator: str | None = None,
     time_limit: float | None = None,
+    compiler: str = "inductor",
+    plan: PlanSource | None = None,
     **example_kwargs: Any,
 ) -> list[Plan]:
-    """The plans for every graph of ``fn(*example_args, **example_kwargs)``, in order."""
-    be = _trace(fn, example_args, example_kwargs, memory_budget, solver, estimator, time_limit)
+    """The plans for every graph of ``fn(*example_args, **example_kwargs)``, in order,
+    as ``torch.compile(fn, backend=budget.backend(..., compiler=compiler))`` makes them.
+
+    With ``plan`` (a plan file, a Plan or a list of Plans) nothing is solved: the saved
+    plans are applied as the backend would apply them, which checks they still fit the
+    step (:class:`budget.PlanMismatchError` when they do not).
+    """
+    be = _trace(
+        fn,
+        example_args,
+        example_kwargs,
+        memory_budget,
+        solver,
+        estimator,
+        time_limit,
+        compiler,
+        plan=plan,
+    )
     return be.plans
 
 
@@ -76,11 +107,12 @@ def problems(
     fn: Callable[..., Any],
     *example_args: Any,
     estimator: str | None = None,
+    compiler: str = "inductor",
     **example_kwargs: Any,
 ) -> list[Problem]:
     """The solver-agnostic :class:`~budget.problem.Problem` of every graph of the step,
     for benchmarks and notebooks (planned at budget 1.0 on the way, which is cheap)."""
-    be = _trace(fn, example_args, example_kwargs, 1.0, None, estimator, None)
+    be = _trace(fn, example_args, example_kwargs, 1.0, None, estimator, None, compiler)
     return be.settings.problems
 
 
@@ -91,6 +123,8 @@ def sweep(
     solver: str | None = None,
     estimator: str | None = None,
     time_limit: float | None = None,
+    compiler: str = "inductor",
+    progress: Callable[[int, int, int], None] | None = None,
     **example_kwargs: Any,
 ) -> list[Plan] | list[list[Plan]]:
     """Plans for many budgets from one trace: ``[plan per budget]`` for a step with one
@@ -98,6 +132,9 @@ def sweep(
 
     The step is traced and its problem built once; each graph's two ends (torch's b=1.0
     choice and the smallest reachable memory) are solved once and shared by all budgets.
+    ``progress(graph, done, total)`` is called as each graph starts (``done=0``) and as
+    each of its ``total`` budgets is planned (``graph`` counts from 0), e.g. to drive a
+    progress bar; nothing is printed.
     """
     be = _trace(
         fn,
@@ -107,7 +144,9 @@ def sweep(
         solver,
         estimator,
         time_limit,
+        compiler,
         sweep=budgets,
+        progress=progress,
     )
     return be.settings.sweeps[0] if len(be.settings.sweeps) == 1 else be.settings.sweeps
 
@@ -119,6 +158,7 @@ def plan(
     solver: str | None = None,
     estimator: str | None = None,
     time_limit: float | None = None,
+    compiler: str = "inductor",
     **example_kwargs: Any,
 ) -> Plan | list[Plan]:
     """The plan for ``fn``'s training step; a list of plans when it has graph breaks."""
@@ -129,6 +169,7 @@ def plan(
         solver=solver,
         estimator=estimator,
         time_limit=time_limit,
+        compiler=compiler,
         **example_kwargs,
     )
     return found[0] if len(found) == 1 else found

@@ -107,7 +107,8 @@ def test_unreachable_size_names_the_minimum():
     with pytest.raises(
         budget.BudgetTooSmallError, match=r"smallest reachable .* 4.00 KiB \(4096 bytes\)"
     ) as e:
-        budget.plan(step, torch.randn(64, 64), memory_budget="1KiB")
+        # eager: the mask is saved (Inductor replays its seeded RNG and saves only the seed)
+        budget.plan(step, torch.randn(64, 64), memory_budget="1KiB", compiler="eager")
     assert e.value.min_bytes == 4096
 
 
