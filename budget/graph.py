@@ -72,12 +72,25 @@ def _read_by_backward(node: fx.Node, bw: object) -> bool:
 
 
 def module_path(node: fx.Node) -> str:
+    """The node's module as ModTracker names it: the root module's class, then attributes
+    (``GPT.blocks.0.attn``), from dynamo's ``nn_module_stack``; "" outside any module."""
     stack = node.meta.get("nn_module_stack")
-    if stack:
-        path = list(stack.values())[-1][0]
-        path = str(path).replace("L['self'].", "")
-        return path.replace("L['", "").replace("G['", "").replace("']", "")  # locals, globals
-    return ""
+    if not stack:
+        return ""
+    entries = list(stack.values())
+    root, leaf = str(entries[0][0]), str(entries[-1][0])
+    below = leaf[len(root) :] if leaf.startswith(root) else "." + _source_name(leaf)
+    return _class_name(entries[0][1]) + below
+
+
+def _source_name(path: str) -> str:
+    # dynamo sources of locals and globals: L['model'].body.0 -> model.body.0
+    return path.replace("L['", "").replace("G['", "").replace("']", "")
+
+
+def _class_name(cls: object) -> str:
+    name = cls if isinstance(cls, str) else getattr(cls, "__qualname__", str(cls))
+    return str(name).rsplit(".", 1)[-1]
 
 
 def graph_hash(graph: fx.Graph) -> str:

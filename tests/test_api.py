@@ -282,3 +282,20 @@ def test_measured_flops_price_cpu_attention_like_the_estimator():
     raw = backward_flops(F.scaled_dot_product_attention(q, q, q).sum(), price_cpu_attention=False)
     assert raw == 0
     assert priced == 5 * (2 * 2 * 4 * 64 * 64 * 32)  # five B*H*L*S*E matmuls, 2 FLOPs each
+
+
+def test_module_names_are_modtrackers():
+    """Decisions name their module as torch's ModTracker does (root class, then attributes)."""
+    from torch.distributed._tools.mod_tracker import ModTracker
+
+    from budget.models import get_builtin
+
+    ex = get_builtin("gpt", layers=1, d=32, heads=2, seq=16, batch=2, vocab=64)
+    tracked: set[str] = set()
+    with ModTracker() as mt:
+        mt.register_user_hooks(pre_fw_hook=lambda m, _: tracked.add(mt._get_mod_name(m)))
+        ex.step(*ex.args)
+    plan = budget.plan(ex.step, *ex.args, memory_budget=0.5, compiler="eager")
+    modules = {d.module for d in plan.decisions} - {""}
+    assert "GPT.blocks.0.attn" in modules
+    assert modules <= tracked, modules - tracked

@@ -43,7 +43,7 @@ def test_solve_with_no_arguments_prints_a_plan_for_the_default_gpt(capsys):
         "saved      70.36 MiB",
         "torch-mincut: reference",
         "per module (depth 2)",
-        "model.blocks.3",
+        "GPT.blocks.3",
         "largest saves (10 of",
         "largest recomputes",
         "wall time load",
@@ -55,7 +55,7 @@ def test_solve_report_sections_for_a_budget(capsys):
     code, out, _ = run(["solve", *GPT, "--budget", "0.5", "--depth", "3", "--top", "2"], capsys)
     assert code == 0
     assert "budget     0.5 of the range" in out and "auto: optimal" in out
-    assert "model.blocks.0.attn" in out and "model.blocks.0.mlp" in out  # depth 3
+    assert "GPT.blocks.0.attn" in out and "GPT.blocks.0.mlp" in out  # depth 3
     assert "largest saves (2 of" in out and "largest recomputes (2 of" in out
 
 
@@ -126,7 +126,7 @@ def test_module_names_of_a_global_model(tmp_path, capsys):
     code, out, _ = run(["solve", f"{src}:make", "--budget", "0", "--depth", "1"], capsys)
     assert code == 0
     rows = [ln.split()[0] for ln in out.split("per module")[1].splitlines()[2:4]]
-    assert rows == ["net.0", "net.1"] and "G['" not in out  # not dynamo's G['net'] source
+    assert rows == ["Sequential.0", "Sequential.1"] and "G['" not in out  # ModTracker's names
 
 
 def test_a_step_with_graph_breaks(tmp_path, capsys):
