@@ -130,11 +130,16 @@ def _provenance(plan: Plan) -> str:
 
 
 def _cost_line(plan: Plan) -> str:
-    cost = format_cost(plan.recompute_cost, plan.cost_unit)
+    cost = _with_unit(plan.recompute_cost, plan.cost_unit)
     if plan.cost_unit == "flop":
         return f"{cost} (estimated FLOPs)"
     what = "estimated time" if plan.cost_unit == "s" else f"cost in {plan.cost_unit}"
-    return f"{cost} ({what}), {format_flops(plan.recompute_flops)}"
+    return f"{cost} ({what}), {_with_unit(plan.recompute_flops, 'flop')}"
+
+
+def _with_unit(cost: float, unit: str) -> str:
+    """Like :func:`format_cost`, but a zero keeps its unit ('0 s', '0 FLOP')."""
+    return format_cost(cost, unit) if cost else f"0 {cost_scale([1.0], unit)[1]}"
 
 
 def _wrap(prefix: str, items: Sequence[str], width: int = WIDTH, sep: str = ",") -> list[str]:
