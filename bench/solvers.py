@@ -3,6 +3,7 @@
     python bench/solvers.py                      # everything (several minutes on 2 cores)
     python bench/solvers.py --quick              # small sizes only
     python bench/solvers.py --markdown           # tables for the README
+    python bench/solvers.py --solvers cpsat,cpsat:plain --only-solve   # with/without reduction
 
 For each problem (random layered DAGs of 1k/5k/20k nodes; joint graphs of the built-in
 GPT with 4/12/24/48 layers and the ResNet) and budget 0.1 ... 0.9, every available solver
@@ -11,6 +12,9 @@ the best known bound (the proven optimum when an exact solver proves one). Besid
 in the same run: the time torch 2.13 spends in its own ``choose_saved_values_set`` on the
 same real graphs (traced on fake tensors, so nothing is executed), and the first-call
 time of ``torch.compile`` with budget's backend against torch's own memory-budget path.
+Solvers run as ``get_solver`` gives them (the exact ones on the reduced problem, see
+``budget/solvers/reduce.py``); ``NAME:plain`` runs one without the reduction. A table of
+node and edge counts before and after the reduction is printed too.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from budget.models import get_builtin
 from budget.planner import solve_ends, target_bytes
 from budget.problem import Problem
 from budget.sizes import parse_budget
-from budget.solvers import InfeasibleError, SolverTimeout, available_solvers, get_solver
+from budget.solvers import InfeasibleError, Solver, SolverTimeout, available_solvers, get_solver
+from budget.solvers.reduce import reduce_problem
 
 
 def log(msg: str) -> None:
@@ -92,10 +97,34 @@ def real_problems(layers: Sequence[int], d: int) -> list[tuple[str, Callable[[],
     return out
 
 
+def make_solver(spec: str) -> Solver:
+    """``name`` as get_solver gives it, ``name:plain`` without the problem reduction."""
+    name, _, mode = spec.partition(":")
+    if mode not in ("", "plain"):
+        raise SystemExit(f"unknown solver mode {mode!r} in {spec!r} (NAME or NAME:plain)")
+    return get_solver(name, reduce=False) if mode else get_solver(name)
+
+
+def reduction_row(name: str, problem: Problem) -> list[str]:
+    t = time.perf_counter()
+    red = reduce_problem(problem)
+    seconds = time.perf_counter() - t
+    q = red.problem
+    return [
+        name,
+        str(problem.n),
+        str(len(problem.edges)),
+        str(q.n),
+        str(len(q.edges)),
+        f"{seconds:.3f}",
+        ", ".join(f"{k} {v}" for k, v in sorted(red.rules.items(), key=lambda kv: -kv[1])),
+    ]
+
+
 def run_solvers(
     problem: Problem, budgets: Sequence[float], solvers: Sequence[str], time_limit: float
 ) -> list[dict[str, Any]]:
-    ends = solve_ends(problem, get_solver("cpsat"), time_limit)
+    ends = solve_ends(problem, get_solver("auto"), time_limit)
     rows = []
     for b in budgets:
         target = target_bytes(parse_budget(b), ends)
@@ -103,7 +132,7 @@ def run_solvers(
         for name in solvers:
             t = time.perf_counter()
             try:
-                sol = get_solver(name).solve(problem, target, time_limit=time_limit)
+                sol = make_solver(name).solve(problem, target, time_limit=time_limit)
                 results[name] = {
                     "obj": sol.objective,
                     "status": sol.status,
@@ -238,11 +267,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--solvers", default=",".join(available_solvers()))
     ap.add_argument("--d", type=int, default=128, help="GPT width")
     ap.add_argument("--no-compile", action="store_true", help="skip the first-call compile timing")
+    ap.add_argument("--dags", help="random DAG sizes, e.g. 1000,20000 (default: 1000,5000,20000)")
+    ap.add_argument("--layers", help="GPT depths, e.g. 4,24 (default: 4,12,24,48)")
+    ap.add_argument(
+        "--only-solve",
+        action="store_true",
+        help="solver and reduction tables only (no torch timings, no compile)",
+    )
     args = ap.parse_args(argv)
     solvers = [s for s in args.solvers.split(",") if s]
     budgets = [round(0.1 * i, 1) for i in range(1, 10)]
     sizes = [1000] if args.quick else [1000, 5000, 20000]
     layers = [4, 12] if args.quick else [4, 12, 24, 48]
+    if args.dags is not None:
+        sizes = [int(x) for x in args.dags.split(",") if x]
+    if args.layers is not None:
+        layers = [int(x) for x in args.layers.split(",") if x]
 
     print(
         f"torch {torch.__version__}, budget {budget.__version__}, {torch.get_num_threads()} threads, "
@@ -252,10 +292,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "cell: median/max solve time over the budgets; budgets solved within 0.1% of the best "
         "bound (a proven optimum where one exists); worst objective/bound where the bound > 0"
     )
-    summary = []
+    for spec in solvers:
+        make_solver(spec)  # unknown names fail before anything runs
+    summary, reductions = [], []
     for n in sizes:
         p = layered_dag(n)
         log(f"dag-{n}: solving")
+        reductions.append(reduction_row(f"dag-{n}", p))
         summary.append(
             summarise(f"dag-{n}", p.n, run_solvers(p, budgets, solvers, args.time_limit), solvers)
         )
@@ -263,8 +306,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch_rows = []
     for name, make, p in reals:
         log(f"{name}: solving")
+        reductions.append(reduction_row(name, p))
         rows = run_solvers(p, budgets, solvers, args.time_limit)
         summary.append(summarise(name, p.n, rows, solvers))
+        if args.only_solve:
+            continue
         t_torch = [torch_choose_time(make, b) for b in (0.5, 0.2)]
         t_ours = [budget_plan_time(make, b) for b in (0.5, 0.2)]
         torch_rows.append(
@@ -275,6 +321,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     table(
         "solve time and quality per solver", ["problem", "nodes", *solvers], summary, args.markdown
     )
+    table(
+        "problem reduction (budget/solvers/reduce.py)",
+        ["problem", "nodes", "edges", "reduced nodes", "reduced edges", "reduce s", "rules"],
+        reductions,
+        args.markdown,
+    )
+    if args.only_solve:
+        return 0
     table(
         f"choosing saved values: torch's choose_saved_values_set vs budget ({budget.config.solver}, all stages but tracing/extraction)",
         [

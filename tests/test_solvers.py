@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from budget.problem import Problem
-from budget.solvers import InfeasibleError, available_solvers, get_solver
+from budget.solvers import InfeasibleError, SolverTimeout, available_solvers, get_solver
 
 
 def random_problem(seed: int, n: int = 10) -> Problem:
@@ -57,15 +57,19 @@ def brute_force(p: Problem, target: int | None) -> tuple[float, int] | None:
 EXACT = [name for name in available_solvers() if get_solver(name).exact]
 
 
-def test_both_exact_backends_are_installed():
-    assert {"ilp", "cpsat"} <= set(EXACT)
+def test_exact_backends_are_installed():
+    import importlib.util
+
+    assert {"auto", "cpsat", "ilp", "mip"} <= set(EXACT)
+    assert ("highs" in EXACT) == (importlib.util.find_spec("highspy") is not None)
 
 
+@pytest.mark.parametrize("reduce", [True, False], ids=["reduced", "plain"])
 @pytest.mark.parametrize("name", EXACT)
 @pytest.mark.parametrize("seed", range(12))
-def test_exact_solvers_match_brute_force(name, seed):
+def test_exact_solvers_match_brute_force(name, seed, reduce):
     p = random_problem(seed)
-    solver = get_solver(name)
+    solver = get_solver(name, reduce=reduce)
     total = int(p.storage_bytes.sum())
     for target in [0, total // 4, total // 2, total]:
         expect = brute_force(p, target)
@@ -77,7 +81,7 @@ def test_exact_solvers_match_brute_force(name, seed):
         cost = float(p.cost[p.recompute_closure(sol.saved)].sum())
         assert (cost, p.saved_bytes(sol.saved)) == expect
         assert p.saved_bytes(sol.saved) <= target and not p.check(sol.saved)
-        assert sol.status == "optimal"
+        assert sol.status == "optimal" and sol.info.get("tie_break") == "optimal"
 
 
 @pytest.mark.parametrize("name", EXACT)
@@ -125,15 +129,42 @@ def test_empty_problem(name):
     assert get_solver(name).solve(p, 0, minimize="bytes").objective == 0
 
 
+@pytest.mark.parametrize("name", EXACT)
+def test_time_limits_give_a_plan_within_target_or_a_clear_error(name):
+    """Whatever the clock does: optimal, or feasible with a bound at most the objective,
+    or SolverTimeout; never a plan over the target."""
+    p = random_problem(7, n=400)
+    target = int(p.storage_bytes.sum()) // 3
+    for reduce in (True, False):
+        try:
+            sol = get_solver(name, reduce=reduce).solve(p, target, time_limit=0.01)
+        except SolverTimeout as e:
+            assert "raise budget.config.time_limit" in str(e)
+            continue
+        assert p.saved_bytes(sol.saved) <= target and not p.check(sol.saved)
+        assert sol.status in ("optimal", "feasible")
+        if sol.status == "feasible" and sol.bound is not None:
+            assert sol.bound <= sol.objective * (1 + 1e-9) and sol.gap is not None
+
+
+@pytest.mark.parametrize("name", EXACT)
+def test_exact_solvers_are_deterministic(name):
+    p = random_problem(21, n=40)
+    target = int(p.storage_bytes.sum()) // 3
+    a = get_solver(name).solve(p, target)
+    b = get_solver(name).solve(p, target)
+    assert (a.saved, a.objective, a.status) == (b.saved, b.objective, b.status)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_exact_solvers_agree_on_larger_problems(seed):
     p = random_problem(100 + seed, n=40)
     total = int(p.storage_bytes.sum())
     for target in [total // 5, total // 2]:
         results = set()
-        for name in EXACT:
+        for name, reduce in itertools.product(EXACT, (True, False)):
             try:
-                sol = get_solver(name).solve(p, target)
+                sol = get_solver(name, reduce=reduce).solve(p, target)
             except InfeasibleError:
                 results.add(None)
                 continue
@@ -163,3 +194,32 @@ def test_missing_backend_names_the_package_and_what_is_available():
             register_solver(Phantom)
     finally:
         del _SOLVERS["phantom"]
+
+
+@pytest.mark.skipif("highs" not in EXACT, reason="needs highspy")
+def test_highs_runs_outside_this_process():
+    """highspy >= 1.15 and OR-Tools ship clashing libhighs.so.1 (google/or-tools#5246):
+    HiGHS must run in its worker process, never be loaded here next to OR-Tools."""
+    import sys
+
+    p = random_problem(3)
+    assert get_solver("highs", reduce=False).solve(p, None).status == "optimal"
+    assert "highspy" not in sys.modules
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_mip_with_ortools_highs_matches_brute_force(seed):
+    from budget.solvers.mip import OrToolsMIP
+
+    p = random_problem(seed)
+    target = int(p.storage_bytes.sum()) // 3
+    expect = brute_force(p, target)
+    if expect is None:
+        with pytest.raises(InfeasibleError):
+            OrToolsMIP(backend="highs").solve(p, target)
+    else:
+        sol = OrToolsMIP(backend="highs").solve(p, target)
+        got = (float(p.cost[p.recompute_closure(sol.saved)].sum()), p.saved_bytes(sol.saved))
+        assert got == expect and sol.status == "optimal"
+    with pytest.raises(ValueError, match="scip, highs"):
+        OrToolsMIP(backend="gurobi")

@@ -24,28 +24,14 @@ from .base import (
     SolverTimeout,
     closure_model,
     finish,
+    integer_costs,
 )
-
-_MAX_COST = 10**9
-_TIE_BREAK_EFFORT = 5.0  # CP-SAT deterministic time units (roughly seconds) for tie-breaks
-
-
-def integer_costs(problem: Problem) -> np.ndarray:
-    """Costs as int64, exact when they are already integers of moderate size."""
-    cost = problem.cost
-    top = float(cost.max()) if problem.n else 0.0
-    if top <= _MAX_COST and np.all(cost == np.round(cost)):
-        return cost.astype(np.int64)
-    return (
-        np.round(cost * (_MAX_COST / top)).astype(np.int64)
-        if top > 0
-        else np.zeros(problem.n, np.int64)
-    )
 
 
 class CpSat(SolverBase):
     name: ClassVar[str] = "cpsat"
     exact: ClassVar[bool] = True
+    reduce: ClassVar[bool] = True  # measured: 2-6x faster on the bench graphs
     requires: ClassVar[str] = "ortools"
 
     def __init__(self, workers: int = 1, seed: int = 0) -> None:
@@ -60,14 +46,8 @@ class CpSat(SolverBase):
         minimize: Objective = "cost",
         time_limit: float = 60.0,
         hint: Sequence[int] | None = None,
-        hint_is_optimal: bool = False,
     ) -> Solution:
-        """As every solver; ``hint`` is a valid saved set to start from (a warm start).
-
-        With ``hint_is_optimal`` the caller has proven the hint optimal for the primary
-        objective: only the tie-break runs (the primary is fixed at the hint's value), with
-        a deterministic effort limit so every process returns the same plan.
-        """
+        """As every solver; ``hint`` is a valid saved set to start from (a warm start)."""
         from ortools.sat.python import cp_model
 
         start = time.perf_counter()
@@ -80,22 +60,6 @@ class CpSat(SolverBase):
         bytes_expr = sum(int(problem.storage_bytes[g]) * y[g] for g in y)
         first, second = (cost_expr, bytes_expr) if minimize == "cost" else (bytes_expr, cost_expr)
 
-        if hint is not None and hint_is_optimal:
-            return self._tie_break_only(
-                cp_model,
-                model,
-                problem,
-                hint,
-                s,
-                y,
-                w,
-                first,
-                second,
-                minimize,
-                target_bytes,
-                time_limit,
-                start,
-            )
         model.minimize(first)
         solver, status = self._run(cp_model, model, time_limit)
         if status == cp_model.INFEASIBLE:
@@ -138,53 +102,9 @@ class CpSat(SolverBase):
             },
         )
 
-    def _tie_break_only(  # type: ignore[no-untyped-def]
-        self,
-        cp_model,
-        model,
-        problem,
-        hint,
-        s,
-        y,
-        w,
-        first,
-        second,
-        minimize,
-        target,
-        time_limit,
-        start,
-    ) -> Solution:
-        closure = problem.recompute_closure(hint)
-        if minimize == "cost":
-            value = int(sum(int(w[v]) for v in closure))
-        else:
-            value = problem.saved_bytes(hint)
-        model.add(first <= value)
-        model.minimize(second)
-        solver, status = self._run(cp_model, model, time_limit, deterministic=_TIE_BREAK_EFFORT)
-        found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
-        saved = sorted(v for v, x in s.items() if solver.value(x)) if found else list(hint)
-        return finish(
-            problem,
-            saved,
-            solver=self.name,
-            target_bytes=target,
-            minimize=minimize,
-            optimal=True,
-            bound=None,
-            start=start,
-            info={
-                "backend": "CP-SAT",
-                "variables": len(s) + len(y),
-                "tie_break": "optimal" if status == cp_model.OPTIMAL else "not proven",
-            },
-        )
-
-    def _run(self, cp_model, model, time_limit: float, deterministic: float | None = None):  # type: ignore[no-untyped-def]
+    def _run(self, cp_model, model, time_limit: float):  # type: ignore[no-untyped-def]
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = max(0.1, float(time_limit))
-        if deterministic is not None:
-            solver.parameters.max_deterministic_time = deterministic
         solver.parameters.num_workers = self.workers
         solver.parameters.random_seed = self.seed
         status = solver.solve(model)

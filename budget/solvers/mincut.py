@@ -19,17 +19,14 @@ the public functions and the solver.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from collections import OrderedDict
 from fractions import Fraction
 from typing import ClassVar
 
-import numpy as np
-
 from ..problem import Problem
-from .base import InfeasibleError, Objective, Solution, SolverBase, finish
+from .base import InfeasibleError, Objective, Solution, SolverBase, fingerprint, finish
 from .cutnet import _PRODUCT_BITS, _build
 from .parametric import _Cut, _lower_hull, _Model
 
@@ -40,28 +37,8 @@ _CACHE: OrderedDict[bytes, _Model] = OrderedDict()
 _CACHE_SIZE = 4
 
 
-def _fingerprint(p: Problem) -> bytes:
-    h = hashlib.blake2b(digest_size=20)
-    for a in (
-        p.is_input,
-        p.needed,
-        p.can_save,
-        p.can_recompute,
-        p.storage,
-        p.storage_bytes,
-        p.cost,
-        p.edges,
-    ):
-        arr = np.ascontiguousarray(a)
-        h.update(str((arr.dtype, arr.shape)).encode())
-        h.update(arr.tobytes())
-    h.update("\0".join(p.names).encode())
-    h.update("\0".join(p.reason).encode())
-    return h.digest()
-
-
 def _model(problem: Problem) -> _Model:
-    key = _fingerprint(problem)
+    key = fingerprint(problem)
     model = _CACHE.get(key)
     if model is None:
         model = _build(problem)
