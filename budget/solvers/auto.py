@@ -17,6 +17,7 @@ a proven cut could not improve such a plan and took 15 of the 16.5 s on the 20k 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import ClassVar
 
 from ..problem import Problem
@@ -53,35 +54,28 @@ class Auto(SolverBase):
         time_limit: float = 60.0,
     ) -> Solution:
         start = time.perf_counter()
-        try:
-            quick: Solution | None = MinCutSolver().solve(
-                problem, target_bytes, minimize=minimize, time_limit=time_limit
-            )
-        except InfeasibleError:
-            quick = None  # off the hull something may still fit: let CP-SAT decide
+        quick = _cut(problem, target_bytes, minimize, time_limit)
         if quick is not None and quick.status == "optimal":
-            # proven by the cut, ties included (module docstring)
-            quick.info = {**quick.info, "tie_break": "optimal"}
             return _tag(quick, "mincut", start)
         remaining = max(0.1, time_limit - (time.perf_counter() - start))
-        try:
-            if self.reduction:
-                exact = Reduced(_CutThenCpSat()).solve(
-                    problem, target_bytes, minimize=minimize, time_limit=remaining
-                )
-            else:
-                exact = _CutThenCpSat().solve(
-                    problem, target_bytes, minimize=minimize, time_limit=remaining, quick=quick
-                )
-        except SolverTimeout:
-            if quick is None:
-                raise
-            return _tag(quick, "mincut (cpsat timed out)", start)
-        return _tag(*_better(exact, quick), start)
+        if not self.reduction:
+            sol = _CutThenCpSat().solve(
+                problem, target_bytes, minimize=minimize, time_limit=remaining, quick=quick
+            )
+            sol.seconds = time.perf_counter() - start
+            return sol
+        return _cpsat_or_cut(
+            lambda: Reduced(_CutThenCpSat()).solve(
+                problem, target_bytes, minimize=minimize, time_limit=remaining
+            ),
+            quick,
+            start,
+        )
 
 
 class _CutThenCpSat(SolverBase):
-    """The min-cut, then CP-SAT warm-started from its plan unless the cut proved it."""
+    """The min-cut (unless given as ``quick``), then CP-SAT warm-started from its plan
+    unless the cut proved it."""
 
     name: ClassVar[str] = "auto"
     exact: ClassVar[bool] = True
@@ -98,29 +92,47 @@ class _CutThenCpSat(SolverBase):
     ) -> Solution:
         start = time.perf_counter()
         if quick is None:
-            try:
-                quick = MinCutSolver().solve(
-                    problem, target_bytes, minimize=minimize, time_limit=time_limit
-                )
-            except InfeasibleError:
-                quick = None
+            quick = _cut(problem, target_bytes, minimize, time_limit)
             if quick is not None and quick.status == "optimal":
-                quick.info = {**quick.info, "tie_break": "optimal"}
                 return _tag(quick, "mincut", start)
         remaining = max(0.1, time_limit - (time.perf_counter() - start))
-        try:
-            exact = CpSat().solve(
+        return _cpsat_or_cut(
+            lambda: CpSat().solve(
                 problem,
                 target_bytes,
                 minimize=minimize,
                 time_limit=remaining,
                 hint=quick.saved if quick is not None else None,
-            )
-        except SolverTimeout:
-            if quick is None:
-                raise
-            return _tag(quick, "mincut (cpsat timed out)", start)
-        return _tag(*_better(exact, quick), start)
+            ),
+            quick,
+            start,
+        )
+
+
+def _cut(
+    problem: Problem, target_bytes: int | None, minimize: Objective, time_limit: float
+) -> Solution | None:
+    """The min-cut's plan, None when its hull has none under the target (off the hull
+    something may still fit: CP-SAT decides). An optimal one is proven ties included
+    (module docstring)."""
+    try:
+        sol = MinCutSolver().solve(problem, target_bytes, minimize=minimize, time_limit=time_limit)
+    except InfeasibleError:
+        return None
+    if sol.status == "optimal":
+        sol.info = {**sol.info, "tie_break": "optimal"}
+    return sol
+
+
+def _cpsat_or_cut(exact: Callable[[], Solution], quick: Solution | None, start: float) -> Solution:
+    """``exact()`` (CP-SAT), or the cut's plan when CP-SAT times out; the better of both."""
+    try:
+        sol = exact()
+    except SolverTimeout:
+        if quick is None:
+            raise
+        return _tag(quick, "mincut (cpsat timed out)", start)
+    return _tag(*_better(sol, quick), start)
 
 
 def _better(exact: Solution, quick: Solution | None) -> tuple[Solution, str]:

@@ -26,7 +26,14 @@ from fractions import Fraction
 from typing import ClassVar
 
 from ..problem import Problem
-from .base import InfeasibleError, Objective, Solution, SolverBase, fingerprint, finish
+from .base import (
+    InfeasibleError,
+    Objective,
+    Solution,
+    SolverBase,
+    cached_by_fingerprint,
+    finish,
+)
 from .cutnet import _PRODUCT_BITS, _build
 from .parametric import _Cut, _lower_hull, _Model
 
@@ -34,20 +41,11 @@ _REL_TOL = 1e-12  # float rounding allowed when a cost is compared with the boun
 
 
 _CACHE: OrderedDict[bytes, _Model] = OrderedDict()
-_CACHE_SIZE = 4
 
 
 def _model(problem: Problem) -> _Model:
-    key = fingerprint(problem)
-    model = _CACHE.get(key)
-    if model is None:
-        model = _build(problem)
-        _CACHE[key] = model
-        while len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
-    else:
-        _CACHE.move_to_end(key)
-        model.problem = problem
+    model = cached_by_fingerprint(_CACHE, problem, _build)
+    model.problem = problem
     return model
 
 

@@ -60,7 +60,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..problem import Problem
-from .base import InfeasibleError, Objective, Solution, Solver, fingerprint, finish
+from .base import (
+    InfeasibleError,
+    Objective,
+    Solution,
+    Solver,
+    cached_by_fingerprint,
+    finish,
+)
 
 
 @dataclass
@@ -354,20 +361,10 @@ def reduce_problem(problem: Problem) -> Reduction:
 # ---- a cache, so the ends and every budget of a sweep share one reduction ---------------------
 
 _CACHE: OrderedDict[bytes, Reduction] = OrderedDict()
-_CACHE_SIZE = 4
 
 
 def cached_reduction(problem: Problem) -> Reduction:
-    key = fingerprint(problem)
-    hit = _CACHE.get(key)
-    if hit is not None:
-        _CACHE.move_to_end(key)
-        return hit
-    red = reduce_problem(problem)
-    _CACHE[key] = red
-    while len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
-    return red
+    return cached_by_fingerprint(_CACHE, problem, reduce_problem)
 
 
 # ---- the wrapper every solver with ``reduce = True`` gets from ``get_solver`` ------------------
