@@ -16,7 +16,7 @@ import torch
 import torch.fx
 
 from .devices import Device, check_device_name, device_of, get_device
-from .memory import node_tensors
+from .memory import node_device
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,6 @@ class DeviceEstimator:
 
     name: ClassVar[str] = ""
     unit: ClassVar[str] = "s"
-    takes_device: ClassVar[bool] = True
 
     def __init__(self, device: str | None = None) -> None:
         self.device_name = check_device_name(device) if device is not None else None
@@ -60,15 +59,11 @@ class DeviceEstimator:
         return True
 
     def device_for(self, node: torch.fx.Node) -> Device:
-        """The figures ``node`` is priced with."""
-        if self.device_name is not None:
-            if self.device_name not in self._devices:
-                self._devices[self.device_name] = get_device(self.device_name)
-            return self._devices[self.device_name]
-        where = next((t.device for t in node_tensors(node)), torch.device("cpu"))
-        key = str(where)
+        """The figures ``node`` is priced with (looked up once per device)."""
+        where = None if self.device_name is not None else node_device(node)
+        key = self.device_name or str(where)
         if key not in self._devices:
-            self._devices[key] = device_of(where)
+            self._devices[key] = get_device(key) if where is None else device_of(where)
         return self._devices[key]
 
     def __repr__(self) -> str:

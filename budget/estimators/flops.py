@@ -41,7 +41,7 @@ from torch.utils.flop_counter import (
 )
 
 from .base import DeviceEstimator, NodeCost
-from .memory import bytes_moved, compute_dtype, hint, shape
+from .memory import bytes_moved, compute_dtype, hint, shape, value_of
 
 aten = torch.ops.aten
 
@@ -208,10 +208,6 @@ def op_kind(node: torch.fx.Node) -> str:
     return "attention" if "attention" in name else "other"
 
 
-def _val(x: Any) -> Any:
-    return x.meta.get("val") if isinstance(x, torch.fx.Node) else x
-
-
 def _hinted_shape(x: Any) -> Any:
     """A tensor as its shape, symbolic sizes through their hints (no guards are added)."""
     if isinstance(x, torch.Tensor):
@@ -230,7 +226,7 @@ def node_flops(node: torch.fx.Node) -> float:
     formula = shape_wrapper(gap) if gap is not None else flop_registry.get(packet)
     if formula is None:
         return 0.0
-    values = tree_map(_val, (node.args, node.kwargs, node.meta.get("val")))
+    values = tree_map(value_of, (node.args, node.kwargs, node.meta.get("val")))
     if hasattr(formula, "__wrapped__"):  # a shape formula: give it hinted shapes
         values = tree_map(_hinted_shape, values)
     args, kwargs, out = values

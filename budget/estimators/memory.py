@@ -82,7 +82,8 @@ def tensors(val: Any) -> list[torch.Tensor]:
     return [t for t in tree_leaves(val) if isinstance(t, torch.Tensor)]
 
 
-def _val(x: Any) -> Any:
+def value_of(x: Any) -> Any:
+    """An fx node's ``meta["val"]``; anything else as it is."""
     return x.meta.get("val") if isinstance(x, torch.fx.Node) else x
 
 
@@ -98,6 +99,13 @@ def node_tensors(node: torch.fx.Node) -> Iterator[torch.Tensor]:
     """Output tensors of ``node``, then its input tensors."""
     yield from tensors(node.meta.get("val"))
     yield from input_tensors(node)
+
+
+def node_device(node: torch.fx.Node) -> torch.device:
+    """The device ``node`` runs on: that of its first tensor; CPU when it has none, or when
+    its tensors are on ``meta``."""
+    where = next((t.device for t in node_tensors(node)), torch.device("cpu"))
+    return torch.device("cpu") if where.type == "meta" else where
 
 
 def compute_dtype(node: torch.fx.Node) -> torch.dtype | None:

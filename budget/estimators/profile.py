@@ -24,6 +24,7 @@ reproducible across processes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -36,7 +37,16 @@ from torch.utils._pytree import tree_map
 
 from .base import NodeCost
 from .flops import node_flops
-from .memory import bytes_moved, hint, hint_float, is_alias, is_mutating, node_tensors, shape
+from .memory import (
+    bytes_moved,
+    hint,
+    hint_float,
+    is_alias,
+    is_mutating,
+    node_device,
+    shape,
+    value_of,
+)
 from .roofline import RooflineEstimator
 
 WARMUP = 2
@@ -66,10 +76,6 @@ def clear_cache() -> None:
     _STATS.update(hits=0, misses=0)
 
 
-def _val(x: Any) -> Any:
-    return x.meta.get("val") if isinstance(x, torch.fx.Node) else x
-
-
 def _spec_leaf(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
         return (
@@ -88,7 +94,7 @@ def _spec_leaf(x: Any) -> Any:
 
 
 def _spec(x: Any) -> Any:
-    return tree_map(_spec_leaf, _val(x))
+    return tree_map(_spec_leaf, value_of(x))
 
 
 def cache_key(node: torch.fx.Node, device: torch.device) -> str:
@@ -97,12 +103,6 @@ def cache_key(node: torch.fx.Node, device: torch.device) -> str:
         where += f"/{torch.get_num_threads()}threads"
     args = tree_map(_spec, (node.args, node.kwargs))
     return repr((str(node.target), where, args))
-
-
-def graph_device(node: torch.fx.Node) -> torch.device:
-    """The device ``node`` runs on: that of its first tensor (CPU when it has none)."""
-    where = next((t.device for t in node_tensors(node)), torch.device("cpu"))
-    return torch.device("cpu") if where.type == "meta" else where
 
 
 def not_runnable(node: torch.fx.Node, device: torch.device) -> str:
@@ -220,7 +220,7 @@ def time_node(node: torch.fx.Node, device: torch.device) -> float:
         gen = torch.Generator(device=device).manual_seed(0)
 
         def real(x: Any) -> Any:
-            return tree_map(lambda v: _materialize(v, device, gen), _val(x))
+            return tree_map(lambda v: _materialize(v, device, gen), value_of(x))
 
         args, kwargs = tree_map(real, (node.args, node.kwargs))
 
@@ -250,7 +250,7 @@ class ProfileEstimator:
     def estimate(self, node: torch.fx.Node) -> NodeCost:
         if node.op != "call_function" or is_alias(node):
             return NodeCost(cost=0.0, flops=node_flops(node))
-        device = graph_device(node)
+        device = node_device(node)
         why = not_runnable(node, device)
         if why:
             return self._roofline(node, why)
@@ -280,4 +280,4 @@ class ProfileEstimator:
             est = NodeCost(0.0, node_flops(node), float(bytes_moved(node)))
             note = f"not timed: {why}; priced 0 ({e})"
         self.notes[node.name] = note
-        return NodeCost(est.cost, est.flops, est.bytes_moved, note)
+        return dataclasses.replace(est, note=note)
