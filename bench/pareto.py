@@ -61,8 +61,8 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-# Price CPU attention in measured FLOPs (torch's counter gives it 0); --raw-flop-counter clears it.
-PRICE_ATTENTION = True
+# Fill the FLOP counter's gaps (CPU attention, norms: torch gives them 0); --raw-flop-counter clears it.
+FILL_GAPS = True
 
 
 def measure(ex: Example, backend: Any, ctx: Any = None) -> Point:
@@ -73,9 +73,7 @@ def measure(ex: Example, backend: Any, ctx: Any = None) -> Point:
     try:
         with ctx or contextlib.nullcontext():
             compiled = torch.compile(ex.step, backend=backend)
-            m = measure_step(
-                compiled, *ex.args, exclude=exclude, price_cpu_attention=PRICE_ATTENTION
-            )
+            m = measure_step(compiled, *ex.args, exclude=exclude, fill_gaps=FILL_GAPS)
     except Exception as e:
         inner = root_error(e)
         first = (str(inner).strip().splitlines() or [""])[0]
@@ -322,9 +320,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    global PRICE_ATTENTION
+    global FILL_GAPS
     args = parse_args(argv)
-    PRICE_ATTENTION = not args.raw_flop_counter
+    FILL_GAPS = not args.raw_flop_counter
     models: list[tuple[str, str, Callable[[], Example]]] = []
     if args.model in ("gpt", "all"):
         opts = dict(

@@ -53,11 +53,11 @@ def saved_bytes(
     return Measured(output=out, saved_bytes=sum(storages.values()))
 
 
-def backward_flops(loss: torch.Tensor, *, price_cpu_attention: bool = True) -> int:
+def backward_flops(loss: torch.Tensor, *, fill_gaps: bool = True) -> int:
     """FLOPs counted by torch's FlopCounterMode during ``loss.backward()``.
 
-    ``price_cpu_attention=False`` gives torch's raw count, without any of ``FLOP_GAPS``."""
-    mapping = FLOP_GAPS if price_cpu_attention else {}
+    ``fill_gaps=False`` gives torch's raw count, without any of ``FLOP_GAPS``."""
+    mapping = FLOP_GAPS if fill_gaps else {}
     with FlopCounterMode(display=False, custom_mapping=mapping) as mode:
         loss.backward()
     return int(mode.get_total_flops())
@@ -67,11 +67,11 @@ def measure_step(
     fn: Callable[..., Any],
     *args: Any,
     exclude: Iterable[torch.Tensor] = (),
-    price_cpu_attention: bool = True,
+    fill_gaps: bool = True,
     **kwargs: Any,
 ) -> Measured:
     """Saved bytes of the forward and FLOPs of the backward of a scalar-loss step."""
     m = saved_bytes(fn, *args, exclude=exclude, **kwargs)
     loss = m.output if isinstance(m.output, torch.Tensor) else tree_leaves(m.output)[0]
-    m.backward_flops = backward_flops(loss, price_cpu_attention=price_cpu_attention)
+    m.backward_flops = backward_flops(loss, fill_gaps=fill_gaps)
     return m

@@ -14,6 +14,14 @@ MiB = 2**20
 UNIT = 512**3 * 2  # FLOPs of one 512x512 @ 512x512 matmul
 
 
+def chain(x, *ws):
+    """The issue's 5-matmul chain (with six 512x512 leaves): cos, then mm + cos per weight."""
+    x = x.cos()
+    for w in ws:
+        x = torch.mm(x, w).cos()
+    return x.sum()
+
+
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
     torch._dynamo.reset()

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import UNIT, MiB, compile_with, grads_of
+from conftest import UNIT, MiB, chain, compile_with, grads_of
 from torch.utils.checkpoint import (
     CheckpointPolicy,
     checkpoint,
@@ -16,13 +16,6 @@ from torch.utils.checkpoint import (
 
 import budget
 from budget.sizes import parse_budget
-
-
-def chain(x, *ws):
-    x = x.cos()
-    for w in ws:
-        x = torch.mm(x, w).cos()
-    return x.sum()
 
 
 @pytest.fixture
@@ -279,7 +272,7 @@ def test_measured_flops_price_cpu_attention_like_the_estimator():
     q = torch.randn(2, 4, 64, 32, requires_grad=True)
     priced = backward_flops(F.scaled_dot_product_attention(q, q, q).sum())
     q.grad = None
-    raw = backward_flops(F.scaled_dot_product_attention(q, q, q).sum(), price_cpu_attention=False)
+    raw = backward_flops(F.scaled_dot_product_attention(q, q, q).sum(), fill_gaps=False)
     assert raw == 0
     assert priced == 5 * (2 * 2 * 4 * 64 * 64 * 32)  # five B*H*L*S*E matmuls, 2 FLOPs each
 

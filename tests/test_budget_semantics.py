@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import UNIT, MiB, compile_with
+from conftest import UNIT, MiB, chain, compile_with
 
 from budget.measure import measure_step
 
@@ -15,13 +15,6 @@ def _mib(n: int) -> float:
 
 def cos_mm(x, w):
     return torch.mm(x.cos(), w).sum()
-
-
-def chain(x, *ws):
-    x = x.cos()
-    for w in ws:
-        x = torch.mm(x, w).cos()
-    return x.sum()
 
 
 def two_branches(x1, w1, x2, w2):

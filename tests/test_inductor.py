@@ -8,16 +8,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from conftest import UNIT, MiB, compile_with, grads_of
+from conftest import UNIT, MiB, chain, compile_with, grads_of
 
 from budget.measure import measure_step
-
-
-def chain(x, *ws):
-    x = x.cos()
-    for w in ws:
-        x = torch.mm(x, w).cos()
-    return x.sum()
 
 
 def test_inductor_chain_saves_what_the_plan_says():
