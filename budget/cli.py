@@ -32,6 +32,7 @@ from .cli_args import (
     check_writable,
     parse_budget_arg,
     parse_budgets,
+    size_options,
 )
 from .targets import Target, describe_error, load_target
 
@@ -39,11 +40,17 @@ __all__ = ["UsageError", "main", "parse_budget_arg", "parse_budgets"]
 
 
 def _target(args: argparse.Namespace) -> Target:
-    from .models import BUILTINS, builtin_defaults
+    return load_target(args.target, size_options(args))
 
-    names = {opt for n in BUILTINS for opt in builtin_defaults(n)}
-    options = {k: getattr(args, k) for k in sorted(names) if getattr(args, k, None) is not None}
-    return load_target(args.target, options)
+
+def _common(args: argparse.Namespace) -> dict[str, Any]:
+    """The planning options both commands pass to budget.plans / budget.sweep."""
+    return {
+        "solver": args.solver,
+        "estimator": args.estimator,
+        "time_limit": args.time_limit,
+        "compiler": args.compiler,
+    }
 
 
 def _planning(run: Callable[[], Any]) -> Any:
@@ -91,11 +98,8 @@ def _solve(args: argparse.Namespace) -> int:
             target.step,
             *target.args,
             memory_budget=memory_budget,
-            solver=args.solver,
-            estimator=args.estimator,
-            time_limit=args.time_limit,
-            compiler=args.compiler,
             plan=args.plan,
+            **_common(args),
         )
     )
     done = time.perf_counter()
@@ -137,18 +141,11 @@ def _sweep(args: argparse.Namespace) -> int:
         check_writable(args.plot, "--plot")
         require_matplotlib()
     target = _target(args)
-    bar = _progress_bar(len(budgets), quiet=args.quiet)
+    bar = _ProgressBar(len(budgets), quiet=args.quiet)
     try:
         found = _planning(
             lambda: budget.sweep(
-                target.step,
-                *target.args,
-                budgets=budgets,
-                solver=args.solver,
-                estimator=args.estimator,
-                time_limit=args.time_limit,
-                compiler=args.compiler,
-                progress=bar.update,
+                target.step, *target.args, budgets=budgets, progress=bar.update, **_common(args)
             )
         )
     finally:
@@ -170,22 +167,24 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-class _progress_bar:  # noqa: N801 (used like a function)
+class _ProgressBar:
     """A tqdm bar on stderr driven by budget.sweep's progress(graph, done, total) callback;
-    silent when stderr is not a terminal or with --quiet."""
+    silent with --quiet, and (tqdm's ``disable=None``) when stderr is not a terminal."""
 
     def __init__(self, total: int, quiet: bool) -> None:
-        self.bar = None
-        self.graph = -1
-        if quiet or not sys.stderr.isatty():
-            return
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, desc="tracing", unit="budget", file=sys.stderr, leave=False)
+        self.graph = -1
+        self.bar = tqdm(
+            total=total,
+            desc="tracing",
+            unit="budget",
+            file=sys.stderr,
+            leave=False,
+            disable=True if quiet else None,
+        )
 
     def update(self, graph: int, done: int, total: int) -> None:
-        if self.bar is None:
-            return
         if graph != self.graph:
             self.graph = graph
             self.bar.reset(total=total)
@@ -194,8 +193,7 @@ class _progress_bar:  # noqa: N801 (used like a function)
         self.bar.refresh()
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+        self.bar.close()
 
 
 # --------------------------------------------------------------------------- main

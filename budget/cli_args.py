@@ -68,15 +68,21 @@ def _builtin_flags() -> dict[str, tuple[type, list[str]]]:
     return flags
 
 
+def size_options(args: argparse.Namespace) -> dict[str, int | float]:
+    """The built-in model sizes given on the command line (``--layers 2`` -> layers=2)."""
+    return {k: getattr(args, k) for k in _builtin_flags() if getattr(args, k, None) is not None}
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     from .config import config
+    from .models import BUILTINS
 
     p.add_argument(
         "target",
         nargs="?",
         default=DEFAULT_TARGET,
         metavar="TARGET",
-        help=f"builtin:NAME (gpt, resnet, mlp) or {CONTRACT} (default: {DEFAULT_TARGET})",
+        help=f"builtin:NAME ({', '.join(BUILTINS)}) or {CONTRACT} (default: {DEFAULT_TARGET})",
     )
     p.add_argument("--solver", default=None, help=f"(default: {config.solver})")
     p.add_argument("--estimator", default=None, help=f"(default: {config.estimator})")

@@ -169,7 +169,6 @@ def _partition(
             time_limit=settings.time_limit,
             timings=timings,
         )
-    plan.compiler = settings.compiler
     return _finish(joint_module, nodes, plan, node_info, num_fwd_outputs, settings)
 
 
@@ -206,7 +205,6 @@ def _apply_saved_plan(
         estimator=getattr(estimator, "spec", estimator.name),
         timings={"classify": t1 - t0, "estimate": t2 - t1, "apply": time.perf_counter() - t2},
     )
-    plan.compiler = settings.compiler
     return _finish(joint_module, nodes, plan, node_info, num_fwd_outputs, settings)
 
 
@@ -218,6 +216,7 @@ def _finish(
     num_fwd_outputs: int,
     settings: PlanSettings,
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
+    plan.compiler = settings.compiler
     saved_names = set(plan.saved)
     saved = [n for n in nodes if n.name in saved_names] + list(node_info.inputs)
     t3 = time.perf_counter()

@@ -47,7 +47,7 @@ def dumps_plans(plans: Plan | Sequence[Plan]) -> str:
         raise ValueError("no plans to write")
     if len(plans) == 1:
         return plans[0].to_json()
-    body = {"version": PLAN_FORMAT_VERSION, "plans": [json.loads(p.to_json()) for p in plans]}
+    body = {"version": PLAN_FORMAT_VERSION, "plans": [p.to_dict() for p in plans]}
     return json.dumps(body, indent=2)
 
 
@@ -78,7 +78,7 @@ def loads_plans(text: str, source: str = "<text>") -> list[Plan]:
     plans = []
     for item in items:
         try:
-            plans.append(Plan.from_json(json.dumps(item)))
+            plans.append(Plan.from_dict(item))
         except ValueError as e:
             raise ValueError(f"{source}: {e}") from None
     return plans

@@ -59,15 +59,24 @@ class Plan:
     def recomputed(self) -> list[str]:
         return [d.name for d in self.decisions if d.decision == "recompute"]
 
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as plain JSON-ready data (what :meth:`to_json` writes)."""
+        return asdict(self)
+
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(asdict(self), indent=indent)
+        return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
     def from_json(cls, text: str) -> Plan:
         try:
-            data: dict[str, Any] = json.loads(text)
+            data = json.loads(text)
         except json.JSONDecodeError as e:
             raise ValueError(f"not a budget plan: invalid JSON ({e})") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Plan:
+        """The plan in ``data`` as :meth:`to_dict` gives it; ValueError when it is not one."""
         if isinstance(data, dict) and isinstance(data.get("plans"), list):
             raise ValueError(
                 f"this file holds {len(data['plans'])} plans (one per graph of a step with "
@@ -81,8 +90,8 @@ class Plan:
                 f"(this budget reads version {PLAN_FORMAT_VERSION})"
             )
         try:
-            data["decisions"] = [Decision(**d) for d in data.get("decisions", [])]
-            return cls(**data)
+            decisions = [Decision(**d) for d in data.get("decisions", [])]
+            return cls(**{**data, "decisions": decisions})
         except TypeError as e:
             raise ValueError(f"not a budget plan: {e}") from None
 

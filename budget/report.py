@@ -416,6 +416,6 @@ def sweep_json(sweeps: Sequence[Sequence[Plan]], target: str = "") -> str:
     """The sweep as JSON: ``{"target": ..., "graphs": [[plan, ...] per graph]}``."""
     data = {
         "target": target,
-        "graphs": [[json.loads(p.to_json()) for p in plans] for plans in sweeps],
+        "graphs": [[p.to_dict() for p in plans] for plans in sweeps],
     }
     return json.dumps(data, indent=2)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .plan_model import Plan
+from .report import budget_cell, cost_scale
 
 INSTALL_HINT = "pip install budget-remat[plot]"
 
@@ -24,18 +25,6 @@ def require_matplotlib() -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         raise ImportError(f"plots need matplotlib: {INSTALL_HINT}") from None
-
-
-def _scale(values: Sequence[float], unit: str) -> tuple[float, str]:
-    from .report import cost_scale
-
-    return cost_scale(values, unit)
-
-
-def budget_label(budget: float | str) -> str:
-    from .report import budget_cell
-
-    return budget_cell(budget)
 
 
 def draw_sweep(
@@ -51,11 +40,11 @@ def draw_sweep(
     """
     if not plans:
         return
-    divisor, unit_label = scale or _scale([p.recompute_cost for p in plans], plans[0].cost_unit)
+    divisor, unit_label = scale or cost_scale([p.recompute_cost for p in plans], plans[0].cost_unit)
     labels: dict[tuple[float, float], list[str]] = {}
     for p in plans:  # plans with the same bytes and cost share a point and a label
         point = (p.saved_bytes / 2**20, p.recompute_cost / divisor)
-        labels.setdefault(point, []).append(budget_label(p.budget))
+        labels.setdefault(point, []).append(budget_cell(p.budget))
     points = sorted(labels, key=lambda xy: (xy[0], -xy[1]))
     ax.plot(
         [x for x, _ in points],
@@ -85,7 +74,7 @@ def save_sweep_plot(
     everything = [p for plans in sweeps for p in plans]
     if not everything:
         raise ValueError("nothing to plot: the sweep has no plans")
-    scale = _scale([p.recompute_cost for p in everything], everything[0].cost_unit)
+    scale = cost_scale([p.recompute_cost for p in everything], everything[0].cost_unit)
     for i, plans in enumerate(sweeps):
         label = f"graph {i + 1} ({plans[0].graph_hash})" if several and plans else None
         draw_sweep(ax, plans, label, scale)

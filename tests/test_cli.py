@@ -280,9 +280,9 @@ def test_sweep_table_json_and_plot(tmp_path, capsys):
     assert f"plot: {png}" in out
     code, out, _ = run(["sweep", *MLP, "--budgets", "0,0.5,1", "--format", "json"], capsys)
     data = json.loads(out)
-    plans = [budget.Plan.from_json(json.dumps(p)) for p in data["graphs"][0]]
+    plans = [budget.Plan.from_dict(p) for p in data["graphs"][0]]
     assert [p.budget for p in plans] == [0.0, 0.5, 1.0]
-    monotone([{**p.__dict__, "status": p.status} for p in plans])
+    monotone([p.to_dict() for p in plans])
 
 
 def test_sweep_progress_reaches_every_budget():
@@ -307,6 +307,7 @@ def test_progress_bar_on_a_terminal(monkeypatch, capsys):
     code = main(["sweep", *MLP, "--budgets", "0,1", "--format", "csv"])
     assert code == 0
     assert "graph 1" in fake.getvalue() and "2/2" in fake.getvalue()
-    fake.truncate(0)
+    fake.seek(0)
+    fake.truncate()
     assert main(["sweep", *MLP, "--budgets", "0,1", "--quiet"]) == 0
-    assert fake.getvalue().strip("\x00") == ""
+    assert fake.getvalue() == ""

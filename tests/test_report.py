@@ -199,7 +199,7 @@ def test_sweep_csv_and_json_are_exact():
     assert {r["cost_unit"] for r in rows} == {"s"}
     data = json.loads(sweep_json([plans], "builtin:mlp"))
     assert data["target"] == "builtin:mlp"
-    again = [Plan.from_json(json.dumps(p)) for p in data["graphs"][0]]
+    again = [Plan.from_dict(p) for p in data["graphs"][0]]
     assert again == plans
 
 
