@@ -12,37 +12,36 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._version import __version__
 from .config import config
-from .sizes import MemoryBudget, parse_budget
-
-__version__ = "0.1.0"
+from .core.sizes import MemoryBudget, parse_budget
 
 _LAZY = {
-    "Plan": ".plan_model",
-    "Decision": ".plan_model",
-    "Problem": ".problem",
-    "backend": ".torch_backend",
-    "plan": ".preview",
-    "plans": ".preview",
-    "sweep": ".preview",
-    "problems": ".preview",
-    "BudgetTooSmallError": ".planner",
-    "PlanMismatchError": ".plan_files",
-    "load_plans": ".plan_files",
-    "save_plans": ".plan_files",
+    "Plan": ".core.plan",
+    "Decision": ".core.plan",
+    "Problem": ".core.problem",
+    "backend": ".compile.backend",
+    "plan": ".compile.preview",
+    "plans": ".compile.preview",
+    "sweep": ".compile.preview",
+    "problems": ".compile.preview",
+    "BudgetTooSmallError": ".errors",
+    "PlanMismatchError": ".errors",
+    "load_plans": ".core.plan_files",
+    "save_plans": ".core.plan_files",
     "available_solvers": ".solvers",
     "available_estimators": ".estimators",
 }
 
 if TYPE_CHECKING:
+    from .compile.backend import backend
+    from .compile.preview import plan, plans, problems, sweep
+    from .core.plan import Decision, Plan
+    from .core.plan_files import load_plans, save_plans
+    from .core.problem import Problem
+    from .errors import BudgetTooSmallError, PlanMismatchError
     from .estimators import available_estimators
-    from .plan_files import PlanMismatchError, load_plans, save_plans
-    from .plan_model import Decision, Plan
-    from .planner import BudgetTooSmallError
-    from .preview import plan, plans, problems, sweep
-    from .problem import Problem
     from .solvers import available_solvers
-    from .torch_backend import backend
 
 
 def __getattr__(name: str) -> Any:

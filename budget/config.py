@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from .sizes import MemoryBudget, parse_budget
+from .core.sizes import MemoryBudget, parse_budget
 
 _DEFAULTS: dict[str, Any] = {
     "activation_memory_budget": 1.0,

@@ -1,25 +1,9 @@
-"""Shared helpers: compile a step with budget's backend, run it, collect gradients."""
+"""Every test starts and ends with a fresh dynamo: compiled frames never leak between tests."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import pytest
 import torch
-
-import budget
-
-MiB = 2**20
-UNIT = 512**3 * 2  # FLOPs of one 512x512 @ 512x512 matmul
-
-
-def chain(x, *ws):
-    """The issue's 5-matmul chain (with six 512x512 leaves): cos, then mm + cos per weight."""
-    x = x.cos()
-    for w in ws:
-        x = torch.mm(x, w).cos()
-    return x.sum()
 
 
 @pytest.fixture(autouse=True)
@@ -27,33 +11,3 @@ def _fresh_dynamo():
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
-
-
-def compile_with(fn: Callable[..., Any], b: float | str, compiler: str = "eager", **kw: Any):
-    be = budget.backend(b, compiler=compiler, **kw)
-    return torch.compile(fn, backend=be), be
-
-
-def grads_of(
-    step: Callable[..., Any],
-    tensors: list[torch.Tensor],
-    *args: Any,
-    seed: int | None = None,
-    **kwargs: Any,
-) -> tuple[Any, list[torch.Tensor]]:
-    """Run ``step``, backprop the sum of its tensor outputs, return outputs and grads."""
-    for t in tensors:
-        t.grad = None
-    if seed is not None:
-        torch.manual_seed(seed)
-    out = step(*args, **kwargs)
-    leaves = [o for o in torch.utils._pytree.tree_leaves(out) if isinstance(o, torch.Tensor)]
-    total = sum(o.float().sum() for o in leaves if o.requires_grad)
-    total.backward()
-    detached = torch.utils._pytree.tree_map(
-        lambda o: o.detach().clone() if isinstance(o, torch.Tensor) else o, out
-    )
-    grads = [t.grad.clone() for t in tensors]
-    for t in tensors:
-        t.grad = None
-    return detached, grads

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import UNIT, MiB, chain, compile_with, grads_of
+from helpers.steps import UNIT, MiB, chain, compile_with, grads_of
 from torch.utils.checkpoint import (
     CheckpointPolicy,
     checkpoint,
@@ -15,7 +15,7 @@ from torch.utils.checkpoint import (
 )
 
 import budget
-from budget.sizes import parse_budget
+from budget.core.sizes import parse_budget
 
 
 @pytest.fixture
@@ -266,8 +266,8 @@ def test_time_limit_never_gives_a_plan_over_budget():
 
 
 def test_measured_flops_price_cpu_attention_like_the_estimator():
-    """torch's counter gives CPU attention 0 FLOPs; budget.measure uses the estimator's table."""
-    from budget.measure import backward_flops
+    """torch's counter gives CPU attention 0 FLOPs; budget.compile.measure uses the estimator's table."""
+    from budget.compile.measure import backward_flops
 
     q = torch.randn(2, 4, 64, 32, requires_grad=True)
     priced = backward_flops(F.scaled_dot_product_attention(q, q, q).sum())

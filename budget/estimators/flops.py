@@ -2,7 +2,7 @@
 
 FLOPs come from ``torch.utils.flop_counter``'s formulas on the node's fake ``meta["val"]``
 shapes, so nothing is executed. Its registry leaves real work at 0; ``FLOP_GAPS`` fills
-those gaps (``budget.measure`` uses the same table, so estimates and measurements agree):
+those gaps (``budget.compile.measure`` uses the same table, so estimates and measurements agree):
 
 - CPU attention (``_scaled_dot_product_flash_attention_for_cpu`` and its backward, and the
   ``_fused_attention_overrideable`` kernel): priced like torch prices the CUDA SDPA kernels

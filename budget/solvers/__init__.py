@@ -64,13 +64,13 @@ def get_solver(name: str | Solver, *, reduce: bool | None = None) -> Solver:
 
 def _register_builtins(register: Callable[[type], type]) -> None:
     from .auto import Auto
-    from .cpsat import CpSat
-    from .dp import DpKnapsack
-    from .greedy import Greedy
-    from .highs import HiGHS
-    from .ilp import PulpILP
-    from .mincut import MinCutSolver
-    from .mip import OrToolsMIP
+    from .heuristics.dp import DpKnapsack
+    from .heuristics.greedy import Greedy
+    from .mincut.solver import MinCutSolver
+    from .mip.cpsat import CpSat
+    from .mip.highs import HiGHS
+    from .mip.mathopt import OrToolsMIP
+    from .mip.pulp_cbc import PulpILP
 
     register(Auto)
     register(PulpILP)

@@ -20,10 +20,10 @@ import time
 from collections.abc import Callable
 from typing import ClassVar
 
-from ..problem import Problem
+from ..core.problem import Problem
 from .base import InfeasibleError, Objective, Solution, SolverBase, SolverTimeout
-from .cpsat import CpSat
-from .mincut import MinCutSolver
+from .mincut.solver import MinCutSolver
+from .mip.cpsat import CpSat
 from .reduce import Reduced
 
 

@@ -20,21 +20,10 @@ from typing import ClassVar, Literal, Protocol, TypeVar
 
 import numpy as np
 
-from ..problem import Problem
+from ..core.problem import Problem
+from ..errors import InfeasibleError, SolverTimeout
 
 Objective = Literal["cost", "bytes"]
-
-
-class InfeasibleError(ValueError):
-    """No plan fits the target; ``min_bytes`` (when known) is the smallest reachable size."""
-
-    def __init__(self, message: str, min_bytes: int | None = None) -> None:
-        super().__init__(message)
-        self.min_bytes = min_bytes
-
-
-class SolverTimeout(RuntimeError):
-    """The time limit passed before any plan was found."""
 
 
 @dataclass

@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..problem import Problem
+from ..core.problem import Problem
 from .base import (
     InfeasibleError,
     Objective,

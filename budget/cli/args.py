@@ -1,0 +1,248 @@
+"""The command line's grammar: the ``budget`` argument parser and option checks.
+
+Builds the parser of ``budget solve`` and ``budget sweep`` (shared options, built-in
+model sizes) and validates what argparse cannot (budgets, lists of budgets, solver and
+estimator names, writable output paths). Every problem is a :class:`UsageError` or a
+ValueError with one clear line; :mod:`budget.cli.main` turns them into exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import NoReturn
+
+from ..errors import UsageError
+from .targets import CONTRACT, DEFAULT_TARGET
+
+DEFAULT_BUDGETS = "0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1"
+COMPILERS = ("inductor", "eager")
+
+TARGET_HELP = """\
+targets:
+  builtin:gpt, builtin:resnet, builtin:mlp   built-in models; sizes by the flags below
+  FILE.py:FACTORY                            your own: FACTORY() takes no arguments and
+                                             returns one of
+      a budget.models.Example
+      (step, args)    step(*args) runs the model and returns the scalar loss
+      (module, args)  an nn.Module whose module(*args) returns the scalar loss
+  args is a tuple or list of example inputs (one tensor is one argument); something in
+  the step must require grad. For example, in model.py:
+
+      import torch
+      from torch import nn
+
+      def make():
+          model = nn.Sequential(nn.Linear(128, 512), nn.GELU(), nn.Linear(512, 10))
+          x, y = torch.randn(32, 128), torch.randint(10, (32,))
+          step = lambda x, y: nn.functional.cross_entropy(model(x), y)
+          return step, (x, y)
+
+  then: budget solve model.py:make --budget 0.5
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but errors are one line like every other user error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"budget: error: {message} (see {self.prog} --help)\n")
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def _builtin_flags() -> dict[str, tuple[type, list[str]]]:
+    """Every size option of the built-in models: its type and the models that take it."""
+    from ..models import BUILTINS, builtin_defaults
+
+    flags: dict[str, tuple[type, list[str]]] = {}
+    for name in BUILTINS:
+        for opt, default in builtin_defaults(name).items():
+            kind = float if isinstance(default, float) else int
+            flags.setdefault(opt, (kind, []))[1].append(name)
+    return flags
+
+
+def size_options(args: argparse.Namespace) -> dict[str, int | float]:
+    """The built-in model sizes given on the command line (``--layers 2`` -> layers=2)."""
+    return {k: getattr(args, k) for k in _builtin_flags() if getattr(args, k, None) is not None}
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    from ..config import config
+    from ..models import BUILTINS
+
+    p.add_argument(
+        "target",
+        nargs="?",
+        default=DEFAULT_TARGET,
+        metavar="TARGET",
+        help=f"builtin:NAME ({', '.join(BUILTINS)}) or {CONTRACT} (default: {DEFAULT_TARGET})",
+    )
+    p.add_argument("--solver", default=None, help=f"(default: {config.solver})")
+    p.add_argument("--estimator", default=None, help=f"(default: {config.estimator})")
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=f"solver time limit per solve (default: {config.time_limit:g})",
+    )
+    p.add_argument(
+        "--compiler",
+        choices=COMPILERS,
+        default="inductor",
+        help="the torch.compile pipeline to plan for; a plan applies only to the pipeline it "
+        "was made for (default: inductor, as budget.backend())",
+    )
+    p.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors"
+    )
+    sizes = p.add_argument_group("built-in model sizes")
+    for opt, (kind, models) in _builtin_flags().items():
+        sizes.add_argument(
+            f"--{opt.replace('_', '-')}",
+            dest=opt,
+            type=kind,
+            default=None,
+            metavar="X" if kind is float else "N",
+            help=f"({', '.join(models)})",
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ..config import config
+
+    parser = _Parser(
+        prog="budget",
+        description="Plan which activations to save and which to recompute within a memory budget.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    solve = sub.add_parser(
+        "solve",
+        allow_abbrev=False,
+        help="preview the plan(s) for a training step",
+        description="Preview the save/recompute plan for every graph of a training step: "
+        "the budget's two ends, saved bytes, recompute cost, a table per module and the "
+        "largest decisions. --json writes a plan file for budget.backend(plan=FILE).",
+        epilog=TARGET_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_common(solve)
+    solve.add_argument(
+        "--budget",
+        default=None,
+        help="fraction in [0, 1] of saved activation memory, or a size such as 512MiB "
+        f"(default: {config.activation_memory_budget})",
+    )
+    solve.add_argument(
+        "--format", choices=("table", "json"), default="table", help="what to print to stdout"
+    )
+    solve.add_argument(
+        "--json",
+        metavar="FILE",
+        help="also write the plan file (one plan's JSON; several graphs: "
+        '{"version": 1, "plans": [...]}) for budget.backend(plan=FILE)',
+    )
+    solve.add_argument(
+        "--plan",
+        metavar="FILE",
+        help="apply a saved plan file instead of solving, as budget.backend(plan=FILE) "
+        "would: shows it, or exits with status 2 when it no longer fits TARGET",
+    )
+    solve.add_argument(
+        "--depth",
+        type=int,
+        default=2,
+        metavar="N",
+        help="module depth of the per-module table: 1 = the model's children (default: 2)",
+    )
+    solve.add_argument(
+        "--top", type=int, default=10, metavar="N", help="largest decisions to list (default: 10)"
+    )
+
+    sweep = sub.add_parser(
+        "sweep",
+        allow_abbrev=False,
+        help="plan many budgets: the memory/recompute Pareto table",
+        description="Plan the step at many budgets from one trace and print the Pareto "
+        "table (budget, target, saved bytes, recompute cost, status), with a progress "
+        "bar on stderr; --plot draws the frontier to a PNG.",
+        epilog=TARGET_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_common(sweep)
+    sweep.add_argument(
+        "--budgets",
+        default=DEFAULT_BUDGETS,
+        metavar="LIST",
+        help="comma-separated fractions and sizes, e.g. 0,0.5,1 or 0,64MiB,1 "
+        f"(default: {DEFAULT_BUDGETS})",
+    )
+    sweep.add_argument(
+        "--format",
+        choices=("table", "json", "csv"),
+        default="table",
+        help="what to print to stdout",
+    )
+    sweep.add_argument("--plot", metavar="FILE.png", help="also draw the frontier to a PNG")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    return parser
+
+
+# --------------------------------------------------------------------------- options
+
+
+def parse_budget_arg(text: str | None) -> float | str | None:
+    """'0.5' -> 0.5, '512MiB' -> '512MiB' (validated), None -> None (use the config)."""
+    from ..core.sizes import parse_budget
+
+    if text is None:
+        return None
+    try:
+        value: float | str = float(text)
+    except ValueError:
+        value = text.strip()
+    parse_budget(value)
+    return value
+
+
+def parse_budgets(text: str) -> list[float | str]:
+    """'0,0.5,64MiB' -> [0.0, 0.5, '64MiB']; an empty item or a bad budget is an error."""
+    items = [t.strip() for t in text.split(",")]
+    if not text.strip() or any(not t for t in items):
+        raise UsageError(f"--budgets must be a comma-separated list of budgets; got {text!r}")
+    budgets: list[float | str] = []
+    for item in items:
+        try:
+            budgets.append(parse_budget_arg(item))  # type: ignore[arg-type]
+        except ValueError as e:
+            raise UsageError(f"--budgets: {item!r} is not a budget: {e}") from None
+    return budgets
+
+
+def check_options(args: argparse.Namespace) -> None:
+    from ..estimators import get_estimator
+    from ..solvers import get_solver
+
+    if args.time_limit is not None and not args.time_limit > 0:
+        raise UsageError(
+            f"--time-limit must be a positive number of seconds; got {args.time_limit}"
+        )
+    if args.solver is not None:
+        get_solver(args.solver)
+    if args.estimator is not None:
+        get_estimator(args.estimator)
+
+
+def check_writable(path: str, flag: str) -> None:
+    parent = Path(path).resolve().parent
+    if not parent.is_dir():
+        raise UsageError(f"cannot write {flag} {path!r}: its directory does not exist")
+    if not os.access(parent, os.W_OK) or Path(path).is_dir():
+        raise UsageError(f"cannot write {flag} {path!r}: not writable")

@@ -1,0 +1,257 @@
+"""The ``budget`` command line: preview plans and sweeps without writing Python.
+
+    budget solve                                 # the built-in GPT at the configured budget
+    budget solve builtin:resnet --budget 0.3
+    budget solve my_model.py:make --budget 512MiB --json plan.json
+    budget sweep builtin:mlp --budgets 0,0.25,0.5,1 --plot pareto.png
+
+A TARGET is ``builtin:NAME`` or ``FILE.py:FACTORY`` (:mod:`budget.cli.targets` has the
+contract). Plans are previewed on fake tensors through the same pipeline training uses
+(:func:`budget.plans`), so nothing is trained; ``--json`` writes a plan file that
+``budget.backend(plan=FILE)`` applies. User errors (a bad target, a factory that raises,
+an invalid option or an unreachable budget) exit with status 2 and one line on stderr;
+``--debug`` shows the traceback. This is the only module of budget that prints; the text
+itself comes from :mod:`budget.core.report`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .args import (
+    UsageError,
+    build_parser,
+    check_options,
+    check_writable,
+    parse_budget_arg,
+    parse_budgets,
+    size_options,
+)
+from .targets import Target, describe_error, load_target
+
+__all__ = ["UsageError", "main", "parse_budget_arg", "parse_budgets"]
+
+
+def _target(args: argparse.Namespace) -> Target:
+    return load_target(args.target, size_options(args))
+
+
+def _common(args: argparse.Namespace) -> dict[str, Any]:
+    """The planning options both commands pass to budget.plans / budget.sweep."""
+    return {
+        "solver": args.solver,
+        "estimator": args.estimator,
+        "time_limit": args.time_limit,
+        "compiler": args.compiler,
+    }
+
+
+def _planning(run: Callable[[], Any]) -> Any:
+    """Run a planning call; surface the user error behind torch.compile's wrappers."""
+    try:
+        return run()
+    except Exception as e:
+        from ..compile.backend import root_error
+
+        inner = root_error(e)
+        if isinstance(inner, ValueError):  # BudgetTooSmallError, InfeasibleError, ...
+            raise inner from e
+        raise
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _solve(args: argparse.Namespace) -> int:
+    import budget
+
+    from ..core.plan_files import dumps_plans
+    from ..core.report import solve_report
+
+    check_options(args)
+    memory_budget = parse_budget_arg(args.budget)
+    if args.depth < 1:
+        raise UsageError(f"--depth must be at least 1; got {args.depth}")
+    if args.top < 0:
+        raise UsageError(f"--top must be 0 or more; got {args.top}")
+    if args.plan is not None:
+        given = [f for f in ("budget", "solver", "time_limit") if getattr(args, f) is not None]
+        if given:
+            flags = ", ".join(f"--{f.replace('_', '-')}" for f in given)
+            raise UsageError(f"--plan applies a saved plan: {flags} cannot be used with it")
+        if not Path(args.plan).is_file():
+            raise UsageError(f"--plan {args.plan!r}: no such file")
+    if args.json:
+        check_writable(args.json, "--json")
+    start = time.perf_counter()
+    target = _target(args)
+    loaded = time.perf_counter()
+    plans = _planning(
+        lambda: budget.plans(
+            target.step,
+            *target.args,
+            memory_budget=memory_budget,
+            plan=args.plan,
+            **_common(args),
+        )
+    )
+    done = time.perf_counter()
+    if args.json:
+        try:
+            Path(args.json).write_text(dumps_plans(plans) + "\n")
+        except OSError as e:
+            raise UsageError(f"cannot write --json {args.json!r}: {e.strerror or e}") from e
+    if args.format == "json":
+        print(dumps_plans(plans))
+        return 0
+    stages = sum(sum(p.timings.values()) for p in plans)
+    timings = {
+        "load": loaded - start,
+        "trace": max(0.0, done - loaded - stages),
+        "plan": stages,
+        "total": done - start,
+    }
+    print(solve_report(plans, target.description, depth=args.depth, top=args.top, timings=timings))
+    if args.plan:
+        print(f"\napplied the saved plan {args.plan}: it fits {target.description}")
+    if args.json:
+        print(f"\nplan file: {args.json} (apply with budget.backend(plan={args.json!r}))")
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    import budget
+
+    from ..core.report import sweep_csv, sweep_json, sweep_table
+
+    check_options(args)
+    budgets = parse_budgets(args.budgets)
+    if args.plot:
+        from .plots import require_matplotlib, save_sweep_plot
+
+        if Path(args.plot).suffix.lower() != ".png":
+            raise UsageError(f"--plot writes a PNG: name the file *.png; got {args.plot!r}")
+        check_writable(args.plot, "--plot")
+        require_matplotlib()
+    target = _target(args)
+    bar = _ProgressBar(len(budgets), quiet=args.quiet)
+    try:
+        found = _planning(
+            lambda: budget.sweep(
+                target.step, *target.args, budgets=budgets, progress=bar.update, **_common(args)
+            )
+        )
+    finally:
+        bar.close()
+    sweeps = found if found and isinstance(found[0], list) else [found]
+    if args.plot:
+        try:
+            save_sweep_plot(sweeps, args.plot, title=target.description)
+        except OSError as e:
+            raise UsageError(f"cannot write --plot {args.plot!r}: {e.strerror or e}") from e
+    if args.format == "json":
+        print(sweep_json(sweeps, target.description))
+    elif args.format == "csv":
+        print(sweep_csv(sweeps))
+    else:
+        print(sweep_table(sweeps, target.description))
+        if args.plot:
+            print(f"\nplot: {args.plot}")
+    return 0
+
+
+class _ProgressBar:
+    """A tqdm bar on stderr driven by budget.sweep's progress(graph, done, total) callback;
+    silent with --quiet, and (tqdm's ``disable=None``) when stderr is not a terminal."""
+
+    def __init__(self, total: int, quiet: bool) -> None:
+        from tqdm import tqdm
+
+        self.graph = -1
+        self.bar = tqdm(
+            total=total,
+            desc="tracing",
+            unit="budget",
+            file=sys.stderr,
+            leave=False,
+            disable=True if quiet else None,
+        )
+
+    def update(self, graph: int, done: int, total: int) -> None:
+        if graph != self.graph:
+            self.graph = graph
+            self.bar.reset(total=total)
+            self.bar.set_description(f"graph {graph + 1}")
+        self.bar.n = done
+        self.bar.refresh()
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``budget`` console script; returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse: --help (0) or a usage error (2, already printed)
+        return int(e.code or 0)
+    debug = getattr(args, "debug", False)
+    if args.version:
+        from .._version import __version__
+
+        print(f"budget {__version__}")
+        return 0
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    command = _solve if args.command == "solve" else _sweep
+    try:
+        return command(args)
+    except BrokenPipeError:
+        # The reader went away (``budget solve | head``): not an error. Point stdout at
+        # devnull so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except (UsageError, ValueError, OSError, ImportError) as e:
+        if debug:
+            traceback.print_exc()
+        print(f"budget: error: {_one_line(e)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("budget: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        from ..compile.backend import root_error
+        from ..solvers import SolverTimeout
+
+        if debug:
+            traceback.print_exc()
+        inner = root_error(e)
+        if isinstance(inner, SolverTimeout):
+            print(f"budget: error: {_one_line(inner)}", file=sys.stderr)
+            return 1
+        print(
+            f"budget: error: unexpected {describe_error(inner)} (rerun with --debug for the "
+            "traceback)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""``budget.backend()``: a torch.compile backend that plans every graph it compiles.
+
+Each graph dynamo hands over (several after graph breaks) is traced into its joint
+forward/backward graph by AOTAutograd, planned at the memory budget, partitioned by the
+plan and compiled with Inductor (default) or run eagerly with Inductor's decompositions
+(``compiler="eager"``, the equivalent of torch's ``aot_eager_decomp_partition``).
+The plans are kept on the backend (``backend.plans``) and passed to ``on_plan``.
+With ``plan=`` (a plan file, a Plan or a list of Plans) nothing is solved: each graph gets
+the saved plan made for it, or a clear error (:mod:`budget.core.plan_files`).
+
+Previews (:mod:`budget.compile.preview`) run the same pipeline with ``preview=True``: Inductor's
+whole pipeline up to and including the partitioner (its joint-graph passes change the
+graph, and so the plan), without generating code.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from ..config import config, validate_option
+from ..core.plan import Plan
+from ..core.plan_files import PlanBook, PlanSource
+from ..core.sizes import parse_budget
+from ..estimators import get_estimator
+from ..solvers import get_solver
+from .partition import PlanSettings, budget_partition
+
+COMPILERS = ("inductor", "eager")
+
+
+class BudgetBackend:
+    """A torch.compile backend. Create it with :func:`budget.backend`."""
+
+    def __init__(self, settings: PlanSettings, compiler: str, preview: bool = False) -> None:
+        self.settings = settings
+        self.compiler = compiler
+        self.preview = preview  # plan only: no code is generated (Inductor)
+        settings.compiler = compiler
+
+    @property
+    def plans(self) -> list[Plan]:
+        """Plans made so far, one per compiled graph, in compilation order."""
+        return self.settings.plans
+
+    def partition_fn(self) -> Callable[..., Any]:
+        return functools.partial(budget_partition, settings=self.settings)
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+        if self.compiler == "inductor":
+            return self._inductor(gm, example_inputs)
+        return self._eager(gm, example_inputs)
+
+    def _eager(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+        from torch._dynamo.backends.common import aot_autograd
+        from torch._functorch.aot_autograd import make_boxed_func
+        from torch._inductor.compile_fx import select_decomp_table
+
+        def nop(g: torch.fx.GraphModule, _inputs: Sequence[Any]) -> Any:
+            return make_boxed_func(g.forward)
+
+        with torch._functorch.config.patch(unlift_effect_tokens=True, enable_autograd_cache=False):
+            return aot_autograd(
+                fw_compiler=nop,
+                bw_compiler=nop,
+                decompositions=select_decomp_table(),
+                partition_fn=self.partition_fn(),
+            )(gm, example_inputs)
+
+    def _inductor(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+        from torch._inductor.compile_fx import compile_fx
+
+        # Compile caches would skip the partitioner, and with it the plan users look at;
+        # their keys also ignore what the plan depends on. Every compile plans afresh.
+        patches = {"custom_partitioner_fn": _InductorPartitioner(self), "fx_graph_cache": False}
+        with torch._functorch.config.patch(enable_autograd_cache=False):
+            if self.preview:
+                return compile_fx(
+                    gm, example_inputs, inner_compile=_run_uncompiled, config_patches=patches
+                )
+            return compile_fx(gm, example_inputs, config_patches=patches)
+
+
+def _run_uncompiled(gm: torch.fx.GraphModule, _inputs: Sequence[Any], **_: Any) -> Any:
+    """An Inductor ``inner_compile`` that generates no code: runs the graph as it is.
+
+    Previews trace on fake tensors through Inductor's whole pipeline (pre-grad passes,
+    decompositions, joint-graph passes, the partitioner) so that they plan the very graph
+    training compiles; only the code generation, the slow part, is skipped.
+    """
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    return _uncompiled_class()(make_boxed_func(gm.forward))
+
+
+@functools.cache
+def _uncompiled_class() -> type:
+    from torch._inductor.output_code import OutputCode
+
+    class Uncompiled(OutputCode):  # type: ignore[misc]
+        """Inductor's compiled-graph interface around a plain (boxed) graph function."""
+
+        _boxed_call = True
+
+        def __init__(self, fn: Callable[..., Any]) -> None:
+            super().__init__()
+            self.fn = fn
+
+        def __call__(self, inputs: Sequence[Any]) -> Any:
+            return self.fn(inputs)
+
+        def post_compile(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def set_triton_bundle(self, triton_bundle: Any) -> None:
+            pass
+
+    return Uncompiled
+
+
+def _inductor_partitioner_base() -> type:
+    from torch._inductor.custom_graph_pass import CustomPartitionerFn
+
+    return CustomPartitionerFn
+
+
+class _InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
+    """Adapter for ``torch._inductor.config.custom_partitioner_fn``."""
+
+    def __init__(self, backend: BudgetBackend) -> None:
+        self.backend = backend
+
+    def __call__(self, gm: torch.fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any) -> Any:
+        kwargs.pop("compiler", None)
+        return budget_partition(gm, joint_inputs, settings=self.backend.settings, **kwargs)
+
+    def uuid(self) -> str:
+        # Caches are bypassed (see _inductor), but should one consult this key, it must
+        # change with everything the plan depends on.
+        from .._version import __version__
+
+        s = self.backend.settings
+        fixed = ",".join(p.graph_hash for p in s.book.plans) if s.book else ""
+        return f"budget-{__version__}-{s.budget}-{s.solver}-{s.estimator}-{s.time_limit}-{fixed}"
+
+
+def root_error(e: BaseException) -> BaseException:
+    """The error behind torch.compile's wrappers (BackendCompilerFailed and the like)."""
+    seen: set[int] = set()
+    while id(e) not in seen:
+        seen.add(id(e))
+        inner = getattr(e, "inner_exception", None) or e.__cause__
+        if not isinstance(inner, BaseException):
+            break
+        e = inner
+    return e
+
+
+def backend(
+    memory_budget: float | str | None = None,
+    *,
+    solver: str | None = None,
+    estimator: str | None = None,
+    compiler: str = "inductor",
+    time_limit: float | None = None,
+    on_plan: Callable[[Plan], None] | None = None,
+    plan: PlanSource | None = None,
+) -> BudgetBackend:
+    """A ``torch.compile`` backend that saves activations within ``memory_budget``.
+
+    Unset arguments come from :data:`budget.config`. ``memory_budget`` is a fraction in
+    [0, 1] or a size such as ``"512MiB"``. Plans are available as ``backend.plans`` and
+    are passed to ``on_plan`` as they are made.
+
+    ``plan`` applies saved plans instead of solving: a plan file written by
+    ``budget solve --json`` (or :func:`budget.save_plans`), a Plan, or a list of Plans.
+    Each compiled graph gets the plan made for it (matched by graph hash, checked node
+    by node); a graph with none raises :class:`budget.PlanMismatchError`.
+    """
+    if compiler not in COMPILERS:
+        raise ValueError(f"unknown compiler {compiler!r}; available: {', '.join(COMPILERS)}")
+    if plan is not None and memory_budget is not None:
+        raise ValueError(
+            "pass memory_budget or plan, not both: a saved plan carries its own budget"
+        )
+    book = PlanBook.load(plan) if plan is not None else None
+    settings = PlanSettings(
+        budget=parse_budget(
+            config.activation_memory_budget if memory_budget is None else memory_budget
+        ),
+        solver=get_solver(solver or config.solver).name,
+        estimator=get_estimator(estimator or config.estimator).spec,
+        time_limit=config.time_limit
+        if time_limit is None
+        else validate_option("time_limit", time_limit),
+        on_plan=on_plan,
+        book=book,
+    )
+    return BudgetBackend(settings, compiler)

@@ -1,0 +1,211 @@
+"""Joint fx graph -> :class:`~budget.core.problem.Problem`.
+
+Turns torch's node classification (``classify_nodes``) into pure data: which forward
+values the backward reads, what each costs to keep (per storage, so a view costs its
+base once and a view of a parameter costs nothing), what each costs to recompute, and
+which decisions are forbidden (random ops, side effects, mutation, user tags).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import torch
+import torch.fx as fx
+from torch.utils.checkpoint import CheckpointPolicy
+
+from ..core.problem import Problem
+from ..estimators import Estimator, NodeCost
+from ..estimators.memory import storage_of
+from . import _torch_private as T
+
+aten = torch.ops.aten
+_SDPA_WITH_DROPOUT_ARG = {
+    aten._scaled_dot_product_flash_attention_for_cpu: 3,
+    aten._scaled_dot_product_flash_attention: 3,
+    aten._scaled_dot_product_efficient_attention: 4,
+    aten._scaled_dot_product_cudnn_attention: 5,
+    aten.scaled_dot_product_attention: 4,
+}
+
+
+def is_random(node: fx.Node) -> bool:
+    """True when recomputing ``node`` would draw new random numbers.
+
+    The ``nondeterministic_seeded`` tag alone is not enough: CPU attention carries it
+    even with ``dropout_p=0`` (DESIGN.md, "Tags are not semantics").
+    """
+    target = node.target
+    if node.op != "call_function" or not hasattr(target, "tags"):
+        return False
+    if torch.Tag.nondeterministic_seeded not in target.tags:
+        return False
+    packet = getattr(target, "overloadpacket", None)
+    if packet in _SDPA_WITH_DROPOUT_ARG:
+        pos = _SDPA_WITH_DROPOUT_ARG[packet]
+        p = node.kwargs.get("dropout_p", node.args[pos] if len(node.args) > pos else 0.0)
+        return bool(p)
+    return True
+
+
+def forbidden_recompute(node: fx.Node) -> str:
+    """Why ``node`` must not be recomputed, or '' when it may be."""
+    if node.meta.get("recompute") == CheckpointPolicy.MUST_SAVE:
+        return "tagged MUST_SAVE"
+    if is_random(node) and not T.must_recompute(node):
+        return "random op (recomputing would draw a new sample)"
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        if target._schema.is_mutable:
+            return "mutates its inputs"
+        if target.namespace in {"_c10d_functional", "c10d_functional", "_dtensor"}:
+            return "collective"
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return f"higher-order op {target.name()}"
+    return ""
+
+
+def _read_by_backward(node: fx.Node, bw: object) -> bool:
+    # The output node sits in torch's required_bw_nodes; being a forward output is not a read.
+    return any(u in bw and u.op != "output" for u in node.users)
+
+
+def module_path(node: fx.Node) -> str:
+    """The node's module as ModTracker names it: the root module's class, then attributes
+    (``GPT.blocks.0.attn``), from dynamo's ``nn_module_stack``; "" outside any module."""
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return ""
+    entries = list(stack.values())
+    root, leaf = str(entries[0][0]), str(entries[-1][0])
+    below = leaf[len(root) :] if leaf.startswith(root) else "." + _source_name(leaf)
+    return _class_name(entries[0][1]) + below
+
+
+def _source_name(path: str) -> str:
+    # dynamo sources of locals and globals: L['model'].body.0 -> model.body.0
+    return path.replace("L['", "").replace("G['", "").replace("']", "")
+
+
+def _class_name(cls: object) -> str:
+    name = cls if isinstance(cls, str) else getattr(cls, "__qualname__", str(cls))
+    return str(name).rsplit(".", 1)[-1]
+
+
+def graph_hash(graph: fx.Graph) -> str:
+    """A hash of the graph's structure, ops, shapes and dtypes (not of names' memory ids)."""
+    h = hashlib.sha256()
+    for node in graph.nodes:
+        val = node.meta.get("val")
+        desc = (
+            f"{tuple(val.shape)}{val.dtype}"
+            if isinstance(val, torch.Tensor)
+            else type(val).__name__
+        )
+        h.update(f"{node.op}|{node.target}|{node.args}|{node.kwargs}|{desc}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def build_problem(
+    graph: fx.Graph,
+    node_info: T.NodeInfo,
+    estimator: Estimator,
+    reference_saved: Sequence[fx.Node] = (),
+) -> tuple[Problem, list[fx.Node]]:
+    """The Problem for a prepared joint graph, and the fx node behind each problem index."""
+    inputs = list(node_info.inputs)
+    input_set = set(inputs)
+    bw = node_info.required_bw_nodes
+    candidates = [
+        n
+        for n in graph.nodes
+        if n.op != "output" and n not in bw and n not in input_set and n.op != "placeholder"
+    ]
+    cand_set = set(candidates)
+    unclaimed = set(node_info.unclaimed_nodes)
+    nodes = inputs + candidates
+    index = {n: i for i, n in enumerate(nodes)}
+
+    storage_key: dict[int, int] = {}
+    storage_bytes: list[int] = []
+    free_storages: set[int] = set()
+    for n in inputs:
+        st = storage_of(n.meta.get("val"))
+        if st is not None:
+            free_storages.add(st[0])
+
+    names, ops, storage, cost, flops, moved, notes = [], [], [], [], [], [], []
+    modules, reason = [], []
+    is_input, needed, can_save, can_recompute = [], [], [], []
+    for n in nodes:
+        val = n.meta.get("val")
+        names.append(n.name)
+        ops.append(str(n.target) if n.op == "call_function" else n.op)
+        modules.append(module_path(n))
+        st = storage_of(val)
+        if st is None:
+            storage.append(-1)
+        else:
+            key, nbytes = st
+            if key not in storage_key:
+                storage_key[key] = len(storage_bytes)
+                storage_bytes.append(0 if key in free_storages else nbytes)
+            storage.append(storage_key[key])
+        if n in input_set:
+            is_input.append(True)
+            needed.append(_read_by_backward(n, bw))
+            can_save.append(True)
+            can_recompute.append(False)
+            cost.append(0.0)
+            flops.append(0.0)
+            moved.append(0.0)
+            notes.append("")
+            reason.append("graph input")
+            continue
+        is_input.append(False)
+        needed.append(_read_by_backward(n, bw))
+        savable = isinstance(val, torch.Tensor) or T.is_sym_node(n)
+        why_not_save = "" if savable else "not a tensor (saved through its getitems)"
+        if T.must_recompute(n):
+            savable, why_not_save = False, "tagged MUST_RECOMPUTE"
+        why_not_recompute = forbidden_recompute(n)
+        can_save.append(savable)
+        can_recompute.append(not why_not_recompute)
+        reason.append(why_not_recompute or why_not_save)
+        # An unclaimed node runs once either way (in forward if saved, else in backward):
+        # recomputing it costs nothing, and it is not priced (nor profiled).
+        est = NodeCost(0.0) if n in unclaimed else estimator.estimate(n)
+        cost.append(est.cost)
+        flops.append(est.flops)
+        moved.append(est.bytes_moved)
+        notes.append(est.note)
+
+    edges = [
+        (index[a], index[n])
+        for n in candidates
+        for a in n.all_input_nodes
+        if a in index and (a in cand_set or a in input_set)
+    ]
+    reference = sorted({index[n] for n in reference_saved if n in index})
+    problem = Problem(
+        names=names,
+        ops=ops,
+        is_input=is_input,
+        needed=needed,
+        can_save=can_save,
+        can_recompute=can_recompute,
+        storage=storage,
+        storage_bytes=storage_bytes,
+        cost=cost,
+        flops=flops,
+        edges=edges,
+        cost_unit=estimator.unit,
+        moved=moved,
+        cost_notes=notes,
+        modules=modules,
+        reason=reason,
+        reference_saved=reference,
+        graph_hash=graph_hash(graph),
+    )
+    return problem, nodes

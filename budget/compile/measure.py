@@ -1,0 +1,77 @@
+"""Measure what a plan really does, on any device (DESIGN.md, "Measuring").
+
+- saved activation memory: the distinct new storages autograd saves during a forward,
+  seen through ``torch.autograd.graph.saved_tensors_hooks`` (storages of the inputs and
+  of ``exclude``, e.g. parameters, are not new and are not counted);
+- recompute cost: FLOPs of ``backward()`` under ``FlopCounterMode``. torch's counter gives
+  some real work 0 FLOPs (CPU flash attention, forward and backward; normalisations; the
+  embedding backward); by default we fill those gaps with the estimators' own table
+  (``budget.estimators.flops.FLOP_GAPS``), so measured and estimated FLOPs agree and
+  recomputing attention is never free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import FlopCounterMode
+
+from ..estimators.flops import FLOP_GAPS
+
+
+def _key(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+@dataclass
+class Measured:
+    output: Any
+    saved_bytes: int
+    backward_flops: int | None = None
+
+
+def saved_bytes(
+    fn: Callable[..., Any], *args: Any, exclude: Iterable[torch.Tensor] = (), **kwargs: Any
+) -> Measured:
+    """Run ``fn`` and count the bytes of new storages saved for backward."""
+    existing = {_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+    existing |= {_key(t) for t in exclude}
+    storages: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        k = _key(t)
+        if k not in existing and not (t.is_leaf and t.requires_grad):
+            storages[k] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn(*args, **kwargs)
+    return Measured(output=out, saved_bytes=sum(storages.values()))
+
+
+def backward_flops(loss: torch.Tensor, *, fill_gaps: bool = True) -> int:
+    """FLOPs counted by torch's FlopCounterMode during ``loss.backward()``.
+
+    ``fill_gaps=False`` gives torch's raw count, without any of ``FLOP_GAPS``."""
+    mapping = FLOP_GAPS if fill_gaps else {}
+    with FlopCounterMode(display=False, custom_mapping=mapping) as mode:
+        loss.backward()
+    return int(mode.get_total_flops())
+
+
+def measure_step(
+    fn: Callable[..., Any],
+    *args: Any,
+    exclude: Iterable[torch.Tensor] = (),
+    fill_gaps: bool = True,
+    **kwargs: Any,
+) -> Measured:
+    """Saved bytes of the forward and FLOPs of the backward of a scalar-loss step."""
+    m = saved_bytes(fn, *args, exclude=exclude, **kwargs)
+    loss = m.output if isinstance(m.output, torch.Tensor) else tree_leaves(m.output)[0]
+    m.backward_flops = backward_flops(loss, fill_gaps=fill_gaps)
+    return m

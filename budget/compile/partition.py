@@ -1,0 +1,257 @@
+"""The partitioner: joint graph -> (forward graph, backward graph) following a Plan.
+
+Mirrors ``torch._functorch.partitioners.min_cut_rematerialization_partition`` step by step
+(same preprocessing, same classification, same extraction), replacing only the choice of
+saved values with budget's plan. The backward recomputes exactly the forward values the
+plan does not save, from what it saves and the graph inputs.
+
+The plan is solved for the graph at hand, or, when the backend was given saved plans
+(``budget.backend(plan="plan.json")``), taken from the plan made for this graph (matched
+by graph hash and checked node by node, :mod:`budget.core.plan_files`); never both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from ..core.plan import Plan
+from ..core.plan_files import PlanBook, saved_indices
+from ..core.planner import make_plan, solve_problem, solve_sweep
+from ..core.problem import Problem
+from ..core.sizes import MemoryBudget, parse_budget
+from ..estimators import get_estimator
+from . import _torch_private as T
+from .graph import build_problem, graph_hash
+
+
+@dataclass
+class PlanSettings:
+    budget: MemoryBudget
+    solver: str
+    estimator: str
+    time_limit: float
+    on_plan: Callable[[Plan], None] | None = None
+    plans: list[Plan] = field(default_factory=list)
+    sweep: list[MemoryBudget] | None = None  # preview only: also plan these budgets
+    sweeps: list[list[Plan]] = field(default_factory=list)  # one list per graph
+    problems: list[Problem] = field(default_factory=list)  # one per graph, for analysis
+    compiler: str = ""  # recorded in plans: the joint graph differs between pipelines
+    book: PlanBook | None = None  # saved plans to apply instead of solving
+    # preview sweeps: progress(graph, done, total), graph counting from 0
+    progress: Callable[[int, int, int], None] | None = None
+
+
+def prepare_joint(joint_module: fx.GraphModule) -> fx.GraphModule:
+    """torch's preprocessing of a joint graph before it chooses what to save."""
+    joint_module.graph.eliminate_dead_code()
+    joint_module.recompile()
+    if T.functorch_config.cse:
+        joint_module.graph = T.fx_graph_cse(joint_module.graph)
+    if T.has_recomputable_ops(joint_module):
+        joint_module = T.cleanup_recompute_tags(joint_module, is_default_partition=False)
+    if not T.functorch_config.unsafe_allow_optimization_of_collectives:
+        T.force_save_collectives(joint_module)
+    T.force_save_effectful_ops(joint_module)
+    T.force_save_bw_mutation_src(joint_module)
+    return joint_module
+
+
+def _set_dist_from_bw(graph: fx.Graph, node_info: T.NodeInfo) -> None:
+    # torch's min-cut reads node.dist_from_bw; computed exactly as torch does.
+    for node in reversed(graph.nodes):
+        if node.op == "output" or node_info.is_required_fw(node):
+            node.dist_from_bw = int(1e9)
+            if node.op != "output":
+                for user in node.users:
+                    node.dist_from_bw = min(node.dist_from_bw, user.dist_from_bw + 1)
+        else:
+            node.dist_from_bw = 0
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector (and restore its state after).
+
+    Planning allocates many small objects (fx nodes, sets, dicts) and frees few, which
+    triggers full collections of the whole compiler heap: on the 24-layer GPT they took
+    0.4-0.5 s at random points of one plan. Nothing planning creates needs collecting early.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def budget_partition(
+    joint_module: fx.GraphModule,
+    joint_inputs: Sequence[Any],
+    *,
+    num_fwd_outputs: int,
+    settings: PlanSettings,
+    static_lifetime_input_indices: list[int] | None = None,
+    **_: Any,
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """torch's partitioner signature; plans (or applies a saved plan) and partitions."""
+    with gc_paused():
+        return _partition(
+            joint_module,
+            joint_inputs,
+            num_fwd_outputs,
+            settings,
+            static_lifetime_input_indices,
+        )
+
+
+def _partition(
+    joint_module: fx.GraphModule,
+    joint_inputs: Sequence[Any],
+    num_fwd_outputs: int,
+    settings: PlanSettings,
+    static_lifetime_input_indices: list[int] | None,
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    t0 = time.perf_counter()
+    joint_module = prepare_joint(joint_module)
+    graph = joint_module.graph
+    node_info = T.classify_nodes(joint_module, static_lifetime_input_indices or [], num_fwd_outputs)
+    if len(node_info.required_bw_nodes) == 0:
+        return T.default_partition(
+            joint_module,
+            joint_inputs,
+            num_fwd_outputs=num_fwd_outputs,
+            static_lifetime_input_indices=static_lifetime_input_indices,
+            static_lifetime_input_nodes=node_info.static_lifetime_input_nodes,
+        )
+    _set_dist_from_bw(graph, node_info)
+    if settings.book is not None:
+        return _apply_saved_plan(joint_module, node_info, num_fwd_outputs, settings, t0)
+    with T.boykov_kolmogorov_cuts():
+        reference = T.choose_saved_values_set(graph, node_info, memory_budget=1.0)
+    t1 = time.perf_counter()
+    problem, nodes = build_problem(graph, node_info, get_estimator(settings.estimator), reference)
+    t2 = time.perf_counter()
+    settings.problems.append(problem)
+    timings = {"classify": t1 - t0, "estimate": t2 - t1}
+    if settings.sweep:
+        progress = None
+        if settings.progress is not None:
+            graph_index, report = len(settings.sweeps), settings.progress
+            progress = functools.partial(report, graph_index)
+        sweep = solve_sweep(  # preview sweeps set settings.budget to sweep[0]
+            problem,
+            settings.sweep,
+            solver=settings.solver,
+            estimator=settings.estimator,
+            time_limit=settings.time_limit,
+            timings=timings,
+            progress=progress,
+        )
+        for p in sweep:
+            p.compiler, p.torch_version = settings.compiler, torch.__version__
+        plan = sweep[0]
+        settings.sweeps.append(sweep)
+    else:
+        plan = solve_problem(
+            problem,
+            settings.budget,
+            solver=settings.solver,
+            estimator=settings.estimator,
+            time_limit=settings.time_limit,
+            timings=timings,
+        )
+    return _finish(joint_module, nodes, plan, node_info, num_fwd_outputs, settings)
+
+
+def _apply_saved_plan(
+    joint_module: fx.GraphModule,
+    node_info: T.NodeInfo,
+    num_fwd_outputs: int,
+    settings: PlanSettings,
+    t0: float,
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """Partition by the saved plan made for this graph (no solve, no torch min-cut)."""
+    assert settings.book is not None
+    saved_plan = settings.book.for_graph(graph_hash(joint_module.graph), settings.compiler)
+    # Price with the plan's own estimator when it is known, so the plan reads the same.
+    try:
+        estimator = get_estimator(saved_plan.estimator)
+    except ValueError:
+        estimator = get_estimator(settings.estimator)
+    t1 = time.perf_counter()
+    problem, nodes = build_problem(joint_module.graph, node_info, estimator)
+    t2 = time.perf_counter()
+    settings.problems.append(problem)
+    saved = saved_indices(problem, saved_plan, settings.book.source)
+    plan = make_plan(
+        problem,
+        saved,
+        budget=parse_budget(saved_plan.budget),
+        target_bytes=saved_plan.target_bytes,
+        min_bytes=saved_plan.min_bytes,
+        max_bytes=saved_plan.max_bytes,
+        status=saved_plan.status,
+        gap=saved_plan.gap,
+        solver=saved_plan.solver,
+        estimator=getattr(estimator, "spec", estimator.name),
+        timings={"classify": t1 - t0, "estimate": t2 - t1, "apply": time.perf_counter() - t2},
+    )
+    return _finish(joint_module, nodes, plan, node_info, num_fwd_outputs, settings)
+
+
+def _finish(
+    joint_module: fx.GraphModule,
+    nodes: list[fx.Node],
+    plan: Plan,
+    node_info: T.NodeInfo,
+    num_fwd_outputs: int,
+    settings: PlanSettings,
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    plan.compiler, plan.torch_version = settings.compiler, torch.__version__
+    saved_names = set(plan.saved)
+    saved = [n for n in nodes if n.name in saved_names] + list(node_info.inputs)
+    t3 = time.perf_counter()
+    fw, bw = extract(joint_module, saved, node_info, num_fwd_outputs)
+    plan.timings["partition"] = time.perf_counter() - t3
+    settings.plans.append(plan)
+    if settings.on_plan is not None:
+        settings.on_plan(plan)
+    return fw, bw
+
+
+def extract(
+    joint_module: fx.GraphModule,
+    saved: list[fx.Node],
+    node_info: T.NodeInfo,
+    num_fwd_outputs: int,
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """Forward and backward modules for a saved set, with torch's post-processing."""
+    sym = [n for n in saved if T.is_sym_node(n)]
+    opaque = [n for n in saved if T.is_opaque_node(n)]
+    values = [n for n in saved if not T.is_sym_node(n) and not T.is_opaque_node(n)]
+    fw, bw = T._extract_fwd_bwd_modules(
+        joint_module,
+        values,
+        saved_sym_nodes=sym,
+        saved_opaque_nodes=opaque,
+        num_fwd_outputs=num_fwd_outputs,
+        static_lifetime_input_nodes=node_info.static_lifetime_input_nodes,
+    )
+    if T.has_recomputable_rng_ops(joint_module):
+        fw, bw = T.functionalize_rng_ops(joint_module, fw, bw, len(sym))
+    bw = T.reordering_to_mimic_autograd_engine(bw)
+    fw = T.raise_getitems(fw)
+    bw = T.raise_getitems(bw)
+    fw = T.thread_graphsafe_rng_from_hops(fw, is_backward=False)
+    bw = T.thread_graphsafe_rng_from_hops(bw, is_backward=True)
+    return fw, bw

@@ -1,0 +1,175 @@
+"""``budget.plan``: preview the plans for a training step without running it.
+
+The step is traced by dynamo and AOTAutograd on fake tensors (no real compute, no
+buffer updates, nothing moved), through the same pipeline and partitioner the backend
+uses with the same ``compiler`` (Inductor's passes change the joint graph, so a preview
+for ``compiler="inductor"``, the default, runs them too, and generates no code), so a
+preview is the plan training would get. Graph breaks give one plan per graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch._dynamo.exc import BackendCompilerFailed
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._pytree import tree_map
+
+from ..core.plan import Plan
+from ..core.plan_files import PlanSource
+from ..core.problem import Problem
+from ..core.sizes import parse_budget
+from .backend import BudgetBackend
+from .backend import backend as make_backend
+
+
+def _trace(
+    fn: Callable[..., Any],
+    example_args: tuple[Any, ...],
+    example_kwargs: dict[str, Any],
+    memory_budget: float | str | None,
+    solver: str | None,
+    estimator: str | None,
+    time_limit: float | None,
+    compiler: str,
+    sweep: Sequence[float | str] | None = None,
+    progress: Callable[[int, int, int], None] | None = None,
+    plan: PlanSource | None = None,
+) -> BudgetBackend:
+    be = make_backend(
+        memory_budget,
+        solver=solver,
+        estimator=estimator,
+        compiler=compiler,
+        time_limit=time_limit,
+        plan=plan,
+    )
+    be.preview = True
+    be.settings.progress = progress
+    if sweep is not None:
+        be.settings.sweep = [parse_budget(b) for b in sweep]
+        if not be.settings.sweep:
+            raise ValueError("budgets must name at least one budget")
+    compiled = torch.compile(fn, backend=be, dynamic=False)
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+
+        def fake(x: Any) -> Any:
+            return mode.from_tensor(x) if isinstance(x, torch.Tensor) else x
+
+        args, kwargs = tree_map(fake, (example_args, example_kwargs))
+        try:
+            compiled(*args, **kwargs)
+        except BackendCompilerFailed as e:  # show our own error, not dynamo's wrapper
+            raise e.inner_exception from None
+    if not be.plans:
+        raise ValueError(
+            "no training graph was captured: nothing in the step requires grad "
+            "(pass parameters or inputs with requires_grad=True)"
+        )
+    return be
+
+
+def plans(
+    fn: Callable[..., Any],
+    *example_args: Any,
+    memory_budget: float | str | None = None,
+    solver: str | None = None,
+    estimator: str | None = None,
+    time_limit: float | None = None,
+    compiler: str = "inductor",
+    plan: PlanSource | None = None,
+    **example_kwargs: Any,
+) -> list[Plan]:
+    """The plans for every graph of ``fn(*example_args, **example_kwargs)``, in order,
+    as ``torch.compile(fn, backend=budget.backend(..., compiler=compiler))`` makes them.
+
+    With ``plan`` (a plan file, a Plan or a list of Plans) nothing is solved: the saved
+    plans are applied as the backend would apply them, which checks they still fit the
+    step (:class:`budget.PlanMismatchError` when they do not).
+    """
+    be = _trace(
+        fn,
+        example_args,
+        example_kwargs,
+        memory_budget,
+        solver,
+        estimator,
+        time_limit,
+        compiler,
+        plan=plan,
+    )
+    return be.plans
+
+
+def problems(
+    fn: Callable[..., Any],
+    *example_args: Any,
+    estimator: str | None = None,
+    compiler: str = "inductor",
+    **example_kwargs: Any,
+) -> list[Problem]:
+    """The solver-agnostic :class:`~budget.core.problem.Problem` of every graph of the step,
+    for benchmarks and notebooks (planned at budget 1.0 on the way, which is cheap)."""
+    be = _trace(fn, example_args, example_kwargs, 1.0, None, estimator, None, compiler)
+    return be.settings.problems
+
+
+def sweep(
+    fn: Callable[..., Any],
+    *example_args: Any,
+    budgets: Sequence[float | str],
+    solver: str | None = None,
+    estimator: str | None = None,
+    time_limit: float | None = None,
+    compiler: str = "inductor",
+    progress: Callable[[int, int, int], None] | None = None,
+    **example_kwargs: Any,
+) -> list[Plan] | list[list[Plan]]:
+    """Plans for many budgets from one trace: ``[plan per budget]`` for a step with one
+    graph, ``[[plan per budget] per graph]`` when it has graph breaks.
+
+    The step is traced and its problem built once; each graph's two ends (torch's b=1.0
+    choice and the smallest reachable memory) are solved once and shared by all budgets.
+    ``progress(graph, done, total)`` is called as each graph starts (``done=0``) and as
+    each of its ``total`` budgets is planned (``graph`` counts from 0), e.g. to drive a
+    progress bar; nothing is printed.
+    """
+    be = _trace(
+        fn,
+        example_args,
+        example_kwargs,
+        budgets[0] if budgets else None,
+        solver,
+        estimator,
+        time_limit,
+        compiler,
+        sweep=budgets,
+        progress=progress,
+    )
+    return be.settings.sweeps[0] if len(be.settings.sweeps) == 1 else be.settings.sweeps
+
+
+def plan(
+    fn: Callable[..., Any],
+    *example_args: Any,
+    memory_budget: float | str | None = None,
+    solver: str | None = None,
+    estimator: str | None = None,
+    time_limit: float | None = None,
+    compiler: str = "inductor",
+    **example_kwargs: Any,
+) -> Plan | list[Plan]:
+    """The plan for ``fn``'s training step; a list of plans when it has graph breaks."""
+    found = plans(
+        fn,
+        *example_args,
+        memory_budget=memory_budget,
+        solver=solver,
+        estimator=estimator,
+        time_limit=time_limit,
+        compiler=compiler,
+        **example_kwargs,
+    )
+    return found[0] if len(found) == 1 else found

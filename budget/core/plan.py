@@ -1,0 +1,101 @@
+"""``Plan``: the save/recompute decisions for one graph, with totals and provenance.
+
+A Plan is the product users see and trust before training: what is saved, what is
+recomputed, what that costs, how it was found. It is plain data that round-trips through
+JSON (``plan.to_json()`` / ``Plan.from_json(text)``) with a format version, and prints as
+a readable report (:mod:`budget.core.report`). Files holding the plans of a whole step (one per
+graph) are read and written by :mod:`budget.core.plan_files`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+PLAN_FORMAT_VERSION = 1
+Choice = Literal["save", "recompute", "input"]
+
+
+@dataclass
+class Decision:
+    name: str
+    op: str
+    bytes: int  # bytes of the node's storage (0 for inputs and shared storages)
+    cost: float  # recompute cost in the plan's cost unit
+    flops: float
+    decision: Choice
+    module: str = ""
+
+
+@dataclass
+class Plan:
+    budget: float | str  # the budget asked for: a fraction, or a size like "36MiB"
+    target_bytes: int
+    saved_bytes: int
+    min_bytes: int
+    max_bytes: int
+    recompute_cost: float
+    recompute_flops: float
+    cost_unit: str
+    status: Literal["optimal", "feasible", "reference"]
+    gap: float | None
+    solver: str
+    estimator: str
+    torch_version: str
+    graph_hash: str
+    decisions: list[Decision] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    # the compile pipeline whose joint graph was planned ("inductor" or "eager"): the graph,
+    # and so the plan, differ between them ("" in plans from before this field)
+    compiler: str = ""
+    version: int = PLAN_FORMAT_VERSION
+
+    @property
+    def saved(self) -> list[str]:
+        return [d.name for d in self.decisions if d.decision == "save"]
+
+    @property
+    def recomputed(self) -> list[str]:
+        return [d.name for d in self.decisions if d.decision == "recompute"]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as plain JSON-ready data (what :meth:`to_json` writes)."""
+        return asdict(self)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"not a budget plan: invalid JSON ({e})") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Plan:
+        """The plan in ``data`` as :meth:`to_dict` gives it; ValueError when it is not one."""
+        if isinstance(data, dict) and isinstance(data.get("plans"), list):
+            raise ValueError(
+                f"this file holds {len(data['plans'])} plans (one per graph of a step with "
+                "graph breaks): read it with budget.load_plans(path)"
+            )
+        if not isinstance(data, dict) or "version" not in data:
+            raise ValueError("not a budget plan: no 'version' field")
+        if data["version"] != PLAN_FORMAT_VERSION:
+            raise ValueError(
+                f"plan format version {data['version']} is not supported "
+                f"(this budget reads version {PLAN_FORMAT_VERSION})"
+            )
+        try:
+            decisions = [Decision(**d) for d in data.get("decisions", [])]
+            return cls(**{**data, "decisions": decisions})
+        except TypeError as e:
+            raise ValueError(f"not a budget plan: {e}") from None
+
+    def __str__(self) -> str:
+        from .report import plan_report
+
+        return plan_report(self)

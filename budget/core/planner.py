@@ -1,0 +1,218 @@
+"""Problem + budget -> Plan: the budget semantics of DESIGN.md, in one place.
+
+- fraction 1.0: torch's own runtime-optimised min-cut choice, unchanged (``max_bytes``).
+- fraction 0.0: the fewest bytes any valid plan can save (``min_bytes``), cheapest such.
+- fraction b:   target ``min + b * (max - min)``; minimise recompute cost under it.
+- a size:       that target directly; below ``min_bytes`` it is an error naming the minimum.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..errors import BudgetTooSmallError
+from ..solvers import Solution, Solver, get_solver
+from .plan import Decision, Plan
+from .problem import Problem
+from .sizes import MemoryBudget, format_bytes
+
+
+@dataclass
+class Ends:
+    """The two ends of a graph's budget range, solved once and reused across budgets."""
+
+    reference: list[int]  # torch's b=1.0 choice
+    max_bytes: int
+    min_bytes: int
+    low: Solution  # the cheapest plan among those saving min_bytes
+
+
+def solve_ends(problem: Problem, backend: Solver, time_limit: float) -> Ends:
+    reference = problem.reference_saved
+    if problem.check(reference):  # should not happen; fall back to solving for b=1
+        reference = []
+    max_bytes = problem.saved_bytes(reference)
+    low = backend.solve(problem, None, minimize="bytes", time_limit=time_limit)
+    min_bytes = int(low.objective)
+    if reference and max_bytes < min_bytes:  # a time-limited floor above torch's own choice
+        min_bytes = max_bytes
+    return Ends(reference, max_bytes, min_bytes, low)
+
+
+def target_bytes(budget: MemoryBudget, ends: Ends) -> int:
+    """The byte target of ``budget`` for a graph; raises when a size is unreachable."""
+    if budget.fraction is not None:
+        return ends.min_bytes + math.floor(
+            budget.fraction * max(0, ends.max_bytes - ends.min_bytes)
+        )
+    target = int(budget.nbytes or 0)
+    if target < ends.min_bytes:
+        raise BudgetTooSmallError(
+            f"memory budget {budget} ({target} bytes) is below the smallest reachable "
+            f"saved activation memory for this graph: {format_bytes(ends.min_bytes)} "
+            f"({ends.min_bytes} bytes)",
+            min_bytes=ends.min_bytes,
+        )
+    return target
+
+
+def solve_sweep(
+    problem: Problem,
+    budgets: Sequence[MemoryBudget],
+    *,
+    solver: str = "cpsat",
+    estimator: str = "flops",
+    time_limit: float = 60.0,
+    timings: dict[str, float] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[Plan]:
+    """Plans for many budgets of one problem, solving its two ends only once.
+
+    ``progress(done, total)`` is called before the first solve (``done=0``) and after each
+    budget is planned, so a caller can show progress; the library itself prints nothing.
+    """
+    if progress is not None:
+        progress(0, len(budgets))
+    backend = get_solver(solver)
+    start = time.perf_counter()
+    ends = solve_ends(problem, backend, time_limit)
+    ends_time = time.perf_counter() - start
+    plans = []
+    for i, b in enumerate(budgets):
+        t = dict(timings or {})
+        if i == 0:
+            t["ends"] = ends_time
+        plans.append(
+            solve_problem(
+                problem,
+                b,
+                solver=solver,
+                estimator=estimator,
+                time_limit=time_limit,
+                timings=t,
+                ends=ends,
+            )
+        )
+        if progress is not None:
+            progress(i + 1, len(budgets))
+    return plans
+
+
+def solve_problem(
+    problem: Problem,
+    budget: MemoryBudget,
+    *,
+    solver: str = "cpsat",
+    estimator: str = "flops",
+    time_limit: float = 60.0,
+    timings: dict[str, float] | None = None,
+    ends: Ends | None = None,
+) -> Plan:
+    timings = dict(timings or {})
+    backend = get_solver(solver)
+    start = time.perf_counter()
+    if ends is None:
+        ends = solve_ends(problem, backend, time_limit)
+    reference, low = ends.reference, ends.low
+    min_bytes, max_bytes = ends.min_bytes, ends.max_bytes
+    target = target_bytes(budget, ends)
+
+    sol: Solution
+    status: str
+    if budget.fraction == 1.0 and reference:
+        saved, status, gap = reference, "reference", 0.0
+    elif budget.fraction == 0.0 or target == min_bytes:
+        saved, status, gap = low.saved, low.status, low.gap
+    else:
+        sol = backend.solve(problem, target, minimize="cost", time_limit=time_limit)
+        saved, status, gap = sol.saved, sol.status, sol.gap
+    timings["solve"] = time.perf_counter() - start
+    return make_plan(
+        problem,
+        saved,
+        budget=budget,
+        target_bytes=target,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        status=status,
+        gap=gap,
+        solver=backend.name,
+        estimator=estimator,
+        timings=timings,
+    )
+
+
+def make_plan(
+    problem: Problem,
+    saved: list[int],
+    *,
+    budget: MemoryBudget,
+    target_bytes: int,
+    min_bytes: int,
+    max_bytes: int,
+    status: str,
+    gap: float | None,
+    solver: str,
+    estimator: str,
+    timings: dict[str, float],
+) -> Plan:
+    errors = problem.check(saved)
+    if errors:
+        raise RuntimeError(f"internal error: invalid plan from {solver}: {errors[:3]}")
+    saved_bytes = problem.saved_bytes(saved)
+    if saved_bytes > target_bytes and status != "reference":
+        raise RuntimeError(
+            f"internal error: {solver} returned {saved_bytes} bytes for a target of {target_bytes}"
+        )
+    recompute = problem.recompute_closure(saved)
+    saved_set = set(saved)
+    counted: set[int] = set()
+    decisions: list[Decision] = []
+    for v in range(problem.n):
+        if problem.is_input[v]:
+            if not problem.needed[v]:
+                continue
+            choice = "input"
+        elif v in saved_set:
+            choice = "save"
+        elif v in recompute:
+            choice = "recompute"
+        else:
+            continue
+        g = int(problem.storage[v])
+        nbytes = 0
+        if choice == "save" and g >= 0 and g not in counted:
+            counted.add(g)
+            nbytes = int(problem.storage_bytes[g])
+        decisions.append(
+            Decision(
+                name=problem.names[v],
+                op=problem.ops[v],
+                bytes=nbytes if choice == "save" else problem.node_bytes(v),
+                cost=float(problem.cost[v]),
+                flops=float(problem.flops[v]),
+                decision=choice,  # type: ignore[arg-type]
+                module=problem.modules[v],
+            )
+        )
+    return Plan(
+        budget=budget.to_json(),
+        target_bytes=int(target_bytes),
+        saved_bytes=saved_bytes,
+        min_bytes=int(min_bytes),
+        max_bytes=int(max_bytes),
+        recompute_cost=float(problem.cost[recompute].sum()) if recompute else 0.0,
+        recompute_flops=float(problem.flops[recompute].sum()) if recompute else 0.0,
+        cost_unit=problem.cost_unit,
+        status=status,  # type: ignore[arg-type]
+        gap=gap,
+        solver=solver if status != "reference" else "torch-mincut",
+        estimator=estimator,
+        torch_version="",  # provenance of the compile pipeline: set by budget.compile
+        graph_hash=problem.graph_hash,
+        decisions=decisions,
+        timings=timings,
+    )

@@ -1,0 +1,421 @@
+"""Plain-text reports of plans and sweeps, for ``budget solve``, ``budget sweep`` and ``str(plan)``.
+
+Pure string formatting: every function takes plans (and what the CLI measured) and returns
+text; nothing here prints or imports torch. Reports fit an 80-column terminal: long module
+and node names are shortened in the middle. Costs are shown in the plan's own
+``cost_unit`` (seconds, FLOPs, ops...), never assumed; FLOPs are shown beside them when the
+unit is not FLOPs.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .plan import Plan
+from .sizes import format_bytes, parse_budget
+
+WIDTH = 80
+NO_MODULE = "(no module)"
+
+_FLOP_SCALES = ((1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP"), (1e3, "kFLOP"))
+_TIME_SCALES = ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns"))
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def cost_scale(values: Sequence[float], unit: str) -> tuple[float, str]:
+    """(divisor, label) that shows the largest of ``values`` in ``unit`` readably."""
+    top = max((abs(v) for v in values), default=0.0)
+    if unit == "flop":
+        for scale, label in _FLOP_SCALES:
+            if top >= scale:
+                return scale, label
+        return 1.0, "FLOP"
+    if unit == "s":
+        for scale, label in _TIME_SCALES:
+            if top >= scale:
+                return scale, label
+        return 1e-9, "ns"
+    return 1.0, unit
+
+
+def format_cost(cost: float, unit: str, scale: tuple[float, str] | None = None) -> str:
+    """``cost`` in ``unit`` for people: '1.208 GFLOP', '3.214 ms', '37 op'."""
+    if cost == 0:
+        return "0"
+    divisor, label = scale or cost_scale([cost], unit)
+    if unit in ("flop", "s"):
+        return f"{cost / divisor:.3f} {label}"
+    return f"{cost:g} {label}"
+
+
+def format_flops(flops: float) -> str:
+    return format_cost(flops, "flop")
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters with '...' in the middle (keeps both ends)."""
+    if len(text) <= width:
+        return text
+    if width <= 3:
+        return text[:width]
+    tail = (width - 3) * 2 // 3
+    head = width - 3 - tail
+    return text[:head] + "..." + text[len(text) - tail :]
+
+
+def short_op(op: str) -> str:
+    """'aten.addmm.default' -> 'addmm', 'aten.add.Tensor' -> 'add.Tensor'."""
+    for prefix in ("aten.", "prims."):
+        if op.startswith(prefix):
+            op = op[len(prefix) :]
+    if op.endswith(".default"):
+        op = op[: -len(".default")]
+    if op == "<built-in function getitem>":
+        return "getitem"
+    return op
+
+
+def describe_budget(budget: float | str) -> str:
+    """A plan's ``budget`` field for people: '0.5 of the range', '512.00 MiB'."""
+    parsed = parse_budget(budget)
+    if parsed.fraction is not None:
+        return f"{parsed.fraction:g} of the range"
+    return format_bytes(parsed.nbytes or 0)
+
+
+def _seconds(t: float) -> str:
+    return f"{t:.2f} s" if t >= 1 else f"{t * 1e3:.0f} ms"
+
+
+def _status(plan: Plan) -> str:
+    if plan.status == "feasible":
+        return "feasible, gap ?" if plan.gap is None else f"feasible, gap {plan.gap:.2%}"
+    return plan.status
+
+
+# --------------------------------------------------------------------------- one plan
+
+
+def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
+    """Budget, target, both ends, saved bytes, recompute cost, solver, estimator, timings."""
+    lines = [f"graph {plan.graph_hash} ({index + 1} of {count})" + _provenance(plan)]
+    budget = describe_budget(plan.budget)
+    lines.append(f"  budget     {budget} -> target {format_bytes(plan.target_bytes)}")
+    lines.append(
+        f"  range      {format_bytes(plan.min_bytes)} (budget 0) .. "
+        f"{format_bytes(plan.max_bytes)} (budget 1)"
+    )
+    share = (
+        f" ({plan.saved_bytes / plan.max_bytes:.1%} of the budget-1 end)" if plan.max_bytes else ""
+    )
+    lines.append(f"  saved      {format_bytes(plan.saved_bytes)}{share}")
+    lines.append(f"  recompute  {_cost_line(plan)}")
+    lines.append(f"  solver     {plan.solver}: {_status(plan)}; estimator {plan.estimator}")
+    if plan.timings:
+        items = [f"{k} {_seconds(v)}" for k, v in plan.timings.items()]
+        lines.extend(_wrap("  timings   ", items))
+    return "\n".join(lines)
+
+
+def _provenance(plan: Plan) -> str:
+    parts = [f"compiler {plan.compiler}"] if plan.compiler else []
+    parts.append(f"torch {plan.torch_version}")
+    return ", " + ", ".join(parts)
+
+
+def _cost_line(plan: Plan) -> str:
+    cost = _with_unit(plan.recompute_cost, plan.cost_unit)
+    if plan.cost_unit == "flop":
+        return f"{cost} (estimated FLOPs)"
+    what = "estimated time" if plan.cost_unit == "s" else f"cost in {plan.cost_unit}"
+    return f"{cost} ({what}), {_with_unit(plan.recompute_flops, 'flop')}"
+
+
+def _with_unit(cost: float, unit: str) -> str:
+    """Like :func:`format_cost`, but a zero keeps its unit ('0 s', '0 FLOP')."""
+    return format_cost(cost, unit) if cost else f"0 {cost_scale([1.0], unit)[1]}"
+
+
+def _wrap(prefix: str, items: Sequence[str], width: int = WIDTH, sep: str = ",") -> list[str]:
+    """``prefix item, item, ...`` over as many lines as it takes to stay within ``width``."""
+    lines: list[str] = []
+    line, empty = prefix, True
+    for i, item in enumerate(items):
+        piece = item + (sep if i < len(items) - 1 else "")
+        if not empty and len(line) + 1 + len(piece) > width:
+            lines.append(line)
+            line, empty = " " * len(prefix), True
+        line, empty = f"{line} {piece}", False
+    lines.append(line)
+    return lines
+
+
+@dataclass
+class ModuleRow:
+    """Totals of one module (at the table's depth) over a plan's decisions."""
+
+    module: str
+    saved_bytes: int = 0
+    recomputed_bytes: int = 0
+    recompute_cost: float = 0.0
+    saves: int = 0
+    recomputes: int = 0
+
+
+def module_root(paths: Sequence[str]) -> str:
+    """The first component every (non-empty) module path shares, or ''.
+
+    In a step like ``loss(model(x))`` that is the model (``model.blocks.0...``); depths
+    count below it, so depth 1 is the model's children.
+    """
+    firsts = {p.split(".")[0] for p in paths if p}
+    return firsts.pop() if len(firsts) == 1 else ""
+
+
+def module_key(path: str, depth: int, root: str = "") -> str:
+    """``path`` cut to ``depth`` components below ``root`` (the root itself is kept)."""
+    if not path:
+        return NO_MODULE
+    parts = path.split(".")
+    keep = depth + (1 if root and parts[0] == root else 0)
+    return ".".join(parts[:keep])
+
+
+def module_rows(plan: Plan, depth: int = 2) -> list[ModuleRow]:
+    """Per-module totals of saved bytes and recomputed bytes and cost, in graph order.
+
+    Depth 1 is the model's direct children (``model.blocks``), depth 2 the next level
+    (``model.blocks.0``), and so on; nodes outside any module (the loss) are one row.
+    """
+    if depth < 1:
+        raise ValueError(f"depth must be at least 1; got {depth}")
+    root = module_root([d.module for d in plan.decisions])
+    rows: dict[str, ModuleRow] = {}
+    for d in plan.decisions:
+        if d.decision == "input":
+            continue
+        key = module_key(d.module, depth, root)
+        row = rows.setdefault(key, ModuleRow(key))
+        if d.decision == "save":
+            row.saved_bytes += d.bytes
+            row.saves += 1
+        else:
+            row.recomputed_bytes += d.bytes
+            row.recompute_cost += d.cost
+            row.recomputes += 1
+    ordered = [r for k, r in rows.items() if k != NO_MODULE]
+    return ordered + ([rows[NO_MODULE]] if NO_MODULE in rows else [])
+
+
+def module_table(plan: Plan, depth: int = 2) -> str:
+    """The per-module table: bytes saved, bytes recomputed and their cost, with a total."""
+    rows = module_rows(plan, depth)
+    if not rows:
+        return "per module: nothing saved or recomputed"
+    scale = cost_scale([r.recompute_cost for r in rows], plan.cost_unit)
+    name_w = WIDTH - 2 - (1 + 11) - (1 + 11) - (1 + 16)
+    lines = [
+        f"per module (depth {depth}): saved, and recomputed in the backward",
+        f"  {'module':<{name_w}} {'saved':>11} {'recomputed':>11} {'recompute cost':>16}",
+    ]
+    for r in rows:
+        lines.append(
+            f"  {shorten(r.module, name_w):<{name_w}} {format_bytes(r.saved_bytes):>11} "
+            f"{format_bytes(r.recomputed_bytes):>11} "
+            f"{format_cost(r.recompute_cost, plan.cost_unit, scale):>16}"
+        )
+    total = sum(r.recompute_cost for r in rows)
+    lines.append(
+        f"  {'total':<{name_w}} {format_bytes(sum(r.saved_bytes for r in rows)):>11} "
+        f"{format_bytes(sum(r.recomputed_bytes for r in rows)):>11} "
+        f"{format_cost(total, plan.cost_unit, scale):>16}"
+    )
+    return "\n".join(lines)
+
+
+def largest_decisions(plan: Plan, top: int = 10) -> str:
+    """The ``top`` largest saves (by bytes) and recomputes (by cost, then bytes)."""
+    saves = sorted(
+        (d for d in plan.decisions if d.decision == "save"), key=lambda d: (-d.bytes, d.name)
+    )
+    recomputes = sorted(
+        (d for d in plan.decisions if d.decision == "recompute"),
+        key=lambda d: (-d.cost, -d.bytes, d.name),
+    )
+    out = []
+    for label, rows, by in (("saves", saves, "bytes"), ("recomputes", recomputes, "cost")):
+        if not rows:
+            out.append(f"largest {label}: none")
+            continue
+        shown = rows[:top]
+        scale = cost_scale([d.cost for d in shown], plan.cost_unit)
+        out.append(f"largest {label} ({len(shown)} of {len(rows)}, by {by})")
+        first = "bytes" if by == "bytes" else "cost"
+        mod_w = WIDTH - 2 - 13 - 2 - 20 - 1 - 14 - 1
+        out.append(f"  {first:>13}  {'node':<20} {'op':<14} module")
+        for d in shown:
+            value = (
+                format_bytes(d.bytes)
+                if by == "bytes"
+                else format_cost(d.cost, plan.cost_unit, scale)
+            )
+            out.append(
+                f"  {value:>13}  {shorten(d.name, 20):<20} {shorten(short_op(d.op), 14):<14} "
+                f"{shorten(d.module or '-', mod_w)}"
+            )
+    return "\n".join(out)
+
+
+def plan_report(
+    plan: Plan,
+    *,
+    index: int = 0,
+    count: int = 1,
+    depth: int = 2,
+    top: int = 10,
+) -> str:
+    """Header, per-module table and largest decisions of one plan."""
+    return "\n\n".join(
+        [
+            plan_header(plan, index=index, count=count),
+            module_table(plan, depth),
+            largest_decisions(plan, top),
+        ]
+    )
+
+
+def solve_report(
+    plans: Sequence[Plan],
+    target: str,
+    *,
+    depth: int = 2,
+    top: int = 10,
+    timings: Mapping[str, float] | None = None,
+) -> str:
+    """What ``budget solve`` prints: the target, a report per graph, step totals when the
+    step has several graphs, and the command's own ``timings`` (load, trace, ...)."""
+    parts = ["\n".join(_wrap("budget solve", target.split(), sep=""))]
+    for i, plan in enumerate(plans):
+        parts.append(plan_report(plan, index=i, count=len(plans), depth=depth, top=top))
+    if len(plans) > 1:
+        units = {p.cost_unit for p in plans}
+        cost = (
+            format_cost(sum(p.recompute_cost for p in plans), plans[0].cost_unit)
+            if len(units) == 1
+            else "mixed units"
+        )
+        parts.append(
+            f"step ({len(plans)} graphs): saved "
+            f"{format_bytes(sum(p.saved_bytes for p in plans))}, recompute {cost}, "
+            f"{format_flops(sum(p.recompute_flops for p in plans))}"
+        )
+    if timings:
+        items = [f"{k} {_seconds(v)}" for k, v in timings.items()]
+        parts.append("\n".join(_wrap("wall time", items)))
+    return "\n\n".join(parts)
+
+
+# --------------------------------------------------------------------------- sweeps
+
+
+def sweep_table(sweeps: Sequence[Sequence[Plan]], target: str = "") -> str:
+    """The Pareto table of a sweep: one block per graph, one row per budget."""
+    parts = ["\n".join(_wrap("budget sweep", target.split(), sep=""))]
+    for i, plans in enumerate(sweeps):
+        if not plans:
+            continue
+        first = plans[0]
+        parts.append(
+            f"graph {first.graph_hash} ({i + 1} of {len(sweeps)}): range "
+            f"{format_bytes(first.min_bytes)} .. {format_bytes(first.max_bytes)}\n"
+            f"  solver {first.solver if first.status != 'reference' else plans[-1].solver}, "
+            f"estimator {first.estimator}"
+            + (f", compiler {first.compiler}" if first.compiler else "")
+        )
+        unit = first.cost_unit
+        scale = cost_scale([p.recompute_cost for p in plans], unit)
+        flop_scale = cost_scale([p.recompute_flops for p in plans], "flop")
+        with_flops = unit != "flop"
+        head = f"  {'budget':>9} {'target':>11} {'saved':>11} {'recompute':>13}"
+        head += f" {'FLOPs':>13}" if with_flops else ""
+        head += "  status"
+        rows = [head]
+        for p in plans:
+            row = (
+                f"  {budget_cell(p.budget):>9} {format_bytes(p.target_bytes):>11} "
+                f"{format_bytes(p.saved_bytes):>11} "
+                f"{format_cost(p.recompute_cost, unit, scale):>13}"
+            )
+            if with_flops:
+                row += f" {format_cost(p.recompute_flops, 'flop', flop_scale):>13}"
+            status = p.status if p.status != "feasible" else _status(p).replace(", gap", "")
+            rows.append(f"{row}  {status}")
+        parts.append("\n".join(rows))
+    return "\n\n".join(parts)
+
+
+def budget_cell(budget: float | str) -> str:
+    """A plan's budget, short: '0.5', '64.00 MiB'."""
+    parsed = parse_budget(budget)
+    return f"{parsed.fraction:g}" if parsed.fraction is not None else format_bytes(parsed.nbytes)
+
+
+SWEEP_CSV_COLUMNS = (
+    "graph",
+    "graph_hash",
+    "budget",
+    "target_bytes",
+    "saved_bytes",
+    "min_bytes",
+    "max_bytes",
+    "recompute_cost",
+    "cost_unit",
+    "recompute_flops",
+    "status",
+    "gap",
+    "solver",
+    "estimator",
+)
+
+
+def sweep_csv(sweeps: Sequence[Sequence[Plan]]) -> str:
+    """The sweep as CSV, one row per (graph, budget), exact numbers."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(SWEEP_CSV_COLUMNS)
+    for i, plans in enumerate(sweeps):
+        for p in plans:
+            writer.writerow(
+                [
+                    i,
+                    p.graph_hash,
+                    p.budget,
+                    p.target_bytes,
+                    p.saved_bytes,
+                    p.min_bytes,
+                    p.max_bytes,
+                    repr(p.recompute_cost),
+                    p.cost_unit,
+                    repr(p.recompute_flops),
+                    p.status,
+                    "" if p.gap is None else repr(p.gap),
+                    p.solver,
+                    p.estimator,
+                ]
+            )
+    return buf.getvalue().rstrip("\n")
+
+
+def sweep_json(sweeps: Sequence[Sequence[Plan]], target: str = "") -> str:
+    """The sweep as JSON: ``{"target": ..., "graphs": [[plan, ...] per graph]}``."""
+    data = {
+        "target": target,
+        "graphs": [[p.to_dict() for p in plans] for plans in sweeps],
+    }
+    return json.dumps(data, indent=2)

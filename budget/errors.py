@@ -1,0 +1,52 @@
+"""Every exception budget raises on purpose, in one hierarchy.
+
+Catch :class:`BudgetError` for anything budget refuses; the subclasses also derive from
+the builtin a caller would expect (a bad budget or an unreachable target is a
+``ValueError``, a solver out of time a ``RuntimeError``), so ``except ValueError`` keeps
+working. Messages say what is wrong and what is allowed.
+"""
+
+from __future__ import annotations
+
+
+class BudgetError(Exception):
+    """Base class of the errors budget raises on purpose."""
+
+
+class InfeasibleError(BudgetError, ValueError):
+    """No plan fits the target; ``min_bytes`` (when known) is the smallest reachable size."""
+
+    def __init__(self, message: str, min_bytes: int | None = None) -> None:
+        super().__init__(message)
+        self.min_bytes = min_bytes
+
+
+class BudgetTooSmallError(InfeasibleError):
+    """The requested size is below the smallest reachable saved memory."""
+
+
+class SolverTimeout(BudgetError, RuntimeError):
+    """The time limit passed before any plan was found."""
+
+
+class PlanMismatchError(BudgetError, ValueError):
+    """A saved plan does not fit the graph being compiled; it is refused, never applied."""
+
+
+class TargetError(BudgetError, ValueError):
+    """A CLI TARGET that cannot be loaded: a bad string, a missing file, a factory that raises."""
+
+
+class UsageError(BudgetError):
+    """A command-line usage error: reported as one line, exit status 2."""
+
+
+__all__ = [
+    "BudgetError",
+    "BudgetTooSmallError",
+    "InfeasibleError",
+    "PlanMismatchError",
+    "SolverTimeout",
+    "TargetError",
+    "UsageError",
+]

@@ -1,0 +1,1 @@
+"""Non-exact solvers kept for comparison: ``greedy`` and ``dp`` (torch's knapsack)."""

@@ -1,0 +1,151 @@
+"""Exact closure ILP (DESIGN.md) with OR-Tools CP-SAT.
+
+Same model as ``ilp`` (s, r, y booleans; need, closure, storage and memory rows) with
+integer coefficients: bytes exactly, costs rounded to integers after scaling so the
+largest is ~1e9 (FLOP counts are integers already and stay exact below that). CP-SAT
+reports a proven bound, so a time-limited solve returns its gap. Ties are broken by a
+second solve that fixes the first objective at its optimum, hinted with the first plan.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import ClassVar
+
+import numpy as np
+
+from ...core.problem import Problem
+from ..base import (
+    InfeasibleError,
+    Objective,
+    Solution,
+    SolverBase,
+    SolverTimeout,
+    closure_model,
+    finish,
+    integer_costs,
+)
+
+
+class CpSat(SolverBase):
+    name: ClassVar[str] = "cpsat"
+    exact: ClassVar[bool] = True
+    reduce: ClassVar[bool] = True  # measured: 2-6x faster on the bench graphs
+    requires: ClassVar[str] = "ortools"
+
+    def __init__(self, workers: int = 1, seed: int = 0) -> None:
+        self.workers = workers
+        self.seed = seed
+
+    def solve(
+        self,
+        problem: Problem,
+        target_bytes: int | None,
+        *,
+        minimize: Objective = "cost",
+        time_limit: float = 60.0,
+        hint: Sequence[int] | None = None,
+    ) -> Solution:
+        """As every solver; ``hint`` is a valid saved set to start from (a warm start)."""
+        from ortools.sat.python import cp_model
+
+        start = time.perf_counter()
+        model = cp_model.CpModel()
+        s, r, y = _build(model, problem, target_bytes)
+        if hint is not None:
+            _add_hint(model, problem, hint, s, r, y)
+        w = integer_costs(problem)
+        cost_expr = sum(int(w[v]) * r[v] for v in r if w[v] > 0)
+        bytes_expr = sum(int(problem.storage_bytes[g]) * y[g] for g in y)
+        first, second = (cost_expr, bytes_expr) if minimize == "cost" else (bytes_expr, cost_expr)
+
+        model.minimize(first)
+        solver, status = self._run(cp_model, model, time_limit)
+        if status == cp_model.INFEASIBLE:
+            raise InfeasibleError(f"no plan saves at most {target_bytes} bytes")
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            raise SolverTimeout(
+                f"cpsat found no plan within {time_limit:.0f}s for a problem of {problem.n} nodes; "
+                "raise budget.config.time_limit"
+            )
+        optimal = status == cp_model.OPTIMAL
+        tie_break = "not run"
+        bound = solver.best_objective_bound
+        best_value = solver.objective_value
+        values = {v: solver.value(x) for v, x in s.items()}
+        remaining = time_limit - (time.perf_counter() - start)
+        if optimal and remaining > 0:
+            model.clear_hints()  # a variable hinted twice makes the model invalid
+            for x in (*s.values(), *r.values(), *y.values()):
+                model.add_hint(x, solver.value(x))
+            model.add(first <= int(round(best_value)))
+            model.minimize(second)
+            solver, status = self._run(cp_model, model, remaining)
+            if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                values = {v: solver.value(x) for v, x in s.items()}
+            tie_break = "optimal" if status == cp_model.OPTIMAL else "not proven"
+        saved = sorted(v for v, val in values.items() if val)
+        return finish(
+            problem,
+            saved,
+            solver=self.name,
+            target_bytes=target_bytes,
+            minimize=minimize,
+            optimal=optimal,
+            bound=_unscale(bound, problem, w, minimize),
+            start=start,
+            info={
+                "backend": "CP-SAT",
+                "variables": len(s) + len(r) + len(y),
+                "tie_break": tie_break,
+            },
+        )
+
+    def _run(self, cp_model, model, time_limit: float):  # type: ignore[no-untyped-def]
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(0.1, float(time_limit))
+        solver.parameters.num_workers = self.workers
+        solver.parameters.random_seed = self.seed
+        status = solver.solve(model)
+        if status == cp_model.MODEL_INVALID:  # a bug of ours, never a user error
+            raise RuntimeError(f"cpsat: invalid model: {model.validate()}")
+        return solver, status
+
+
+def _unscale(bound: float, problem: Problem, w: np.ndarray, minimize: Objective) -> float:
+    if minimize == "bytes" or not w.any():
+        return float(bound)
+    return float(bound) * float(problem.cost.max()) / float(w.max())
+
+
+def _add_hint(model, problem: Problem, saved: Sequence[int], s, r, y) -> None:  # type: ignore[no-untyped-def]
+    kept = set(saved)
+    redo = set(problem.recompute_closure(kept))
+    groups = {int(problem.storage[v]) for v in kept if problem.storage[v] >= 0}
+    for v, x in s.items():
+        model.add_hint(x, v in kept)
+    for v, x in r.items():
+        model.add_hint(x, v in redo)
+    for g, x in y.items():
+        model.add_hint(x, g in groups)
+
+
+def _build(model, problem: Problem, target_bytes: int | None):  # type: ignore[no-untyped-def]
+    m = closure_model(problem)
+    s = {v: model.new_bool_var(f"s{v}") for v in m.save}
+    r = {v: model.new_bool_var(f"r{v}") for v in m.recompute}
+    y = {g: model.new_bool_var(f"y{g}") for g in m.groups}
+    for v in m.need:
+        model.add_bool_or([x[v] for x in (s, r) if v in x])
+    for v, u in m.closure:
+        options = [x[u] for x in (s, r) if u in x]
+        if options:
+            model.add_bool_or(options).only_enforce_if(r[v])
+        else:
+            model.add(r[v] == 0)
+    for v, g in m.store:
+        model.add_implication(s[v], y[g])
+    if target_bytes is not None:
+        model.add(sum(int(problem.storage_bytes[g]) * y[g] for g in y) <= int(target_bytes))
+    return s, r, y

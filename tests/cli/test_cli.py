@@ -1,0 +1,313 @@
+"""``budget solve`` and ``budget sweep``: output, JSON, user targets, and every error path.
+
+Every user error exits with status 2 and one line on stderr, no traceback (``--debug``
+shows it). Models are tiny so the file runs in seconds, except the one test of the
+bare ``budget solve`` (the default GPT), which is the quickstart.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+
+import pytest
+
+import budget
+from budget.cli.main import main
+
+MLP = ["builtin:mlp", "--batch", "8", "--d-in", "16", "--d", "32", "--layers", "2"]
+GPT = ["--layers", "1", "--seq", "16", "--d", "32", "--heads", "2", "--batch", "2", "--vocab", "64"]
+
+
+def run(argv, capsys):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_solve_with_no_arguments_prints_a_plan_for_the_default_gpt(capsys):
+    code, out, err = run(["solve"], capsys)
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[:2] == [  # wrapped to 80 columns
+        "budget solve builtin:gpt vocab=1024 d=256 heads=4 layers=4 seq=256 batch=4",
+        "             dropout=0.0",
+    ]
+    assert max(len(line) for line in lines) <= 80
+    for needle in (
+        "(1 of 1), compiler inductor",
+        "budget     1 of the range -> target 70.36 MiB",  # budget.config's default, 1.0
+        "range      0 B (budget 0) .. 70.36 MiB (budget 1)",
+        "saved      70.36 MiB",
+        "torch-mincut: reference",
+        "per module (depth 2)",
+        "GPT.blocks.3",
+        "largest saves (10 of",
+        "largest recomputes",
+        "wall time load",
+    ):
+        assert needle in out, needle
+
+
+def test_solve_report_sections_for_a_budget(capsys):
+    code, out, _ = run(["solve", *GPT, "--budget", "0.5", "--depth", "3", "--top", "2"], capsys)
+    assert code == 0
+    assert "budget     0.5 of the range" in out and "auto: optimal" in out
+    assert "GPT.blocks.0.attn" in out and "GPT.blocks.0.mlp" in out  # depth 3
+    assert "largest saves (2 of" in out and "largest recomputes (2 of" in out
+
+
+def test_json_output_round_trips_into_a_plan(tmp_path, capsys):
+    path = tmp_path / "plan.json"
+    code, out, _ = run(
+        ["solve", *MLP, "--budget", "0.3", "--format", "json", "--json", str(path)], capsys
+    )
+    assert code == 0
+    plan = budget.Plan.from_json(path.read_text())
+    assert plan == budget.Plan.from_json(out)  # what is printed is what is written
+    assert plan.saved_bytes <= plan.target_bytes and plan.budget == 0.3
+    assert plan.compiler == "inductor" and plan.decisions
+    assert budget.load_plans(path) == [plan]
+
+
+def test_size_budget_and_eager_compiler(capsys):
+    code, out, _ = run(["solve", *MLP, "--budget", "2KiB", "--compiler", "eager"], capsys)
+    assert code == 0
+    assert "budget     2.00 KiB -> target 2.00 KiB" in out and "compiler eager" in out
+
+
+USER_FILES = {
+    "pair": (
+        "import torch\n"
+        "def make():\n"
+        "    w = torch.randn(64, 64, requires_grad=True)\n"
+        "    return (lambda x: torch.mm(x, w).cos().sum()), (torch.randn(64, 64),)\n"
+    ),
+    "module": (
+        "import torch\n"
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.lin = torch.nn.Linear(32, 32)\n"
+        "    def forward(self, x):\n"
+        "        return self.lin(x).relu().pow(2).mean()\n"
+        "def make():\n"
+        "    return Net(), torch.randn(8, 32)\n"  # a single tensor is one argument
+    ),
+    "example": (
+        "from budget.models import get_builtin\n"
+        "def make():\n"
+        "    return get_builtin('mlp', batch=4, d_in=8, d=16, layers=1)\n"
+    ),
+    "neighbour": ("from helper import make\n"),  # a file may import the files beside it
+}
+
+
+@pytest.mark.parametrize("kind", list(USER_FILES))
+def test_user_file_targets(kind, tmp_path, capsys):
+    (tmp_path / "helper.py").write_text(USER_FILES["pair"])
+    src = tmp_path / f"mine_{kind}.py"
+    src.write_text(USER_FILES[kind])
+    code, out, err = run(["solve", f"{src}:make", "--budget", "0"], capsys)
+    assert (code, err) == (0, "")
+    assert out.startswith(f"budget solve {src}:make") and "saved      0 B" in out
+
+
+def test_module_names_of_a_global_model(tmp_path, capsys):
+    src = tmp_path / "glob.py"
+    src.write_text(
+        "import torch\n"
+        "net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))\n"
+        "def make():\n"
+        "    return (lambda x: net(x).sum()), (torch.randn(8, 16),)\n"
+    )
+    code, out, _ = run(["solve", f"{src}:make", "--budget", "0", "--depth", "1"], capsys)
+    assert code == 0
+    rows = [ln.split()[0] for ln in out.split("per module")[1].splitlines()[2:4]]
+    assert rows == ["Sequential.0", "Sequential.1"] and "G['" not in out  # ModTracker's names
+
+
+def test_a_step_with_graph_breaks(tmp_path, capsys):
+    src = tmp_path / "breaks.py"
+    src.write_text(
+        "import torch\n"
+        "def make():\n"
+        "    w1, w2 = (torch.randn(32, 32, requires_grad=True) for _ in range(2))\n"
+        "    def step(x):\n"
+        "        h = torch.mm(x, w1).cos()\n"
+        "        torch._dynamo.graph_break()\n"
+        "        return torch.mm(h, w2).cos().sum()\n"
+        "    return step, (torch.randn(32, 32),)\n"
+    )
+    path = tmp_path / "plans.json"
+    code, out, _ = run(["solve", f"{src}:make", "--budget", "0", "--json", str(path)], capsys)
+    assert code == 0 and "(1 of 2)" in out and "(2 of 2)" in out and "step (2 graphs)" in out
+    assert len(budget.load_plans(path)) == 2
+    code, out, _ = run(["sweep", f"{src}:make", "--budgets", "0,1", "--format", "csv"], capsys)
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert code == 0 and [r["graph"] for r in rows] == ["0", "0", "1", "1"]
+
+
+def one_line_error(code, err):
+    assert code == 2, err
+    assert err.startswith("budget: error:") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["solve", "builtin:nope"], "unknown built-in model 'nope'; available: gpt"),
+        (["solve", *MLP, "--budget", "1.5"], "fraction in [0, 1]"),
+        (["solve", *MLP, "--budget", "lots"], "memory budget"),
+        (["solve", *MLP, "--solver", "nope"], "unknown solver"),
+        (["solve", *MLP, "--estimator", "nope"], "unknown estimator"),
+        (["solve", *MLP, "--time-limit", "0"], "--time-limit must be a positive"),
+        (["solve", *MLP, "--depth", "0"], "--depth must be at least 1"),
+        (["solve", *MLP, "--vocab", "9"], "has no option vocab"),
+        (["solve", *MLP, "--budget", "0.5", "--no-such-flag"], "unrecognized arguments"),
+        (["solve", "--layers", "two"], "invalid int value"),
+        (["solve", "no_such_file.py:make"], "no such file 'no_such_file.py'"),
+        (["solve", "model.py"], "must be builtin:NAME or FILE.py:FACTORY"),
+        (["solve", "builtin:mlp", "--json", "/no/such/dir/plan.json"], "does not exist"),
+        (["solve", *GPT, "--dropout", "0.1", "--budget", "1B"], "smallest reachable"),
+        (["sweep", *MLP, "--budgets", "0,,1"], "comma-separated list"),
+        (["sweep", *MLP, "--budgets", "0,2,1"], "--budgets: '2' is not a budget"),
+        (["sweep", *MLP, "--budget", "0.5"], "unrecognized arguments: --budget"),
+        (["sweep", *MLP, "--plot", "pareto.svg"], "--plot writes a PNG"),
+        (["sweep", *MLP, "--plot", "/no/such/dir/p.png"], "does not exist"),
+    ],
+)
+def test_errors_exit_2_with_one_line(argv, needle, capsys):
+    code, out, err = run(argv, capsys)
+    one_line_error(code, err)
+    assert needle in err and out == ""
+
+
+@pytest.mark.parametrize(
+    "source,needle",
+    [
+        ("def make():\n    raise RuntimeError('boom')\n", "make() raised RuntimeError: boom"),
+        ("raise ImportError('no torchvision')\n", "raised ImportError: no torchvision"),
+        ("def other():\n    pass\n", "defines no function 'make'"),
+        ("def make():\n    return 42\n", "must return an Example, a (step, args)"),
+        ("import torch\ndef make():\n    return (lambda x: x.sum()), torch.ones(3)\n", "grad"),
+    ],
+)
+def test_bad_user_files(source, needle, tmp_path, capsys):
+    src = tmp_path / "bad.py"
+    src.write_text(source)
+    code, _, err = run(["solve", f"{src}:make"], capsys)
+    one_line_error(code, err)
+    assert needle in err
+
+
+def test_sizes_are_for_builtins_only(tmp_path, capsys):
+    src = tmp_path / "mine.py"
+    src.write_text(USER_FILES["pair"])
+    code, _, err = run(["solve", f"{src}:make", "--layers", "2"], capsys)
+    one_line_error(code, err)
+    assert "--layers apply to built-in models only" in err
+
+
+def test_debug_shows_the_traceback(tmp_path, capsys):
+    src = tmp_path / "bad.py"
+    src.write_text("def make():\n    raise RuntimeError('boom')\n")
+    for argv in (["--debug", "solve", f"{src}:make"], ["solve", f"{src}:make", "--debug"]):
+        code, _, err = run(argv, capsys)
+        assert code == 2 and "Traceback" in err and "RuntimeError: boom" in err
+        assert err.rstrip().splitlines()[-1].startswith("budget: error:")
+
+
+def test_missing_matplotlib_is_a_clear_error(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    code, _, err = run(["sweep", *MLP, "--plot", str(tmp_path / "p.png")], capsys)
+    one_line_error(code, err)
+    assert "pip install budget-remat[plot]" in err
+    assert not (tmp_path / "p.png").exists()
+
+
+# --------------------------------------------------------------------------- sweep
+
+
+def monotone(rows):
+    """The sweep semantics (DESIGN.md): below b=1 each plan is the cheapest under its target
+    and, among equal costs, the smallest; so as the budget falls, saved bytes never rise
+    and recompute cost never falls. b=1 is torch's own choice: the most bytes, cost aside."""
+    solved = sorted((r for r in rows if r["status"] == "optimal"), key=lambda r: float(r["budget"]))
+    assert len(solved) >= 2
+    for lo, hi in zip(solved, solved[1:], strict=False):
+        assert int(lo["saved_bytes"]) <= int(hi["saved_bytes"]), (lo, hi)
+        assert float(lo["recompute_cost"]) >= float(hi["recompute_cost"]) * (1 - 1e-12)
+        assert int(lo["target_bytes"]) <= int(hi["target_bytes"])
+    for r in rows:
+        assert int(r["saved_bytes"]) <= int(r["max_bytes"])
+        if r["status"] == "reference":
+            assert int(r["saved_bytes"]) == int(r["max_bytes"])
+        else:
+            assert int(r["saved_bytes"]) <= int(r["target_bytes"])
+        if float(r["budget"]) == 0.0:
+            assert int(r["saved_bytes"]) == int(r["min_bytes"])
+
+
+def test_sweep_csv_is_monotone_and_default_budgets(capsys):
+    code, out, _ = run(["sweep", *GPT, "--format", "csv", "--quiet"], capsys)
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [float(r["budget"]) for r in rows] == [i / 10 for i in range(11)]
+    assert rows[-1]["status"] == "reference"
+    monotone(rows)
+    assert int(rows[0]["saved_bytes"]) < int(rows[-1]["saved_bytes"])  # a real range
+
+
+def test_sweep_table_json_and_plot(tmp_path, capsys):
+    png = tmp_path / "pareto.png"
+    argv = ["sweep", *MLP, "--budgets", "0, 0.5,1KiB,1", "--plot", str(png)]
+    code, out, err = run(argv, capsys)
+    assert code == 0 and err == ""  # stderr is not a terminal: no progress bar
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    lines = out.splitlines()
+    assert lines[0] == "budget sweep builtin:mlp batch=8 d_in=16 d=32 layers=2 classes=10"
+    assert max(len(line) for line in lines) <= 80
+    budgets = [
+        ln.split()[0]
+        for ln in lines
+        if ln.startswith("  ") and ln.split()[-1] in ("optimal", "reference")
+    ]
+    assert budgets == ["0", "0.5", "1.00", "1"]  # 1KiB is shown as a size
+    assert f"plot: {png}" in out
+    code, out, _ = run(["sweep", *MLP, "--budgets", "0,0.5,1", "--format", "json"], capsys)
+    data = json.loads(out)
+    plans = [budget.Plan.from_dict(p) for p in data["graphs"][0]]
+    assert [p.budget for p in plans] == [0.0, 0.5, 1.0]
+    monotone([p.to_dict() for p in plans])
+
+
+def test_sweep_progress_reaches_every_budget():
+    from budget.models import get_builtin
+
+    ex = get_builtin("mlp", batch=8, d_in=16, d=32, layers=2)
+    calls = []
+    plans = budget.sweep(
+        ex.step, *ex.args, budgets=[0, 0.5, 1], progress=lambda *a: calls.append(a)
+    )
+    assert len(plans) == 3
+    assert calls == [(0, 0, 3), (0, 1, 3), (0, 2, 3), (0, 3, 3)]
+
+
+def test_progress_bar_on_a_terminal(monkeypatch, capsys):
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    fake = Tty()
+    monkeypatch.setattr(sys, "stderr", fake)
+    code = main(["sweep", *MLP, "--budgets", "0,1", "--format", "csv"])
+    assert code == 0
+    assert "graph 1" in fake.getvalue() and "2/2" in fake.getvalue()
+    fake.seek(0)
+    fake.truncate()
+    assert main(["sweep", *MLP, "--budgets", "0,1", "--quiet"]) == 0
+    assert fake.getvalue() == ""

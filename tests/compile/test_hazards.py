@@ -1,0 +1,152 @@
+"""Correctness hazards (DESIGN.md): a plan must never change what the model computes.
+
+Outputs, gradients and buffers under every budget equal those of eager (or, with
+dropout, of the budget=1.0 compiled run under the same seed).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers.steps import compile_with, grads_of
+from torch import nn
+
+BUDGETS = [1.0, 0.5, 0.2, 0.0]
+
+
+def _check_matches_eager(step, tensors, *args, budgets=BUDGETS, atol=1e-5, rtol=1e-4, **kwargs):
+    ref_out, ref_grads = grads_of(step, tensors, *args, **kwargs)
+    for b in budgets:
+        torch._dynamo.reset()
+        f, be = compile_with(step, b)
+        out, grads = grads_of(f, tensors, *args, **kwargs)
+        torch.testing.assert_close(
+            out, ref_out, atol=atol, rtol=rtol, msg=f"outputs differ at b={b}"
+        )
+        for g, r in zip(grads, ref_grads, strict=True):
+            torch.testing.assert_close(g, r, atol=atol, rtol=rtol, msg=f"grads differ at b={b}")
+        assert be.plans, "no plan was made"
+        for plan in be.plans:
+            assert plan.saved_bytes <= plan.target_bytes or plan.status == "reference"
+
+
+def test_inplace_ops_on_views():
+    torch.manual_seed(0)
+    w = torch.randn(64, 64, requires_grad=True)
+    x = torch.randn(32, 64, requires_grad=True)
+
+    def step(x, w):
+        h = torch.mm(x, w)
+        v = h[:, :32]
+        v.mul_(2.0)  # in-place on a view of an intermediate
+        g = h.sin() * 1.0
+        g.t()[:8].add_(1.0)  # in-place through a chain of views
+        return torch.mm(g, w).tanh().sum()
+
+    _check_matches_eager(step, [x, w], x, w)
+
+
+def test_several_outputs_and_kwargs():
+    torch.manual_seed(0)
+    w = torch.randn(64, 64, requires_grad=True)
+    x = torch.randn(16, 64, requires_grad=True)
+
+    def step(x, w, *, scale=1.0, bias=None):
+        h = torch.mm(x, w).sigmoid() * scale
+        return h.sum(), (torch.mm(h, w) + bias).cos()
+
+    _check_matches_eager(step, [x, w], x, w, scale=0.5, bias=torch.randn(64))
+
+
+def test_dict_and_list_inputs():
+    torch.manual_seed(0)
+    params = {
+        "a": torch.randn(32, 32, requires_grad=True),
+        "b": torch.randn(32, 32, requires_grad=True),
+    }
+    xs = [torch.randn(8, 32), torch.randn(8, 32)]
+
+    def step(params, xs):
+        h = torch.mm(xs[0], params["a"]).exp()
+        g = torch.mm(xs[1], params["b"]).sin()
+        return (torch.mm(h * g, params["a"]) ** 2).sum()
+
+    _check_matches_eager(step, list(params.values()), params, xs)
+
+
+def test_batchnorm_running_stats_updated_once():
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3),
+        nn.BatchNorm2d(8),
+    )
+    x = torch.randn(4, 3, 16, 16)
+    params = list(model.parameters())
+    init = {k: v.clone() for k, v in model.state_dict().items()}
+    _, ref_grads = grads_of(lambda x: model(x).square().mean(), params, x)
+    ref_state = {k: v.clone() for k, v in model.state_dict().items()}
+    for b in BUDGETS:
+        model.load_state_dict(init)
+        torch._dynamo.reset()
+        f, _ = compile_with(lambda x: model(x).square().mean(), b)
+        _, grads = grads_of(f, params, x)
+        for g, r in zip(grads, ref_grads, strict=True):
+            torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-4)
+        for k, v in model.state_dict().items():
+            torch.testing.assert_close(v, ref_state[k], msg=f"buffer {k} differs at b={b}")
+
+
+def test_embedding_and_sdpa():
+    torch.manual_seed(0)
+    emb = nn.Embedding(100, 32)
+    proj = nn.Linear(32, 96)
+    tokens = torch.randint(0, 100, (2, 16))
+    params = list(emb.parameters()) + list(proj.parameters())
+
+    def step(tokens):
+        h = emb(tokens)
+        q, k, v = proj(h).view(2, 16, 3, 2, 16).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return a.transpose(1, 2).reshape(2, 16, 32).pow(2).sum()
+
+    _check_matches_eager(step, params, tokens)
+
+
+def test_bf16():
+    torch.manual_seed(0)
+    w1 = torch.randn(64, 64, dtype=torch.bfloat16, requires_grad=True)
+    w2 = torch.randn(64, 64, dtype=torch.bfloat16, requires_grad=True)
+    x = torch.randn(16, 64, dtype=torch.bfloat16)
+
+    def step(x):
+        return torch.mm(
+            torch.mm(x, w1).gelu() if hasattr(torch.Tensor, "gelu") else F.gelu(torch.mm(x, w1)), w2
+        ).sum()
+
+    _check_matches_eager(step, [w1, w2], x, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("b", [0.5, 0.2, 0.0])
+def test_dropout_replays_or_keeps_its_mask(b):
+    torch.manual_seed(0)
+    w1 = torch.randn(64, 64, requires_grad=True)
+    w2 = torch.randn(64, 64, requires_grad=True)
+    x = torch.randn(32, 64)
+
+    def step(x):
+        h = F.dropout(torch.mm(x, w1).relu(), p=0.5, training=True)
+        return F.dropout(torch.mm(h, w2), p=0.3, training=True).sin().sum()
+
+    f1, _ = compile_with(step, 1.0)
+    ref_out, ref_grads = grads_of(f1, [w1, w2], x, seed=123)
+    torch._dynamo.reset()
+    fb, be = compile_with(step, b)
+    out, grads = grads_of(fb, [w1, w2], x, seed=123)
+    torch.testing.assert_close(out, ref_out)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r)
+    assert be.plans[0].saved_bytes <= be.plans[0].target_bytes

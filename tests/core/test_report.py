@@ -1,0 +1,209 @@
+"""budget.core.report: the text of ``budget solve`` / ``budget sweep``, on hand-made plans.
+
+No tracing here: plans are built by hand so every number in the text is known.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from budget.core.plan import Decision, Plan
+from budget.core.report import (
+    NO_MODULE,
+    format_cost,
+    largest_decisions,
+    module_rows,
+    module_table,
+    plan_report,
+    shorten,
+    solve_report,
+    sweep_csv,
+    sweep_json,
+    sweep_table,
+)
+
+KiB, MiB = 2**10, 2**20
+
+
+def make_plan(cost_unit: str = "s", budget: float | str = 0.5, **kw) -> Plan:
+    decisions = [
+        Decision("x", "placeholder", 0, 0.0, 0.0, "input", ""),
+        Decision("mm", "aten.mm.default", 4 * MiB, 2e-3, 2e9, "save", "model.blocks.0.attn.qkv"),
+        Decision(
+            "gelu", "aten.gelu.default", 4 * MiB, 1e-4, 0.0, "recompute", "model.blocks.0.mlp"
+        ),
+        Decision("mm_1", "aten.mm.default", 2 * MiB, 3e-3, 3e9, "recompute", "model.blocks.1.mlp"),
+        Decision("view", "aten.view.default", 0, 0.0, 0.0, "save", "model.blocks.1.mlp"),
+        Decision("add", "aten.add.Tensor", 1 * MiB, 0.0, 0.0, "save", "model"),
+        Decision("exp", "aten.exp.default", 512 * KiB, 0.0, 0.0, "recompute", ""),
+    ]
+    fields = dict(
+        budget=budget,
+        target_bytes=6 * MiB,
+        saved_bytes=5 * MiB,
+        min_bytes=1 * MiB,
+        max_bytes=11 * MiB,
+        recompute_cost=3.1e-3,
+        recompute_flops=3e9,
+        cost_unit=cost_unit,
+        status="optimal",
+        gap=0.0,
+        solver="auto",
+        estimator="flops",
+        torch_version="2.13.0",
+        graph_hash="0123456789abcdef",
+        decisions=decisions,
+        timings={"classify": 0.01, "estimate": 0.002, "solve": 0.3},
+        compiler="inductor",
+    )
+    fields.update(kw)
+    return Plan(**fields)
+
+
+@pytest.mark.parametrize(
+    "cost,unit,text",
+    [
+        (3.1e-3, "s", "3.100 ms"),
+        (2.5e-6, "s", "2.500 us"),
+        (1.5, "s", "1.500 s"),
+        (1.208e9, "flop", "1.208 GFLOP"),
+        (5120.0, "flop", "5.120 kFLOP"),
+        (37.0, "op", "37 op"),
+        (0.0, "s", "0"),
+    ],
+)
+def test_costs_are_shown_in_the_plans_own_unit(cost, unit, text):
+    assert format_cost(cost, unit) == text
+
+
+def test_shorten_keeps_both_ends():
+    name = "model.encoder.layers.11.self_attention.query_key_value"
+    short = shorten(name, 30)
+    assert len(short) == 30 and "..." in short
+    assert short.startswith("model.") and short.endswith("query_key_value")
+    assert shorten("model.head", 30) == "model.head"
+
+
+def test_module_rows_aggregate_by_depth_in_graph_order():
+    plan = make_plan()
+    rows = {r.module: r for r in module_rows(plan, depth=2)}
+    assert list(rows) == ["model.blocks.0", "model.blocks.1", "model", NO_MODULE]
+    b0, b1 = rows["model.blocks.0"], rows["model.blocks.1"]
+    assert (b0.saved_bytes, b0.recomputed_bytes, b0.recompute_cost) == (4 * MiB, 4 * MiB, 1e-4)
+    assert (b1.saved_bytes, b1.recomputed_bytes, b1.recompute_cost) == (0, 2 * MiB, 3e-3)
+    assert (b1.saves, b1.recomputes) == (1, 1)
+    assert rows[NO_MODULE].recomputed_bytes == 512 * KiB
+    # totals over the rows are the plan's: nothing is lost or counted twice
+    assert sum(r.saved_bytes for r in rows.values()) == plan.saved_bytes
+    shallow = [r.module for r in module_rows(plan, depth=1)]
+    assert shallow == ["model.blocks", "model", NO_MODULE]
+    deep = [r.module for r in module_rows(plan, depth=3)]
+    assert "model.blocks.0.attn" in deep and "model.blocks.1.mlp" in deep
+    with pytest.raises(ValueError, match="depth"):
+        module_rows(plan, depth=0)
+
+
+def test_module_rows_without_a_shared_root():
+    plan = make_plan()
+    modules = ["", "enc.0.a", "enc.1", "dec.0", "dec.0", "", ""]
+    for d, module in zip(plan.decisions, modules, strict=True):
+        d.module = module
+    assert [r.module for r in module_rows(plan, depth=1)] == ["enc", "dec", NO_MODULE]
+    assert [r.module for r in module_rows(plan, depth=2)] == ["enc.0", "enc.1", "dec.0", NO_MODULE]
+
+
+def test_largest_decisions_sorted_and_limited():
+    text = largest_decisions(make_plan(), top=1)
+    saves, recomputes = text.split("largest recomputes")
+    assert "largest saves (1 of 3, by bytes)" in saves and "4.00 MiB  mm " in saves
+    assert "(1 of 3, by cost)" in recomputes and "3.000 ms  mm_1" in recomputes
+    assert "gelu" not in text
+
+
+@pytest.mark.parametrize(
+    "unit,cost,needle",
+    [("s", 3.1e-3, "3.100 ms"), ("flop", 3.1e9, "3.100 GFLOP"), ("op", 7, "7 op")],
+)
+def test_plan_report_fits_80_columns_and_names_the_unit(unit, cost, needle):
+    long = "model." + ".".join(f"very_long_module_name_{i}" for i in range(6))
+    plan = make_plan(unit, recompute_cost=cost)
+    plan.decisions[1].module = long
+    plan.decisions[1].name = "a_node_with_a_really_long_generated_name_42"
+    text = plan_report(plan, top=5)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    for part in ("0123456789abcdef", "target 6.00 MiB", "1.00 MiB (budget 0)", "11.00 MiB"):
+        assert part in text
+    assert "saved      5.00 MiB" in text and needle in text
+    assert "auto: optimal" in text and "estimator flops" in text and "compiler inductor" in text
+
+
+def test_time_costs_show_flops_beside_them():
+    line = next(ln for ln in plan_report(make_plan("s")).splitlines() if "recompute " in ln)
+    assert "3.100 ms" in line and "3.000 GFLOP" in line
+    line = next(ln for ln in plan_report(make_plan("flop")).splitlines() if "recompute " in ln)
+    assert line.count("FLOP") == 2  # the cost is FLOPs: not repeated
+
+
+def test_str_of_a_plan_is_its_report():
+    plan = make_plan()
+    assert str(plan) == plan_report(plan)
+
+
+def test_sizes_and_feasible_status_are_described():
+    plan = make_plan(budget=f"{6 * MiB}B", status="feasible", gap=0.0123)
+    text = plan_report(plan)
+    assert "budget     6.00 MiB -> target 6.00 MiB" in text
+    assert "feasible, gap 1.23%" in text
+
+
+def test_solve_report_with_several_graphs_totals_the_step():
+    a, b = make_plan(), make_plan(graph_hash="fedcba9876543210")
+    text = solve_report([a, b], "builtin:gpt layers=1", timings={"load": 0.01, "total": 2.5})
+    assert text.startswith("budget solve builtin:gpt layers=1")
+    assert "(1 of 2)" in text and "(2 of 2)" in text
+    assert "step (2 graphs): saved 10.00 MiB, recompute 6.200 ms" in text
+    assert text.splitlines()[-1].startswith("wall time load 10 ms, total 2.50 s")
+
+
+def _sweep() -> list[Plan]:
+    return [
+        make_plan(budget=b, saved_bytes=s, target_bytes=t, recompute_cost=c, status=st)
+        for b, s, t, c, st in [
+            (0.0, 1 * MiB, 1 * MiB, 9e-3, "optimal"),
+            (0.5, 5 * MiB, 6 * MiB, 3.1e-3, "optimal"),
+            (1.0, 11 * MiB, 11 * MiB, 0.0, "reference"),
+        ]
+    ]
+
+
+def test_sweep_table_rows():
+    text = sweep_table([_sweep()], "builtin:mlp")
+    lines = text.splitlines()
+    assert lines[0] == "budget sweep builtin:mlp"
+    rows = [ln.split() for ln in lines if ln.strip()[:1].isdigit()]
+    assert [r[0] for r in rows] == ["0", "0.5", "1"]
+    assert rows[1][-1] == "optimal" and rows[2][-1] == "reference"
+    assert "9.000 ms" in text and "FLOPs" in text  # time costs: FLOPs shown beside them
+    assert max(len(ln) for ln in lines) <= 80
+
+
+def test_sweep_csv_and_json_are_exact():
+    plans = _sweep()
+    rows = list(csv.DictReader(io.StringIO(sweep_csv([plans]))))
+    assert [int(r["saved_bytes"]) for r in rows] == [p.saved_bytes for p in plans]
+    assert [float(r["recompute_cost"]) for r in rows] == [p.recompute_cost for p in plans]
+    assert {r["cost_unit"] for r in rows} == {"s"}
+    data = json.loads(sweep_json([plans], "builtin:mlp"))
+    assert data["target"] == "builtin:mlp"
+    again = [Plan.from_dict(p) for p in data["graphs"][0]]
+    assert again == plans
+
+
+def test_module_table_has_a_total_row():
+    text = module_table(make_plan(), depth=2)
+    total = text.splitlines()[-1].split()
+    assert total[:3] == ["total", "5.00", "MiB"]

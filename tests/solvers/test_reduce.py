@@ -1,0 +1,204 @@
+"""Problem reduction (budget/solvers/reduce.py) against brute force: the reduced problem
+has the same Pareto frontier once its offsets are added, and every one of its plans
+expands to a plan of the original problem priced exactly at its own price plus the
+offsets (pure data, no torch.fx, except the last test: a real GPT's joint graph)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from test_solvers import random_problem
+
+from budget.core.problem import Problem
+from budget.solvers import InfeasibleError, available_solvers, get_solver
+from budget.solvers.reduce import Reduced, reduce_problem
+
+
+def rich_problem(seed: int, n: int = 12) -> Problem:
+    """Random problems with what the rules look for: shared storages (views and
+    twins), zero-byte storages, no-storage nodes, unsavable and unrecomputable nodes,
+    zero costs, chains and fan-outs."""
+    rng = np.random.default_rng(seed)
+    n_in = 2
+    edges = []
+    for v in range(n_in, n):
+        k = int(rng.choice([1, 1, 1, 2, 3]))
+        lo = max(0, v - 4) if rng.random() < 0.7 else 0
+        for u in rng.choice(np.arange(lo, v), size=min(k, v - lo), replace=False):
+            edges.append((int(u), v))
+    storage = np.arange(n)
+    for v in range(n_in, n):  # views share an earlier node's storage
+        if rng.random() < 0.35:
+            storage[v] = storage[int(rng.integers(n_in, v))] if v > n_in else storage[v]
+    storage_bytes = [0] * n_in + [int(b) for b in rng.choice([0, 100, 200, 400, 800], n - n_in)]
+    storage_bytes = [b if b or rng.random() < 0.3 else 100 for b in storage_bytes]
+    no_storage = rng.random(n) < 0.08
+    storage = np.where(no_storage & (np.arange(n) >= n_in), -1, storage)
+    return Problem(
+        names=[f"n{i}" for i in range(n)],
+        ops=["op"] * n,
+        is_input=[i < n_in for i in range(n)],
+        needed=[i >= n_in and rng.random() < 0.45 for i in range(n)],
+        can_save=[i < n_in or rng.random() < 0.85 for i in range(n)],
+        can_recompute=[i >= n_in and rng.random() < 0.9 for i in range(n)],
+        storage=storage,
+        storage_bytes=storage_bytes,
+        cost=[0.0] * n_in + [float(c) for c in rng.choice([0, 0, 1, 2, 5], n - n_in)],
+        flops=[0.0] * n,
+        edges=edges,
+    )
+
+
+def plans(p: Problem) -> dict[tuple[int, ...], tuple[float, int]]:
+    """(cost, bytes) of every valid saved set (each set as given, not pruned)."""
+    free = [v for v in range(p.n) if not p.is_input[v] and p.can_save[v]]
+    out = {}
+    for mask in itertools.product([0, 1], repeat=len(free)):
+        saved = [v for v, m in zip(free, mask, strict=True) if m]
+        if not p.check(saved):
+            out[tuple(saved)] = (
+                float(p.cost[p.recompute_closure(saved)].sum()),
+                p.saved_bytes(saved),
+            )
+    return out
+
+
+def frontier(points) -> list[tuple[float, int]]:
+    """The Pareto frontier (cost, bytes) of a set of plans' prices."""
+    out: list[tuple[float, int]] = []
+    for c, b in sorted(set(points), key=lambda x: (x[1], x[0])):
+        if not out or c < out[-1][0]:
+            out.append((c, b))
+    return out
+
+
+def feasible(p: Problem) -> bool:
+    return bool(plans(p))
+
+
+KINDS = [rich_problem, random_problem]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("seed", range(60))
+def test_reduction_keeps_the_frontier_and_expands_exactly(kind, seed):
+    p = kind(seed)
+    full = plans(p)
+    red = reduce_problem(p)
+    if not full:  # infeasible problems are left to the solvers' own errors
+        assert red.identity
+        return
+    q = red.problem
+    assert q.n <= p.n
+    reduced = plans(q)
+    for saved, (c, b) in reduced.items():
+        expanded = red.expand(list(saved))
+        assert not p.check(expanded), (saved, expanded)
+        cost = float(p.cost[p.recompute_closure(expanded)].sum())
+        assert cost == pytest.approx(c + red.cost_offset, abs=1e-9)
+        assert p.saved_bytes(expanded) == b + red.bytes_offset
+    shifted = [(c + red.cost_offset, b + red.bytes_offset) for c, b in reduced.values()]
+    assert frontier(shifted) == frontier(full.values())
+
+
+def test_every_rule_is_exercised():
+    """Not a proof, a guard: the property test above must exercise every rule."""
+    fired: set[str] = set()
+    for s in range(400):
+        p = rich_problem(s)
+        fired |= set(reduce_problem(p).rules)
+    from budget.solvers.reduce import _RULES
+
+    assert fired == set(_RULES)
+
+
+def test_needed_node_nobody_can_make_available_is_left_to_the_solver():
+    p = Problem(
+        names=["x", "a", "b"],
+        ops=["in", "op", "op"],
+        is_input=[True, False, False],
+        needed=[False, False, True],
+        can_save=[True, False, False],
+        can_recompute=[False, False, True],
+        storage=[0, 1, 2],
+        storage_bytes=[0, 8, 8],
+        cost=[0, 1, 1],
+        flops=[0, 0, 0],
+        edges=[(0, 1), (1, 2)],
+        reason=["", "rng", ""],
+    )
+    assert reduce_problem(p).identity
+    with pytest.raises(InfeasibleError, match="b is needed by the backward"):
+        get_solver("mincut", reduce=True).solve(p, None)
+
+
+def test_negative_costs_are_not_reduced():
+    p = random_problem(0)
+    p.cost[3] = -1.0
+    assert reduce_problem(p).identity
+
+
+EXACT = [name for name in available_solvers() if get_solver(name).exact]
+
+
+@pytest.mark.parametrize("name", EXACT)
+@pytest.mark.parametrize("seed", range(8))
+def test_reduced_solvers_match_unreduced(name, seed):
+    p = rich_problem(100 + seed, n=14)
+    full = plans(p)
+    if not full:
+        return
+    plain, wrapped = get_solver(name, reduce=False), get_solver(name, reduce=True)
+    if name == "auto":  # reduces inside, only what the min-cut leaves unproven
+        assert wrapped.reduction and not plain.reduction
+    else:
+        assert isinstance(wrapped, Reduced) and not isinstance(plain, Reduced)
+    sizes = sorted({b for _, b in full.values()})
+    low = sizes[0]
+    for target in sorted({low - 1, low, sizes[len(sizes) // 3], sizes[2 * len(sizes) // 3]}):
+        fits = [(c, b) for c, b in full.values() if b <= target]
+        if not fits:
+            with pytest.raises(InfeasibleError, match=f"at most {target} bytes"):
+                wrapped.solve(p, target)
+            continue
+        a, b = plain.solve(p, target), wrapped.solve(p, target)
+        price = lambda s: (float(p.cost[p.recompute_closure(s)].sum()), p.saved_bytes(s))  # noqa: E731
+        assert price(a.saved) == price(b.saved) == min(fits)
+        assert a.status == b.status == "optimal"
+        assert not p.check(b.saved)
+    assert wrapped.solve(p, None, minimize="bytes").objective == low
+
+
+def test_reduced_solution_reports_the_reduction_and_original_numbers():
+    p = rich_problem(5, n=14)  # a forced save, a forced recompute: both offsets
+    red = reduce_problem(p)
+    assert red.cost_offset > 0 and red.bytes_offset > 0 and red.forced
+    best = min(plans(p).values())
+    sol = get_solver("cpsat", reduce=True).solve(p, None)
+    assert sol.info["reduced"]["nodes"] == (p.n, red.problem.n)
+    assert (sol.objective, p.saved_bytes(sol.saved)) == best
+    assert set(red.forced) <= set(sol.saved)
+    with pytest.raises(InfeasibleError, match=f"at most {red.bytes_offset - 1} bytes"):
+        get_solver("cpsat", reduce=True).solve(p, red.bytes_offset - 1)
+
+
+def test_gpt_joint_graph_same_optimum_with_and_without_reduction():
+    import budget
+    from budget.core.planner import solve_ends, target_bytes
+    from budget.core.sizes import parse_budget
+    from budget.models import get_builtin
+
+    ex = get_builtin("gpt", layers=2, d=64, seq=64)
+    (p,) = budget.problems(ex.step, *ex.args)
+    red = reduce_problem(p)
+    assert red.problem.n < p.n // 3
+    plain, wrapped = get_solver("cpsat", reduce=False), get_solver("cpsat", reduce=True)
+    ends = solve_ends(p, plain, 60)
+    assert solve_ends(p, wrapped, 60).min_bytes == ends.min_bytes
+    for b in (0.1, 0.3, 0.5, 0.7, 0.9):
+        t = target_bytes(parse_budget(b), ends)
+        x, y = plain.solve(p, t), wrapped.solve(p, t)
+        assert (x.objective, p.saved_bytes(x.saved)) == (y.objective, p.saved_bytes(y.saved))
+        assert x.status == y.status == "optimal"
