@@ -1,40 +1,124 @@
-"""The seam to PyTorch's private partitioner APIs, in one place.
+"""The seam to PyTorch's private APIs: the only module of budget that imports them.
 
-budget reuses torch's own joint-graph machinery (node classification, the fwd/bwd
-extraction, the min-cut that defines the b=1.0 end, RNG functionalisation) instead of
-re-deriving it. These are private APIs: every one is imported here, the tested torch
-range is pinned in pyproject.toml, and tests/test_torch_seam.py checks they still exist.
+budget reuses torch's own machinery (the joint-graph node classification, the fwd/bwd
+extraction, the min-cut that defines the b=1.0 end, RNG functionalisation, the compile
+stack it plugs into) instead of re-deriving it. Those are private APIs: every ``torch._*``
+module (``torch._C`` internals included) and every ``torch.utils._*`` module budget uses is
+imported here and nowhere else. ruff's TID251 bans them in the rest of budget/
+(pyproject.toml); tests/compile/test_torch_seam.py checks that every name exported here is
+still the torch object it names, and that no other module of budget reaches for a private
+torch name, by import or by attribute (``torch._dynamo.reset()``). The tested torch range
+is pinned in pyproject.toml.
+
+Exports come in two kinds:
+
+- names whose modules ``import torch`` has already loaded (pytree, op classes, dispatch
+  modes...): imported eagerly, so the estimators get them for free;
+- the compile stack (functorch's partitioner, dynamo, Inductor): loaded on first use
+  (PEP 562 ``__getattr__``), so that importing this module, and with it
+  ``budget.estimators``, loads none of it. ``from ._torch_private import compile_fx``
+  loads it then.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
-from torch._functorch import config as functorch_config
-from torch._functorch._aot_autograd.graph_compile import is_opaque_node
-from torch._functorch._aot_autograd.utils import _is_fwd_seed_offset, _is_primal
-from torch._functorch.compile_utils import fx_graph_cse
-from torch._functorch.partitioners import (
-    NodeInfo,
-    _extract_fwd_bwd_modules,
-    choose_saved_values_set,
-    classify_nodes,
-    cleanup_recompute_tags,
-    default_partition,
-    force_save_bw_mutation_src,
-    force_save_collectives,
-    force_save_effectful_ops,
-    functionalize_rng_ops,
-    has_recomputable_ops,
-    has_recomputable_rng_ops,
-    must_recompute,
-    raise_getitems,
-    reordering_to_mimic_autograd_engine,
-    thread_graphsafe_rng_from_hops,
-)
+# Loaded with torch itself: free to import here.
+from torch._C import _has_storage
+from torch._dispatch.python import no_python_dispatcher
+from torch._ops import HigherOrderOperator, OpOverload
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import is_sym_node
+from torch.utils._python_dispatch import _disable_current_modes
+from torch.utils._pytree import tree_leaves, tree_map
+
+# The compile stack, loaded on first use: exported name -> (module, attribute; None for
+# the module itself).
+_LAZY: dict[str, tuple[str, str | None]] = {
+    # functorch's min-cut partitioner, which compile/partition.py mirrors step by step
+    **{
+        name: ("torch._functorch.partitioners", name)
+        for name in (
+            "NodeInfo",
+            "_extract_fwd_bwd_modules",
+            "choose_saved_values_set",
+            "classify_nodes",
+            "cleanup_recompute_tags",
+            "default_partition",
+            "force_save_bw_mutation_src",
+            "force_save_collectives",
+            "force_save_effectful_ops",
+            "functionalize_rng_ops",
+            "has_recomputable_ops",
+            "has_recomputable_rng_ops",
+            "must_recompute",
+            "raise_getitems",
+            "reordering_to_mimic_autograd_engine",
+            "thread_graphsafe_rng_from_hops",
+        )
+    },
+    "functorch_config": ("torch._functorch.config", None),
+    "fx_graph_cse": ("torch._functorch.compile_utils", "fx_graph_cse"),
+    "is_opaque_node": ("torch._functorch._aot_autograd.graph_compile", "is_opaque_node"),
+    "make_boxed_func": ("torch._functorch.aot_autograd", "make_boxed_func"),
+    # dynamo: the backend and preview entry points
+    "aot_autograd": ("torch._dynamo.backends.common", "aot_autograd"),
+    "BackendCompilerFailed": ("torch._dynamo.exc", "BackendCompilerFailed"),
+    # Inductor: compile/backend.py
+    "compile_fx": ("torch._inductor.compile_fx", "compile_fx"),
+    "select_decomp_table": ("torch._inductor.compile_fx", "select_decomp_table"),
+    "OutputCode": ("torch._inductor.output_code", "OutputCode"),
+    "CustomPartitionerFn": ("torch._inductor.custom_graph_pass", "CustomPartitionerFn"),
+}
+
+if TYPE_CHECKING:
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.exc import BackendCompilerFailed
+    from torch._functorch import config as functorch_config
+    from torch._functorch._aot_autograd.graph_compile import is_opaque_node
+    from torch._functorch.aot_autograd import make_boxed_func
+    from torch._functorch.compile_utils import fx_graph_cse
+    from torch._functorch.partitioners import (
+        NodeInfo,
+        _extract_fwd_bwd_modules,
+        choose_saved_values_set,
+        classify_nodes,
+        cleanup_recompute_tags,
+        default_partition,
+        force_save_bw_mutation_src,
+        force_save_collectives,
+        force_save_effectful_ops,
+        functionalize_rng_ops,
+        has_recomputable_ops,
+        has_recomputable_rng_ops,
+        must_recompute,
+        raise_getitems,
+        reordering_to_mimic_autograd_engine,
+        thread_graphsafe_rng_from_hops,
+    )
+    from torch._inductor.compile_fx import compile_fx, select_decomp_table
+    from torch._inductor.custom_graph_pass import CustomPartitionerFn
+    from torch._inductor.output_code import OutputCode
+
+
+def __getattr__(name: str) -> Any:
+    """Load a compile-stack export on first use (PEP 562), then keep it as a global."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module_name, attr = _LAZY[name]
+    module = importlib.import_module(module_name)
+    value = module if attr is None else getattr(module, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 @contextlib.contextmanager
@@ -43,8 +127,8 @@ def boykov_kolmogorov_cuts() -> Iterator[None]:
 
     torch calls ``nx.minimum_cut`` with the default preflow-push. The minimum cut it reads
     (the nodes that reach the sink in the residual graph) is the same for every maximum
-    flow, so the partition is unchanged; Boykov-Kolmogorov is ~7x faster on joint graphs
-    (0.07 s against 0.46 s on the 24-layer GPT). Restored on exit.
+    flow, so the partition is unchanged; Boykov-Kolmogorov is several times faster on
+    joint graphs (figures in bench/README.md). Restored on exit.
     """
     import networkx as nx
     from networkx.algorithms.flow import boykov_kolmogorov
@@ -58,14 +142,29 @@ def boykov_kolmogorov_cuts() -> Iterator[None]:
 
 
 __all__ = [
+    # budget's own
     "boykov_kolmogorov_cuts",
+    # loaded with torch
+    "FakeTensorMode",
+    "HigherOrderOperator",
+    "OpOverload",
+    "_disable_current_modes",
+    "_has_storage",
+    "is_sym_node",
+    "no_python_dispatcher",
+    "tree_leaves",
+    "tree_map",
+    # the compile stack, loaded on first use (_LAZY)
+    "BackendCompilerFailed",
+    "CustomPartitionerFn",
     "NodeInfo",
+    "OutputCode",
     "_extract_fwd_bwd_modules",
-    "_is_fwd_seed_offset",
-    "_is_primal",
+    "aot_autograd",
     "choose_saved_values_set",
     "classify_nodes",
     "cleanup_recompute_tags",
+    "compile_fx",
     "default_partition",
     "force_save_bw_mutation_src",
     "force_save_collectives",
@@ -76,9 +175,10 @@ __all__ = [
     "has_recomputable_ops",
     "has_recomputable_rng_ops",
     "is_opaque_node",
-    "is_sym_node",
+    "make_boxed_func",
     "must_recompute",
     "raise_getitems",
     "reordering_to_mimic_autograd_engine",
+    "select_decomp_table",
     "thread_graphsafe_rng_from_hops",
 ]

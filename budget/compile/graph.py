@@ -3,7 +3,8 @@
 Turns torch's node classification (``classify_nodes``) into pure data: which forward
 values the backward reads, what each costs to keep (per storage, so a view costs its
 base once and a view of a parameter costs nothing), what each costs to recompute, and
-which decisions are forbidden (random ops, side effects, mutation, user tags).
+which decisions are forbidden (random ops, side effects, mutation, user tags: the op
+classification of :mod:`budget.estimators.ops`).
 """
 
 from __future__ import annotations
@@ -13,57 +14,12 @@ from collections.abc import Sequence
 
 import torch
 import torch.fx as fx
-from torch.utils.checkpoint import CheckpointPolicy
 
 from ..core.problem import Problem
 from ..estimators import Estimator, NodeCost
-from ..estimators.memory import storage_of
+from ..estimators.ops import forbidden_recompute
+from ..estimators.values import storage_of
 from . import _torch_private as T
-
-aten = torch.ops.aten
-_SDPA_WITH_DROPOUT_ARG = {
-    aten._scaled_dot_product_flash_attention_for_cpu: 3,
-    aten._scaled_dot_product_flash_attention: 3,
-    aten._scaled_dot_product_efficient_attention: 4,
-    aten._scaled_dot_product_cudnn_attention: 5,
-    aten.scaled_dot_product_attention: 4,
-}
-
-
-def is_random(node: fx.Node) -> bool:
-    """True when recomputing ``node`` would draw new random numbers.
-
-    The ``nondeterministic_seeded`` tag alone is not enough: CPU attention carries it
-    even with ``dropout_p=0`` (DESIGN.md, "Tags are not semantics").
-    """
-    target = node.target
-    if node.op != "call_function" or not hasattr(target, "tags"):
-        return False
-    if torch.Tag.nondeterministic_seeded not in target.tags:
-        return False
-    packet = getattr(target, "overloadpacket", None)
-    if packet in _SDPA_WITH_DROPOUT_ARG:
-        pos = _SDPA_WITH_DROPOUT_ARG[packet]
-        p = node.kwargs.get("dropout_p", node.args[pos] if len(node.args) > pos else 0.0)
-        return bool(p)
-    return True
-
-
-def forbidden_recompute(node: fx.Node) -> str:
-    """Why ``node`` must not be recomputed, or '' when it may be."""
-    if node.meta.get("recompute") == CheckpointPolicy.MUST_SAVE:
-        return "tagged MUST_SAVE"
-    if is_random(node) and not T.must_recompute(node):
-        return "random op (recomputing would draw a new sample)"
-    target = node.target
-    if isinstance(target, torch._ops.OpOverload):
-        if target._schema.is_mutable:
-            return "mutates its inputs"
-        if target.namespace in {"_c10d_functional", "c10d_functional", "_dtensor"}:
-            return "collective"
-    if isinstance(target, torch._ops.HigherOrderOperator):
-        return f"higher-order op {target.name()}"
-    return ""
 
 
 def _read_by_backward(node: fx.Node, bw: object) -> bool:

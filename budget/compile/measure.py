@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..estimators.flops import FLOP_GAPS
+from ._torch_private import tree_leaves
 
 
 def _key(t: torch.Tensor) -> int:

@@ -16,7 +16,7 @@ import torch
 import torch.fx
 
 from .devices import Device, check_device_name, device_of, get_device
-from .memory import node_device
+from .values import node_device
 
 
 @dataclass(frozen=True)

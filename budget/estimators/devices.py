@@ -312,9 +312,9 @@ def _probe_copy(words: int, device: torch.device) -> float:
 def measure(device: torch.device, label: str = "") -> Device:
     """Probe ``device``: best-of-N fp32 matmul throughput and large-copy bandwidth.
 
-    On a 2-core CPU this takes 0.1-0.6 s: a 768^3 matmul (0.9 GFLOP) and a 64 MiB copy
-    (larger than the last-level cache, so it measures memory, not cache). A GPU gets a
-    4096^3 matmul and a 256 MiB copy.
+    A CPU gets a 768^3 matmul (0.9 GFLOP) and a 64 MiB copy (larger than the last-level
+    cache, so it measures memory, not cache): a fraction of a second (timings in
+    bench/README.md). A GPU gets a 4096^3 matmul and a 256 MiB copy.
     """
     start = time.perf_counter()
     n = 768 if device.type == "cpu" else 4096

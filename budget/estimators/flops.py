@@ -32,7 +32,6 @@ from typing import Any, ClassVar
 
 import torch
 import torch.fx
-from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import (
     flop_registry,
     sdpa_backward_flop_count,
@@ -40,8 +39,10 @@ from torch.utils.flop_counter import (
     shape_wrapper,
 )
 
+from ..compile._torch_private import OpOverload, tree_map
 from .base import DeviceEstimator, NodeCost
-from .memory import bytes_moved, compute_dtype, hint, shape, value_of
+from .memory import bytes_moved
+from .values import compute_dtype, hint, shape, value_of
 
 aten = torch.ops.aten
 
@@ -199,7 +200,7 @@ _KINDS = {
 def op_kind(node: torch.fx.Node) -> str:
     """ "matmul", "conv", "attention" or "other": which peak rate prices the node's FLOPs."""
     target = node.target
-    if not isinstance(target, torch._ops.OpOverload):
+    if not isinstance(target, OpOverload):
         return "other"
     packet = target.overloadpacket
     if packet in _KINDS:
@@ -219,7 +220,7 @@ def _hinted_shape(x: Any) -> Any:
 
 def node_flops(node: torch.fx.Node) -> float:
     """FLOPs of one fx call_function node, from shapes only (0 when nothing prices it)."""
-    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+    if node.op != "call_function" or not isinstance(node.target, OpOverload):
         return 0.0
     packet = node.target.overloadpacket
     gap = FLOP_GAPS.get(packet)

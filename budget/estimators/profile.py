@@ -33,27 +33,25 @@ from typing import Any, ClassVar
 
 import torch
 import torch.fx
-from torch.utils._pytree import tree_map
 
+from ..compile._torch_private import (
+    HigherOrderOperator,
+    OpOverload,
+    _disable_current_modes,
+    no_python_dispatcher,
+    tree_map,
+)
 from .base import NodeCost
 from .flops import node_flops
-from .memory import (
-    bytes_moved,
-    hint,
-    hint_float,
-    is_alias,
-    is_mutating,
-    node_device,
-    shape,
-    value_of,
-)
+from .memory import bytes_moved
+from .ops import is_alias, is_collective, is_mutating
 from .roofline import RooflineEstimator
+from .values import hint, hint_float, node_device, shape, value_of
 
 WARMUP = 2
 REPEATS = 5
 MIN_SAMPLE_S = 1e-3  # each timed sample loops the op for at least this long
 MAX_LOOP = 1000
-_COLLECTIVE_NAMESPACES = {"_c10d_functional", "c10d_functional", "_dtensor", "c10d"}
 
 
 @dataclass
@@ -108,13 +106,13 @@ def cache_key(node: torch.fx.Node, device: torch.device) -> str:
 def not_runnable(node: torch.fx.Node, device: torch.device) -> str:
     """Why ``node`` must not (or cannot) be run to be timed; '' when it can."""
     target = node.target
-    if isinstance(target, torch._ops.HigherOrderOperator):
+    if isinstance(target, HigherOrderOperator):
         return f"higher-order op {target.name()}"
-    if not isinstance(target, torch._ops.OpOverload):
+    if not isinstance(target, OpOverload):
         return "not an aten op"
     if is_mutating(node):
         return "mutates its inputs"
-    if target.namespace in _COLLECTIVE_NAMESPACES:
+    if is_collective(node):
         return "collective"
     if node.is_impure(impure_random=False):
         return "has side effects"
@@ -129,9 +127,6 @@ def not_runnable(node: torch.fx.Node, device: torch.device) -> str:
 def _real_execution(device: torch.device) -> Iterator[None]:
     """Run real ops inside a compile: no fake/proxy modes, no Python dispatcher, no grad,
     and the caller's RNG states restored afterwards."""
-    from torch._dispatch.python import no_python_dispatcher
-    from torch.utils._python_dispatch import _disable_current_modes
-
     cuda = []
     if device.type == "cuda":
         cuda = [device.index if device.index is not None else torch.cuda.current_device()]
@@ -215,7 +210,7 @@ def _time_cuda(run: Callable[[], Any], device: torch.device) -> float:
 def time_node(node: torch.fx.Node, device: torch.device) -> float:
     """Seconds one run of ``node`` takes on ``device`` (uncached)."""
     op = node.target
-    assert isinstance(op, torch._ops.OpOverload)
+    assert isinstance(op, OpOverload)
     with _real_execution(device):
         gen = torch.Generator(device=device).manual_seed(0)
 

@@ -15,7 +15,8 @@ import torch.fx
 
 from .base import DeviceEstimator, NodeCost
 from .flops import node_flops, op_kind
-from .memory import bytes_moved, compute_dtype
+from .memory import bytes_moved
+from .values import compute_dtype
 
 
 class RooflineEstimator(DeviceEstimator):

@@ -11,6 +11,7 @@ from typing import ClassVar
 import torch
 import torch.fx
 
+from ..compile._torch_private import OpOverload
 from .base import NodeCost
 from .flops import node_flops
 from .memory import bytes_moved
@@ -29,6 +30,6 @@ class UnitEstimator:
 
     def estimate(self, node: torch.fx.Node) -> NodeCost:
         target = node.target
-        computes = isinstance(target, torch._ops.OpOverload) and not target.is_view
+        computes = isinstance(target, OpOverload) and not target.is_view
         cost = 1.0 if node.op == "call_function" and computes else 0.0
         return NodeCost(cost=cost, flops=node_flops(node), bytes_moved=float(bytes_moved(node)))

@@ -1,13 +1,26 @@
-"""The seam to torch's private partitioner APIs (budget/_torch_api.py).
+"""The seam to torch's private APIs (budget/compile/_torch_private.py).
 
 If a torch upgrade moves or changes these, this file fails first and says which.
 At b=1.0 budget must reproduce torch's own partition exactly (same saved bytes).
+The seam is the only module of budget that touches a private torch API: ruff's TID251
+bans them elsewhere (pyproject.toml), and the source scan below catches the rest.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib
+import importlib.util
 import inspect
+import io
+import re
+import shutil
+import subprocess
+import sys
+import tokenize
+from pathlib import Path
 
+import pytest
 import torch
 import torch.nn.functional as F
 from helpers.steps import compile_with
@@ -15,6 +28,191 @@ from torch import nn
 
 from budget.compile import _torch_private as T
 from budget.compile.measure import measure_step
+
+ROOT = Path(__file__).resolve().parents[2]
+SEAM = ROOT / "budget" / "compile" / "_torch_private.py"
+
+# Every torch name the seam exports -> the module it comes from (the module itself for
+# functorch_config). Loaded with torch itself:
+EAGER = {
+    "FakeTensorMode": "torch._subclasses.fake_tensor",
+    "HigherOrderOperator": "torch._ops",
+    "OpOverload": "torch._ops",
+    "_disable_current_modes": "torch.utils._python_dispatch",
+    "_has_storage": "torch._C",
+    "is_sym_node": "torch.fx.experimental.proxy_tensor",
+    "no_python_dispatcher": "torch._dispatch.python",
+    "tree_leaves": "torch.utils._pytree",
+    "tree_map": "torch.utils._pytree",
+}
+# The compile stack, loaded on first use:
+PARTITIONER = [
+    "NodeInfo",
+    "_extract_fwd_bwd_modules",
+    "choose_saved_values_set",
+    "classify_nodes",
+    "cleanup_recompute_tags",
+    "default_partition",
+    "force_save_bw_mutation_src",
+    "force_save_collectives",
+    "force_save_effectful_ops",
+    "functionalize_rng_ops",
+    "has_recomputable_ops",
+    "has_recomputable_rng_ops",
+    "must_recompute",
+    "raise_getitems",
+    "reordering_to_mimic_autograd_engine",
+    "thread_graphsafe_rng_from_hops",
+]
+LAZY = {
+    **dict.fromkeys(PARTITIONER, "torch._functorch.partitioners"),
+    "functorch_config": "torch._functorch.config",
+    "fx_graph_cse": "torch._functorch.compile_utils",
+    "is_opaque_node": "torch._functorch._aot_autograd.graph_compile",
+    "make_boxed_func": "torch._functorch.aot_autograd",
+    "aot_autograd": "torch._dynamo.backends.common",
+    "BackendCompilerFailed": "torch._dynamo.exc",
+    "compile_fx": "torch._inductor.compile_fx",
+    "select_decomp_table": "torch._inductor.compile_fx",
+    "OutputCode": "torch._inductor.output_code",
+    "CustomPartitionerFn": "torch._inductor.custom_graph_pass",
+}
+OWN = {"boykov_kolmogorov_cuts"}  # budget's own helpers
+
+
+def test_every_export_is_the_torch_object_it_names():
+    assert set(T.__all__) == set(EAGER) | set(LAZY) | OWN  # a new export is listed here
+    assert len(T.__all__) == len(set(T.__all__))
+    for name, module_name in {**EAGER, **LAZY}.items():
+        module = importlib.import_module(module_name)
+        expected = module if name == "functorch_config" else getattr(module, name)
+        assert getattr(T, name) is expected, name
+    assert callable(T.boykov_kolmogorov_cuts)
+    assert set(dir(T)) >= set(T.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        T.nope  # noqa: B018
+
+
+_IMPORT_COST = """
+import sys
+import budget
+assert "torch" not in sys.modules, "import budget imported torch"
+import torch
+before = set(sys.modules)
+from budget.compile import _torch_private as T
+new = sorted(m for m in set(sys.modules) - before if m.startswith("torch"))
+assert not new, f"the seam's eager imports are not loaded with torch: {new}"
+import budget.estimators
+stack = ("torch._dynamo", "torch._inductor", "torch._functorch.partitioners")
+loaded = [m for m in stack if m in sys.modules]
+assert not loaded, f"budget.estimators loaded the compile stack: {loaded}"
+T.classify_nodes
+assert "torch._functorch.partitioners" in sys.modules
+"""
+
+
+def test_the_seam_is_free_after_torch_and_loads_the_compile_stack_on_use():
+    subprocess.run([sys.executable, "-c", _IMPORT_COST], check=True, cwd=ROOT)
+
+
+# ----------------------------------------------------------------- nothing else is private
+
+PRIVATE = re.compile(r"\btorch\s*\.\s*(?:_[A-Za-z]|utils\s*\.\s*_[A-Za-z])")
+PRIVATE_MEMBER = re.compile(r"^_[A-Za-z]")
+_NOT_CODE = {"COMMENT", "STRING", "FSTRING_MIDDLE", "TSTRING_MIDDLE"}
+
+
+def code_only(source: str) -> list[str]:
+    """``source``'s lines with comments and string literals (docstrings) blanked out."""
+    lines = [list(line) for line in source.splitlines(keepends=True)]
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tokenize.tok_name[tok.type] not in _NOT_CODE:
+            continue
+        (r0, c0), (r1, c1) = tok.start, tok.end
+        for r in range(r0, r1 + 1):
+            line = lines[r - 1]
+            for c in range(c0 if r == r0 else 0, c1 if r == r1 else len(line)):
+                if line[c] != "\n":
+                    line[c] = " "
+    return ["".join(line) for line in lines]
+
+
+def private_uses(source: str) -> list[tuple[int, str]]:
+    """(line, text) of every use of a private torch module in ``source``'s code: by import
+    or attribute (``torch._dynamo.reset()``, ``torch.utils._pytree``), or a private name
+    imported from torch (``from torch import _C``)."""
+    code = code_only(source)
+    found = [(i, line.strip()) for i, line in enumerate(code, 1) if PRIVATE.search(line)]
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module in ("torch", "torch.utils")
+            and any(PRIVATE_MEMBER.match(a.name) for a in node.names)
+        ):
+            found.append((node.lineno, code[node.lineno - 1].strip()))
+    return sorted(set(found))
+
+
+def test_the_scan_reads_code_not_comments_or_docstrings():
+    source = (
+        'def f():\n    """Mirrors ``torch._functorch.partitioners``."""\n'
+        "    # torch._dynamo.reset() would be wrong here\n"
+        '    s = "torch.utils._pytree"\n'
+        "    torch._dynamo.reset()\n"
+        "    return torch . utils . _pytree.tree_map, torch.__version__\n"
+        "from torch import _C, nn\n"
+    )
+    assert [line for line, _ in private_uses(source)] == [5, 6, 7]
+
+
+def test_no_private_torch_api_outside_the_seam():
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}: {text}"
+        for path in sorted((ROOT / "budget").rglob("*.py"))
+        if path != SEAM
+        for line, text in private_uses(path.read_text())
+    ]
+    assert not offenders, "private torch APIs go through budget/compile/_torch_private.py:\n" + (
+        "\n".join(offenders)
+    )
+
+
+def _ruff_command() -> list[str] | None:
+    if importlib.util.find_spec("ruff") is not None:
+        return [sys.executable, "-m", "ruff"]
+    exe = shutil.which("ruff")
+    return [exe] if exe else None
+
+
+RUFF = _ruff_command()
+
+
+def _ruff(path: str, source: str) -> subprocess.CompletedProcess[str]:
+    """ruff's TID251 on ``source`` as if it were the file ``path`` (project config)."""
+    assert RUFF is not None
+    return subprocess.run(
+        [*RUFF, "check", "--no-cache", "--select", "TID251", "--output-format", "concise"]
+        + ["--stdin-filename", path, "-"],
+        input=source,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+@pytest.mark.skipif(RUFF is None, reason="ruff is not installed")
+def test_ruff_bans_private_torch_apis_in_budget_only():
+    source = (
+        "import torch\n"
+        "from torch._dynamo.exc import BackendCompilerFailed\n"
+        "from torch.utils._pytree import tree_map\n"
+        "torch._dynamo.reset()\n"
+    )
+    banned = _ruff("budget/compile/graph.py", source)
+    assert banned.returncode == 1
+    assert banned.stdout.count("TID251") == 3 and "_torch_private.py" in banned.stdout
+    for allowed in ("budget/compile/_torch_private.py", "tests/compile/test_x.py", "bench/x.py"):
+        assert _ruff(allowed, source).returncode == 0, allowed
 
 
 def test_private_apis_have_the_signatures_we_call():
@@ -28,7 +226,6 @@ def test_private_apis_have_the_signatures_we_call():
         "num_fwd_outputs",
     ]
     from torch._inductor.compile_fx import partition_fn  # noqa: F401
-    from torch._inductor.custom_graph_pass import CustomPartitionerFn  # noqa: F401
 
     assert hasattr(torch._inductor.config, "custom_partitioner_fn")
 

@@ -23,7 +23,8 @@ from budget.estimators import available_estimators, get_estimator
 from budget.estimators import devices as D
 from budget.estimators import profile as P
 from budget.estimators.flops import FLOP_GAPS, node_flops
-from budget.estimators.memory import bytes_moved, is_alias
+from budget.estimators.memory import bytes_moved
+from budget.estimators.ops import is_alias
 
 aten = torch.ops.aten
 H100 = D.DEVICES["h100"]
@@ -362,7 +363,7 @@ def test_symbolic_shapes_are_counted_through_their_hints():
     be = budget.backend(0.0, compiler="eager", estimator="roofline:h100")
     f = torch.compile(step, backend=be, dynamic=True)
     f(torch.randn(32, 64)).backward()
-    p, plan = be.settings.problems[0], be.plans[0]
+    p, plan = be.log.problems[0], be.plans[0]
     mm = p.ops.index("aten.mm.default")
     assert p.node_bytes(mm) == 32 * 64 * 4 and p.flops[mm] == 2 * 32 * 64 * 64
     assert p.moved[mm] == (32 * 64 + 64 * 64 + 32 * 64) * 4
@@ -525,7 +526,7 @@ def test_profile_plan_on_the_five_matmul_chain(one_thread):
     assert (m.backward_flops - eager.backward_flops) / UNIT == 3
     assert plan.saved_bytes == m.saved_bytes and plan.estimator == "profile"
     assert plan.cost_unit == "s" and plan.recompute_cost > 0
-    assert not any(be.settings.problems[0].cost_notes)  # every op was timed
+    assert not any(be.log.problems[0].cost_notes)  # every op was timed
 
 
 def test_problems_carry_why_an_op_was_not_timed():

@@ -1,0 +1,95 @@
+"""Reading an fx node's fake values (``meta["val"]``): sizes, storages, tensors, device.
+
+The estimators, the op classification (:mod:`.ops`) and the graph builder see a node only
+through these. Symbolic sizes (dynamic shapes) are read through their hints; what a value
+*occupies* is its storage (``storage_of``): a view costs its base once, so the graph counts
+memory per storage, exactly as it is measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.fx
+from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+from ..compile._torch_private import _has_storage, tree_leaves
+
+FALLBACK_SIZE = 4096  # hint for a symbolic size without one (unbacked)
+
+
+def hint(x: Any) -> int:
+    """An int, or a symbolic int through its hint."""
+    if isinstance(x, int):
+        return x
+    if isinstance(x, torch.SymBool):
+        return int(bool(optimization_hint(torch.sym_ite(x, 1, 0), fallback=0)))
+    return int(optimization_hint(x, fallback=FALLBACK_SIZE))
+
+
+def hint_float(x: Any) -> float:
+    if isinstance(x, (int, float)):
+        return float(x)
+    if isinstance(x, (torch.SymInt, torch.SymBool)):
+        return float(hint(x))
+    if isinstance(x, torch.SymFloat):
+        return float(x.node.hint) if x.node.hint is not None else 0.0
+    return float(x)
+
+
+def shape(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(hint(s) for s in t.shape)
+
+
+def numel(t: torch.Tensor) -> int:
+    return math.prod(shape(t))
+
+
+def storage_of(val: object) -> tuple[int, int] | None:
+    """(storage key, storage bytes) of a tensor value, None for non-tensors."""
+    if not isinstance(val, torch.Tensor) or not _has_storage(val):
+        return None
+    storage = val.untyped_storage()
+    return storage._cdata, hint(storage.nbytes())
+
+
+def tensors(val: Any) -> list[torch.Tensor]:
+    return [t for t in tree_leaves(val) if isinstance(t, torch.Tensor)]
+
+
+def value_of(x: Any) -> Any:
+    """An fx node's ``meta["val"]``; anything else as it is."""
+    return x.meta.get("val") if isinstance(x, torch.fx.Node) else x
+
+
+def input_tensors(node: torch.fx.Node) -> list[torch.Tensor]:
+    """The tensor values ``node`` reads, one per distinct input node, in argument order."""
+    out = []
+    for a in node.all_input_nodes:
+        out.extend(tensors(a.meta.get("val")))
+    return out
+
+
+def node_tensors(node: torch.fx.Node) -> Iterator[torch.Tensor]:
+    """Output tensors of ``node``, then its input tensors."""
+    yield from tensors(node.meta.get("val"))
+    yield from input_tensors(node)
+
+
+def node_device(node: torch.fx.Node) -> torch.device:
+    """The device ``node`` runs on: that of its first tensor; CPU when it has none, or when
+    its tensors are on ``meta``."""
+    where = next((t.device for t in node_tensors(node)), torch.device("cpu"))
+    return torch.device("cpu") if where.type == "meta" else where
+
+
+def compute_dtype(node: torch.fx.Node) -> torch.dtype | None:
+    """The dtype ``node`` computes in: its first floating input, else its first output."""
+    for t in input_tensors(node):
+        if t.dtype.is_floating_point or t.dtype.is_complex:
+            return t.dtype
+    out = tensors(node.meta.get("val"))
+    return out[0].dtype if out else None
