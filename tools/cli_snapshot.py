@@ -30,6 +30,7 @@ CASES["solve-mlp-size"] = ["solve", "builtin:mlp", "--budget", "200KiB"]
 CASES["solve-gpt-toosmall"] = ["solve", "--budget", "1KiB"]
 
 _TIMING_LINE = re.compile(r"^\s*(timings|wall time)\b")
+_TMP = re.compile(r"/tmp/tmp\w+")  # the per-run folder of --json FILE
 
 
 def _strip_json(data: object) -> object:
@@ -41,6 +42,7 @@ def _strip_json(data: object) -> object:
 
 
 def _normalise(text: str) -> str:
+    text = _TMP.sub("<tmp>", text)
     try:
         return json.dumps(_strip_json(json.loads(text)), indent=1, sort_keys=True)
     except json.JSONDecodeError:
@@ -87,7 +89,7 @@ def main() -> int:
             path.write_text(json.dumps(got, indent=1))
             print(f"wrote {name} (exit {got['exit']})")
             continue
-        want = json.loads(path.read_text())
+        want = {k: _TMP.sub("<tmp>", v) for k, v in json.loads(path.read_text()).items()}
         if got == want:
             print(f"same  {name}")
             continue

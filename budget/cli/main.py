@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..errors import PlanMismatchError, SolverTimeout
 from .args import (
     UsageError,
     build_parser,
@@ -73,7 +74,7 @@ def _solve(args: argparse.Namespace) -> int:
     import budget
 
     from ..core.plan_files import dumps_plans
-    from ..core.report import solve_report
+    from .report import solve_report
 
     check_options(args)
     memory_budget = parse_budget_arg(args.budget)
@@ -129,7 +130,7 @@ def _solve(args: argparse.Namespace) -> int:
 def _sweep(args: argparse.Namespace) -> int:
     import budget
 
-    from ..core.report import sweep_csv, sweep_json, sweep_table
+    from .report import sweep_csv, sweep_json, sweep_table
 
     check_options(args)
     budgets = parse_budgets(args.budgets)
@@ -200,7 +201,14 @@ class _ProgressBar:
 
 
 def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split()) or type(e).__name__
+    """The error as one line, with the command-line way out where the library's message
+    names the Python one (the library never speaks of flags)."""
+    text = " ".join(str(e).split()) or type(e).__name__
+    if isinstance(e, PlanMismatchError):
+        text += " (on the command line: budget solve TARGET --json PLAN.json, with --compiler)"
+    elif isinstance(e, SolverTimeout):
+        text += " (on the command line: --time-limit SECONDS)"
+    return text
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -237,7 +245,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as e:
         from ..compile.backend import root_error
-        from ..solvers import SolverTimeout
 
         if debug:
             traceback.print_exc()

@@ -24,10 +24,11 @@ import torch
 from ..config import config, validate_option
 from ..core.plan import Plan
 from ..core.plan_files import PlanBook, PlanSource
+from ..core.settings import PlanLog, PlanSettings
 from ..core.sizes import parse_budget
 from ..estimators import get_estimator
 from ..solvers import get_solver
-from .partition import PlanSettings, budget_partition
+from .partition import budget_partition
 
 COMPILERS = ("inductor", "eager")
 
@@ -35,19 +36,22 @@ COMPILERS = ("inductor", "eager")
 class BudgetBackend:
     """A torch.compile backend. Create it with :func:`budget.backend`."""
 
-    def __init__(self, settings: PlanSettings, compiler: str, preview: bool = False) -> None:
-        self.settings = settings
-        self.compiler = compiler
+    def __init__(self, settings: PlanSettings, log: PlanLog, preview: bool = False) -> None:
+        self.settings = settings  # frozen: what decides the plans
+        self.log = log  # what was planned, graph by graph
         self.preview = preview  # plan only: no code is generated (Inductor)
-        settings.compiler = compiler
+
+    @property
+    def compiler(self) -> str:
+        return self.settings.compiler
 
     @property
     def plans(self) -> list[Plan]:
         """Plans made so far, one per compiled graph, in compilation order."""
-        return self.settings.plans
+        return self.log.plans
 
     def partition_fn(self) -> Callable[..., Any]:
-        return functools.partial(budget_partition, settings=self.settings)
+        return functools.partial(budget_partition, settings=self.settings, log=self.log)
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         if self.compiler == "inductor":
@@ -55,14 +59,17 @@ class BudgetBackend:
         return self._eager(gm, example_inputs)
 
     def _eager(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
-        from torch._dynamo.backends.common import aot_autograd
-        from torch._functorch.aot_autograd import make_boxed_func
-        from torch._inductor.compile_fx import select_decomp_table
+        from ._torch_private import (
+            aot_autograd,
+            functorch_config,
+            make_boxed_func,
+            select_decomp_table,
+        )
 
         def nop(g: torch.fx.GraphModule, _inputs: Sequence[Any]) -> Any:
             return make_boxed_func(g.forward)
 
-        with torch._functorch.config.patch(unlift_effect_tokens=True, enable_autograd_cache=False):
+        with functorch_config.patch(unlift_effect_tokens=True, enable_autograd_cache=False):
             return aot_autograd(
                 fw_compiler=nop,
                 bw_compiler=nop,
@@ -71,12 +78,12 @@ class BudgetBackend:
             )(gm, example_inputs)
 
     def _inductor(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
-        from torch._inductor.compile_fx import compile_fx
+        from ._torch_private import compile_fx, functorch_config
 
         # Compile caches would skip the partitioner, and with it the plan users look at;
         # their keys also ignore what the plan depends on. Every compile plans afresh.
         patches = {"custom_partitioner_fn": _InductorPartitioner(self), "fx_graph_cache": False}
-        with torch._functorch.config.patch(enable_autograd_cache=False):
+        with functorch_config.patch(enable_autograd_cache=False):
             if self.preview:
                 return compile_fx(
                     gm, example_inputs, inner_compile=_run_uncompiled, config_patches=patches
@@ -91,14 +98,14 @@ def _run_uncompiled(gm: torch.fx.GraphModule, _inputs: Sequence[Any], **_: Any) 
     decompositions, joint-graph passes, the partitioner) so that they plan the very graph
     training compiles; only the code generation, the slow part, is skipped.
     """
-    from torch._functorch.aot_autograd import make_boxed_func
+    from ._torch_private import make_boxed_func
 
     return _uncompiled_class()(make_boxed_func(gm.forward))
 
 
 @functools.cache
 def _uncompiled_class() -> type:
-    from torch._inductor.output_code import OutputCode
+    from ._torch_private import OutputCode
 
     class Uncompiled(OutputCode):  # type: ignore[misc]
         """Inductor's compiled-graph interface around a plain (boxed) graph function."""
@@ -122,7 +129,7 @@ def _uncompiled_class() -> type:
 
 
 def _inductor_partitioner_base() -> type:
-    from torch._inductor.custom_graph_pass import CustomPartitionerFn
+    from ._torch_private import CustomPartitionerFn
 
     return CustomPartitionerFn
 
@@ -135,7 +142,8 @@ class _InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
 
     def __call__(self, gm: torch.fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any) -> Any:
         kwargs.pop("compiler", None)
-        return budget_partition(gm, joint_inputs, settings=self.backend.settings, **kwargs)
+        be = self.backend
+        return budget_partition(gm, joint_inputs, settings=be.settings, log=be.log, **kwargs)
 
     def uuid(self) -> str:
         # Caches are bypassed (see _inductor), but should one consult this key, it must
@@ -196,7 +204,7 @@ def backend(
         time_limit=config.time_limit
         if time_limit is None
         else validate_option("time_limit", time_limit),
-        on_plan=on_plan,
+        compiler=compiler,
         book=book,
     )
-    return BudgetBackend(settings, compiler)
+    return BudgetBackend(settings, PlanLog(on_plan=on_plan))

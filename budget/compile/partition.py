@@ -13,41 +13,22 @@ by graph hash and checked node by node, :mod:`budget.core.plan_files`); never bo
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 import torch.fx as fx
 
 from ..core.plan import Plan
-from ..core.plan_files import PlanBook, saved_indices
+from ..core.plan_files import saved_indices
 from ..core.planner import make_plan, solve_problem, solve_sweep
-from ..core.problem import Problem
-from ..core.sizes import MemoryBudget, parse_budget
+from ..core.settings import PlanLog, PlanSettings
+from ..core.sizes import parse_budget
 from ..estimators import get_estimator
 from . import _torch_private as T
 from .graph import build_problem, graph_hash
-
-
-@dataclass
-class PlanSettings:
-    budget: MemoryBudget
-    solver: str
-    estimator: str
-    time_limit: float
-    on_plan: Callable[[Plan], None] | None = None
-    plans: list[Plan] = field(default_factory=list)
-    sweep: list[MemoryBudget] | None = None  # preview only: also plan these budgets
-    sweeps: list[list[Plan]] = field(default_factory=list)  # one list per graph
-    problems: list[Problem] = field(default_factory=list)  # one per graph, for analysis
-    compiler: str = ""  # recorded in plans: the joint graph differs between pipelines
-    book: PlanBook | None = None  # saved plans to apply instead of solving
-    # preview sweeps: progress(graph, done, total), graph counting from 0
-    progress: Callable[[int, int, int], None] | None = None
 
 
 def prepare_joint(joint_module: fx.GraphModule) -> fx.GraphModule:
@@ -100,16 +81,19 @@ def budget_partition(
     *,
     num_fwd_outputs: int,
     settings: PlanSettings,
+    log: PlanLog,
     static_lifetime_input_indices: list[int] | None = None,
     **_: Any,
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
-    """torch's partitioner signature; plans (or applies a saved plan) and partitions."""
+    """torch's partitioner signature; plans (or applies a saved plan) and partitions,
+    writing what it made to ``log``."""
     with gc_paused():
         return _partition(
             joint_module,
             joint_inputs,
             num_fwd_outputs,
             settings,
+            log,
             static_lifetime_input_indices,
         )
 
@@ -119,6 +103,7 @@ def _partition(
     joint_inputs: Sequence[Any],
     num_fwd_outputs: int,
     settings: PlanSettings,
+    log: PlanLog,
     static_lifetime_input_indices: list[int] | None,
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     t0 = time.perf_counter()
@@ -135,32 +120,28 @@ def _partition(
         )
     _set_dist_from_bw(graph, node_info)
     if settings.book is not None:
-        return _apply_saved_plan(joint_module, node_info, num_fwd_outputs, settings, t0)
+        return _apply_saved_plan(joint_module, node_info, num_fwd_outputs, settings, log, t0)
     with T.boykov_kolmogorov_cuts():
         reference = T.choose_saved_values_set(graph, node_info, memory_budget=1.0)
     t1 = time.perf_counter()
     problem, nodes = build_problem(graph, node_info, get_estimator(settings.estimator), reference)
     t2 = time.perf_counter()
-    settings.problems.append(problem)
+    log.problems.append(problem)
     timings = {"classify": t1 - t0, "estimate": t2 - t1}
     if settings.sweep:
-        progress = None
-        if settings.progress is not None:
-            graph_index, report = len(settings.sweeps), settings.progress
-            progress = functools.partial(report, graph_index)
         sweep = solve_sweep(  # preview sweeps set settings.budget to sweep[0]
             problem,
-            settings.sweep,
+            list(settings.sweep),
             solver=settings.solver,
             estimator=settings.estimator,
             time_limit=settings.time_limit,
             timings=timings,
-            progress=progress,
+            progress=log.sweep_progress(),
         )
         for p in sweep:
             p.compiler, p.torch_version = settings.compiler, torch.__version__
         plan = sweep[0]
-        settings.sweeps.append(sweep)
+        log.sweeps.append(sweep)
     else:
         plan = solve_problem(
             problem,
@@ -170,7 +151,7 @@ def _partition(
             time_limit=settings.time_limit,
             timings=timings,
         )
-    return _finish(joint_module, nodes, plan, node_info, num_fwd_outputs, settings)
+    return _finish(joint_module, nodes, plan, node_info, num_fwd_outputs, settings, log)
 
 
 def _apply_saved_plan(
@@ -178,11 +159,14 @@ def _apply_saved_plan(
     node_info: T.NodeInfo,
     num_fwd_outputs: int,
     settings: PlanSettings,
+    log: PlanLog,
     t0: float,
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     """Partition by the saved plan made for this graph (no solve, no torch min-cut)."""
     assert settings.book is not None
-    saved_plan = settings.book.for_graph(graph_hash(joint_module.graph), settings.compiler)
+    saved_plan = settings.book.for_graph(
+        graph_hash(joint_module.graph), settings.compiler, torch.__version__
+    )
     # Price with the plan's own estimator when it is known, so the plan reads the same.
     try:
         estimator = get_estimator(saved_plan.estimator)
@@ -191,7 +175,7 @@ def _apply_saved_plan(
     t1 = time.perf_counter()
     problem, nodes = build_problem(joint_module.graph, node_info, estimator)
     t2 = time.perf_counter()
-    settings.problems.append(problem)
+    log.problems.append(problem)
     saved = saved_indices(problem, saved_plan, settings.book.source)
     plan = make_plan(
         problem,
@@ -206,7 +190,7 @@ def _apply_saved_plan(
         estimator=getattr(estimator, "spec", estimator.name),
         timings={"classify": t1 - t0, "estimate": t2 - t1, "apply": time.perf_counter() - t2},
     )
-    return _finish(joint_module, nodes, plan, node_info, num_fwd_outputs, settings)
+    return _finish(joint_module, nodes, plan, node_info, num_fwd_outputs, settings, log)
 
 
 def _finish(
@@ -216,6 +200,7 @@ def _finish(
     node_info: T.NodeInfo,
     num_fwd_outputs: int,
     settings: PlanSettings,
+    log: PlanLog,
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     plan.compiler, plan.torch_version = settings.compiler, torch.__version__
     saved_names = set(plan.saved)
@@ -223,9 +208,7 @@ def _finish(
     t3 = time.perf_counter()
     fw, bw = extract(joint_module, saved, node_info, num_fwd_outputs)
     plan.timings["partition"] = time.perf_counter() - t3
-    settings.plans.append(plan)
-    if settings.on_plan is not None:
-        settings.on_plan(plan)
+    log.add_plan(plan)
     return fw, bw
 
 

@@ -9,18 +9,17 @@ preview is the plan training would get. Graph breaks give one plan per graph.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch._dynamo.exc import BackendCompilerFailed
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._pytree import tree_map
 
 from ..core.plan import Plan
 from ..core.plan_files import PlanSource
 from ..core.problem import Problem
 from ..core.sizes import parse_budget
+from ._torch_private import BackendCompilerFailed, FakeTensorMode, tree_map
 from .backend import BudgetBackend
 from .backend import backend as make_backend
 
@@ -47,9 +46,9 @@ def _trace(
         plan=plan,
     )
     be.preview = True
-    be.settings.progress = progress
+    be.log.progress = progress
     if sweep is not None:
-        be.settings.sweep = [parse_budget(b) for b in sweep]
+        be.settings = dataclasses.replace(be.settings, sweep=tuple(parse_budget(b) for b in sweep))
         if not be.settings.sweep:
             raise ValueError("budgets must name at least one budget")
     compiled = torch.compile(fn, backend=be, dynamic=False)
@@ -113,7 +112,7 @@ def problems(
     """The solver-agnostic :class:`~budget.core.problem.Problem` of every graph of the step,
     for benchmarks and notebooks (planned at budget 1.0 on the way, which is cheap)."""
     be = _trace(fn, example_args, example_kwargs, 1.0, None, estimator, None, compiler)
-    return be.settings.problems
+    return be.log.problems
 
 
 def sweep(
@@ -148,7 +147,8 @@ def sweep(
         sweep=budgets,
         progress=progress,
     )
-    return be.settings.sweeps[0] if len(be.settings.sweeps) == 1 else be.settings.sweeps
+    sweeps = be.log.sweeps
+    return sweeps[0] if len(sweeps) == 1 else sweeps
 
 
 def plan(

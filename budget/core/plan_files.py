@@ -32,8 +32,7 @@ PlanSource = str | os.PathLike | Plan | Sequence[Plan]
 
 REGENERATE = (
     "make a fresh plan for this model, inputs and compiler with "
-    "`budget solve FILE.py:FACTORY --json PLAN.json` "
-    "(or budget.save_plans(budget.plans(step, *args), PLAN.json))"
+    "budget.save_plans(budget.plans(step, *args, compiler=...), PATH)"
 )
 
 
@@ -110,8 +109,9 @@ class PlanBook:
         where = repr(str(source)) if isinstance(source, (str, os.PathLike)) else "the given plans"
         return cls(load_plans(source), where)
 
-    def for_graph(self, graph_hash: str, compiler: str = "") -> Plan:
-        """The plan made for ``graph_hash``; PlanMismatchError when there is none."""
+    def for_graph(self, graph_hash: str, compiler: str = "", torch_version: str = "") -> Plan:
+        """The plan made for ``graph_hash``; PlanMismatchError when there is none, saying
+        why where it can (plans made for another ``compiler`` or ``torch_version``)."""
         for plan in self.plans:
             if plan.graph_hash == graph_hash:
                 return plan
@@ -121,12 +121,10 @@ class PlanBook:
         if compiler and made_for and compiler not in made_for:
             hints.append(
                 f"the plans were made for compiler={'/'.join(sorted(made_for))!s} and this "
-                f"backend compiles with {compiler} (pass --compiler {compiler} to budget solve)"
+                f"backend compiles with {compiler} (plan with compiler={compiler!r})"
             )
-        from torch import __version__ as torch_version
-
         versions = {p.torch_version for p in self.plans}
-        if versions - {torch_version}:
+        if torch_version and versions - {torch_version}:
             hints.append(
                 f"they were made with torch {', '.join(sorted(versions))}, this is "
                 f"torch {torch_version}"

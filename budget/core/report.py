@@ -1,7 +1,7 @@
-"""Plain-text reports of plans and sweeps, for ``budget solve``, ``budget sweep`` and ``str(plan)``.
+"""A plan as text: ``str(plan)``, and the pieces the command reports are made of.
 
-Pure string formatting: every function takes plans (and what the CLI measured) and returns
-text; nothing here prints or imports torch. Reports fit an 80-column terminal: long module
+Pure string formatting: every function takes plans and returns text; nothing here prints
+or imports torch. Reports fit an 80-column terminal: long module
 and node names are shortened in the middle. Costs are shown in the plan's own
 ``cost_unit`` (seconds, FLOPs, ops...), never assumed; FLOPs are shown beside them when the
 unit is not FLOPs.
@@ -9,14 +9,14 @@ unit is not FLOPs.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .plan import Plan
 from .sizes import format_bytes, parse_budget
+
+if TYPE_CHECKING:  # plan.py imports this module for Plan.__str__
+    from .plan import Plan
 
 WIDTH = 80
 NO_MODULE = "(no module)"
@@ -89,11 +89,11 @@ def describe_budget(budget: float | str) -> str:
     return format_bytes(parsed.nbytes or 0)
 
 
-def _seconds(t: float) -> str:
+def format_seconds(t: float) -> str:
     return f"{t:.2f} s" if t >= 1 else f"{t * 1e3:.0f} ms"
 
 
-def _status(plan: Plan) -> str:
+def format_status(plan: Plan) -> str:
     if plan.status == "feasible":
         return "feasible, gap ?" if plan.gap is None else f"feasible, gap {plan.gap:.2%}"
     return plan.status
@@ -116,10 +116,10 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
     )
     lines.append(f"  saved      {format_bytes(plan.saved_bytes)}{share}")
     lines.append(f"  recompute  {_cost_line(plan)}")
-    lines.append(f"  solver     {plan.solver}: {_status(plan)}; estimator {plan.estimator}")
+    lines.append(f"  solver     {plan.solver}: {format_status(plan)}; estimator {plan.estimator}")
     if plan.timings:
-        items = [f"{k} {_seconds(v)}" for k, v in plan.timings.items()]
-        lines.extend(_wrap("  timings   ", items))
+        items = [f"{k} {format_seconds(v)}" for k, v in plan.timings.items()]
+        lines.extend(wrap_items("  timings   ", items))
     return "\n".join(lines)
 
 
@@ -142,7 +142,7 @@ def _with_unit(cost: float, unit: str) -> str:
     return format_cost(cost, unit) if cost else f"0 {cost_scale([1.0], unit)[1]}"
 
 
-def _wrap(prefix: str, items: Sequence[str], width: int = WIDTH, sep: str = ",") -> list[str]:
+def wrap_items(prefix: str, items: Sequence[str], width: int = WIDTH, sep: str = ",") -> list[str]:
     """``prefix item, item, ...`` over as many lines as it takes to stay within ``width``."""
     lines: list[str] = []
     line, empty = prefix, True
@@ -290,132 +290,7 @@ def plan_report(
     )
 
 
-def solve_report(
-    plans: Sequence[Plan],
-    target: str,
-    *,
-    depth: int = 2,
-    top: int = 10,
-    timings: Mapping[str, float] | None = None,
-) -> str:
-    """What ``budget solve`` prints: the target, a report per graph, step totals when the
-    step has several graphs, and the command's own ``timings`` (load, trace, ...)."""
-    parts = ["\n".join(_wrap("budget solve", target.split(), sep=""))]
-    for i, plan in enumerate(plans):
-        parts.append(plan_report(plan, index=i, count=len(plans), depth=depth, top=top))
-    if len(plans) > 1:
-        units = {p.cost_unit for p in plans}
-        cost = (
-            format_cost(sum(p.recompute_cost for p in plans), plans[0].cost_unit)
-            if len(units) == 1
-            else "mixed units"
-        )
-        parts.append(
-            f"step ({len(plans)} graphs): saved "
-            f"{format_bytes(sum(p.saved_bytes for p in plans))}, recompute {cost}, "
-            f"{format_flops(sum(p.recompute_flops for p in plans))}"
-        )
-    if timings:
-        items = [f"{k} {_seconds(v)}" for k, v in timings.items()]
-        parts.append("\n".join(_wrap("wall time", items)))
-    return "\n\n".join(parts)
-
-
-# --------------------------------------------------------------------------- sweeps
-
-
-def sweep_table(sweeps: Sequence[Sequence[Plan]], target: str = "") -> str:
-    """The Pareto table of a sweep: one block per graph, one row per budget."""
-    parts = ["\n".join(_wrap("budget sweep", target.split(), sep=""))]
-    for i, plans in enumerate(sweeps):
-        if not plans:
-            continue
-        first = plans[0]
-        parts.append(
-            f"graph {first.graph_hash} ({i + 1} of {len(sweeps)}): range "
-            f"{format_bytes(first.min_bytes)} .. {format_bytes(first.max_bytes)}\n"
-            f"  solver {first.solver if first.status != 'reference' else plans[-1].solver}, "
-            f"estimator {first.estimator}"
-            + (f", compiler {first.compiler}" if first.compiler else "")
-        )
-        unit = first.cost_unit
-        scale = cost_scale([p.recompute_cost for p in plans], unit)
-        flop_scale = cost_scale([p.recompute_flops for p in plans], "flop")
-        with_flops = unit != "flop"
-        head = f"  {'budget':>9} {'target':>11} {'saved':>11} {'recompute':>13}"
-        head += f" {'FLOPs':>13}" if with_flops else ""
-        head += "  status"
-        rows = [head]
-        for p in plans:
-            row = (
-                f"  {budget_cell(p.budget):>9} {format_bytes(p.target_bytes):>11} "
-                f"{format_bytes(p.saved_bytes):>11} "
-                f"{format_cost(p.recompute_cost, unit, scale):>13}"
-            )
-            if with_flops:
-                row += f" {format_cost(p.recompute_flops, 'flop', flop_scale):>13}"
-            status = p.status if p.status != "feasible" else _status(p).replace(", gap", "")
-            rows.append(f"{row}  {status}")
-        parts.append("\n".join(rows))
-    return "\n\n".join(parts)
-
-
 def budget_cell(budget: float | str) -> str:
     """A plan's budget, short: '0.5', '64.00 MiB'."""
     parsed = parse_budget(budget)
     return f"{parsed.fraction:g}" if parsed.fraction is not None else format_bytes(parsed.nbytes)
-
-
-SWEEP_CSV_COLUMNS = (
-    "graph",
-    "graph_hash",
-    "budget",
-    "target_bytes",
-    "saved_bytes",
-    "min_bytes",
-    "max_bytes",
-    "recompute_cost",
-    "cost_unit",
-    "recompute_flops",
-    "status",
-    "gap",
-    "solver",
-    "estimator",
-)
-
-
-def sweep_csv(sweeps: Sequence[Sequence[Plan]]) -> str:
-    """The sweep as CSV, one row per (graph, budget), exact numbers."""
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(SWEEP_CSV_COLUMNS)
-    for i, plans in enumerate(sweeps):
-        for p in plans:
-            writer.writerow(
-                [
-                    i,
-                    p.graph_hash,
-                    p.budget,
-                    p.target_bytes,
-                    p.saved_bytes,
-                    p.min_bytes,
-                    p.max_bytes,
-                    repr(p.recompute_cost),
-                    p.cost_unit,
-                    repr(p.recompute_flops),
-                    p.status,
-                    "" if p.gap is None else repr(p.gap),
-                    p.solver,
-                    p.estimator,
-                ]
-            )
-    return buf.getvalue().rstrip("\n")
-
-
-def sweep_json(sweeps: Sequence[Sequence[Plan]], target: str = "") -> str:
-    """The sweep as JSON: ``{"target": ..., "graphs": [[plan, ...] per graph]}``."""
-    data = {
-        "target": target,
-        "graphs": [[p.to_dict() for p in plans] for plans in sweeps],
-    }
-    return json.dumps(data, indent=2)

@@ -88,7 +88,7 @@ def test_a_plan_for_other_shapes_is_refused(tmp_path, capsys):
     err = root_error(e.value)
     assert isinstance(err, budget.PlanMismatchError)
     msg = str(err)
-    assert f"plans for graph {made_for}" in msg and "budget solve" in msg and "Not applying" in msg
+    assert f"plans for graph {made_for}" in msg and "budget.plans" in msg and "Not applying" in msg
     assert not be.plans
     # the same check in a preview and on the command line (exit 2, one line, both hashes)
     with pytest.raises(budget.PlanMismatchError, match=made_for):
@@ -98,6 +98,7 @@ def test_a_plan_for_other_shapes_is_refused(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("budget: error: plan") and err.count("\n") == 1
     assert made_for in err and "Traceback" not in err
+    assert "budget.plans" in err and "budget solve TARGET --json PLAN.json" in err  # both ways
 
 
 def test_a_plan_for_another_compiler_says_so(tmp_path):

@@ -1,17 +1,13 @@
-"""budget.core.report: the text of ``budget solve`` / ``budget sweep``, on hand-made plans.
+"""budget.core.report: a plan as text (``str(plan)``), on hand-made plans.
 
 No tracing here: plans are built by hand so every number in the text is known.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
-
 import pytest
+from helpers.plans import KiB, MiB, make_plan
 
-from budget.core.plan import Decision, Plan
 from budget.core.report import (
     NO_MODULE,
     format_cost,
@@ -20,48 +16,7 @@ from budget.core.report import (
     module_table,
     plan_report,
     shorten,
-    solve_report,
-    sweep_csv,
-    sweep_json,
-    sweep_table,
 )
-
-KiB, MiB = 2**10, 2**20
-
-
-def make_plan(cost_unit: str = "s", budget: float | str = 0.5, **kw) -> Plan:
-    decisions = [
-        Decision("x", "placeholder", 0, 0.0, 0.0, "input", ""),
-        Decision("mm", "aten.mm.default", 4 * MiB, 2e-3, 2e9, "save", "model.blocks.0.attn.qkv"),
-        Decision(
-            "gelu", "aten.gelu.default", 4 * MiB, 1e-4, 0.0, "recompute", "model.blocks.0.mlp"
-        ),
-        Decision("mm_1", "aten.mm.default", 2 * MiB, 3e-3, 3e9, "recompute", "model.blocks.1.mlp"),
-        Decision("view", "aten.view.default", 0, 0.0, 0.0, "save", "model.blocks.1.mlp"),
-        Decision("add", "aten.add.Tensor", 1 * MiB, 0.0, 0.0, "save", "model"),
-        Decision("exp", "aten.exp.default", 512 * KiB, 0.0, 0.0, "recompute", ""),
-    ]
-    fields = dict(
-        budget=budget,
-        target_bytes=6 * MiB,
-        saved_bytes=5 * MiB,
-        min_bytes=1 * MiB,
-        max_bytes=11 * MiB,
-        recompute_cost=3.1e-3,
-        recompute_flops=3e9,
-        cost_unit=cost_unit,
-        status="optimal",
-        gap=0.0,
-        solver="auto",
-        estimator="flops",
-        torch_version="2.13.0",
-        graph_hash="0123456789abcdef",
-        decisions=decisions,
-        timings={"classify": 0.01, "estimate": 0.002, "solve": 0.3},
-        compiler="inductor",
-    )
-    fields.update(kw)
-    return Plan(**fields)
 
 
 @pytest.mark.parametrize(
@@ -149,8 +104,12 @@ def test_time_costs_show_flops_beside_them():
 
 
 def test_str_of_a_plan_is_its_report():
-    plan = make_plan()
-    assert str(plan) == plan_report(plan)
+    """print(plan) shows the whole report: header, module table, largest decisions."""
+    lines = str(make_plan()).splitlines()
+    assert lines[0] == "graph 0123456789abcdef (1 of 1), compiler inductor, torch 2.13.0"
+    assert "  saved      5.00 MiB (45.5% of the budget-1 end)" in lines
+    assert any(ln.split()[:3] == ["total", "5.00", "MiB"] for ln in lines)
+    assert any(ln.startswith("largest saves (3 of 3, by bytes)") for ln in lines)
 
 
 def test_sizes_and_feasible_status_are_described():
@@ -158,49 +117,6 @@ def test_sizes_and_feasible_status_are_described():
     text = plan_report(plan)
     assert "budget     6.00 MiB -> target 6.00 MiB" in text
     assert "feasible, gap 1.23%" in text
-
-
-def test_solve_report_with_several_graphs_totals_the_step():
-    a, b = make_plan(), make_plan(graph_hash="fedcba9876543210")
-    text = solve_report([a, b], "builtin:gpt layers=1", timings={"load": 0.01, "total": 2.5})
-    assert text.startswith("budget solve builtin:gpt layers=1")
-    assert "(1 of 2)" in text and "(2 of 2)" in text
-    assert "step (2 graphs): saved 10.00 MiB, recompute 6.200 ms" in text
-    assert text.splitlines()[-1].startswith("wall time load 10 ms, total 2.50 s")
-
-
-def _sweep() -> list[Plan]:
-    return [
-        make_plan(budget=b, saved_bytes=s, target_bytes=t, recompute_cost=c, status=st)
-        for b, s, t, c, st in [
-            (0.0, 1 * MiB, 1 * MiB, 9e-3, "optimal"),
-            (0.5, 5 * MiB, 6 * MiB, 3.1e-3, "optimal"),
-            (1.0, 11 * MiB, 11 * MiB, 0.0, "reference"),
-        ]
-    ]
-
-
-def test_sweep_table_rows():
-    text = sweep_table([_sweep()], "builtin:mlp")
-    lines = text.splitlines()
-    assert lines[0] == "budget sweep builtin:mlp"
-    rows = [ln.split() for ln in lines if ln.strip()[:1].isdigit()]
-    assert [r[0] for r in rows] == ["0", "0.5", "1"]
-    assert rows[1][-1] == "optimal" and rows[2][-1] == "reference"
-    assert "9.000 ms" in text and "FLOPs" in text  # time costs: FLOPs shown beside them
-    assert max(len(ln) for ln in lines) <= 80
-
-
-def test_sweep_csv_and_json_are_exact():
-    plans = _sweep()
-    rows = list(csv.DictReader(io.StringIO(sweep_csv([plans]))))
-    assert [int(r["saved_bytes"]) for r in rows] == [p.saved_bytes for p in plans]
-    assert [float(r["recompute_cost"]) for r in rows] == [p.recompute_cost for p in plans]
-    assert {r["cost_unit"] for r in rows} == {"s"}
-    data = json.loads(sweep_json([plans], "builtin:mlp"))
-    assert data["target"] == "builtin:mlp"
-    again = [Plan.from_dict(p) for p in data["graphs"][0]]
-    assert again == plans
 
 
 def test_module_table_has_a_total_row():

@@ -1,0 +1,66 @@
+"""What decides a plan, apart from what planning produced.
+
+:class:`PlanSettings` is frozen: the budget, solver, estimator, time limit, compiler and
+saved plans that together determine every plan of a step (a cache key can be made of
+it). :class:`PlanLog` is where the partitioner writes what it made, graph by graph, and
+tells the observers (``on_plan``, ``progress``) as it goes. A backend holds one of each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .plan import Plan
+from .plan_files import PlanBook
+from .problem import Problem
+from .sizes import MemoryBudget
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """Everything a plan depends on besides the graph itself."""
+
+    budget: MemoryBudget
+    """The memory budget of every graph (a fraction of its range, or a size)."""
+    solver: str
+    """Registered solver name (``budget.available_solvers()``)."""
+    estimator: str
+    """Estimator spec, device included (``"roofline:h100"``)."""
+    time_limit: float
+    """Seconds each solve may take."""
+    compiler: str = ""
+    """The compile pipeline planned for ("inductor" or "eager"): the joint graph differs."""
+    book: PlanBook | None = None
+    """Saved plans to apply instead of solving (``budget.backend(plan=...)``)."""
+    sweep: tuple[MemoryBudget, ...] = ()
+    """Previews only: plan each of these budgets too (the first is the one applied)."""
+
+
+@dataclass
+class PlanLog:
+    """What planning produced, one entry per compiled graph, in compilation order."""
+
+    plans: list[Plan] = field(default_factory=list)
+    sweeps: list[list[Plan]] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    on_plan: Callable[[Plan], None] | None = None
+    """Called with each plan as it is made."""
+    progress: Callable[[int, int, int], None] | None = None
+    """Sweeps: ``progress(graph, done, total)``, graphs counted from 0."""
+
+    def add_plan(self, plan: Plan) -> None:
+        self.plans.append(plan)
+        if self.on_plan is not None:
+            self.on_plan(plan)
+
+    def sweep_progress(self) -> Callable[[int, int], None] | None:
+        """``progress`` bound to the graph being swept now (the next entry of ``sweeps``)."""
+        if self.progress is None:
+            return None
+        graph, report = len(self.sweeps), self.progress
+
+        def bound(done: int, total: int) -> None:
+            report(graph, done, total)
+
+        return bound

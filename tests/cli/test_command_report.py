@@ -1,0 +1,55 @@
+"""budget.cli.report: what ``budget solve`` and ``budget sweep`` print, on hand-made plans."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from helpers.plans import MiB, make_plan
+
+from budget.cli.report import solve_report, sweep_csv, sweep_json, sweep_table
+from budget.core.plan import Plan
+
+
+def test_solve_report_with_several_graphs_totals_the_step():
+    a, b = make_plan(), make_plan(graph_hash="fedcba9876543210")
+    text = solve_report([a, b], "builtin:gpt layers=1", timings={"load": 0.01, "total": 2.5})
+    assert text.startswith("budget solve builtin:gpt layers=1")
+    assert "(1 of 2)" in text and "(2 of 2)" in text
+    assert "step (2 graphs): saved 10.00 MiB, recompute 6.200 ms" in text
+    assert text.splitlines()[-1].startswith("wall time load 10 ms, total 2.50 s")
+
+
+def _sweep() -> list[Plan]:
+    return [
+        make_plan(budget=b, saved_bytes=s, target_bytes=t, recompute_cost=c, status=st)
+        for b, s, t, c, st in [
+            (0.0, 1 * MiB, 1 * MiB, 9e-3, "optimal"),
+            (0.5, 5 * MiB, 6 * MiB, 3.1e-3, "optimal"),
+            (1.0, 11 * MiB, 11 * MiB, 0.0, "reference"),
+        ]
+    ]
+
+
+def test_sweep_table_rows():
+    text = sweep_table([_sweep()], "builtin:mlp")
+    lines = text.splitlines()
+    assert lines[0] == "budget sweep builtin:mlp"
+    rows = [ln.split() for ln in lines if ln.strip()[:1].isdigit()]
+    assert [r[0] for r in rows] == ["0", "0.5", "1"]
+    assert rows[1][-1] == "optimal" and rows[2][-1] == "reference"
+    assert "9.000 ms" in text and "FLOPs" in text  # time costs: FLOPs shown beside them
+    assert max(len(ln) for ln in lines) <= 80
+
+
+def test_sweep_csv_and_json_are_exact():
+    plans = _sweep()
+    rows = list(csv.DictReader(io.StringIO(sweep_csv([plans]))))
+    assert [int(r["saved_bytes"]) for r in rows] == [p.saved_bytes for p in plans]
+    assert [float(r["recompute_cost"]) for r in rows] == [p.recompute_cost for p in plans]
+    assert {r["cost_unit"] for r in rows} == {"s"}
+    data = json.loads(sweep_json([plans], "builtin:mlp"))
+    assert data["target"] == "builtin:mlp"
+    again = [Plan.from_dict(p) for p in data["graphs"][0]]
+    assert again == plans
