@@ -168,6 +168,7 @@ def make_plan(
             f"internal error: {solver} returned {saved_bytes} bytes for a target of {target_bytes}"
         )
     recompute = problem.recompute_closure(saved)
+    recomputed = set(recompute)
     saved_set = set(saved)
     counted: set[int] = set()
     decisions: list[Decision] = []
@@ -178,7 +179,7 @@ def make_plan(
             choice = "input"
         elif v in saved_set:
             choice = "save"
-        elif v in recompute:
+        elif v in recomputed:
             choice = "recompute"
         else:
             continue
@@ -204,8 +205,8 @@ def make_plan(
         saved_bytes=saved_bytes,
         min_bytes=int(min_bytes),
         max_bytes=int(max_bytes),
-        recompute_cost=float(problem.cost[recompute].sum()) if recompute else 0.0,
-        recompute_flops=float(problem.flops[recompute].sum()) if recompute else 0.0,
+        recompute_cost=problem.recompute_cost(saved),
+        recompute_flops=float(problem.flops[recompute].sum()),  # for display, beside the cost
         cost_unit=problem.cost_unit,
         status=status,  # type: ignore[arg-type]
         gap=gap,

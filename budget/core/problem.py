@@ -13,14 +13,30 @@ exactly": for every non-input node v, ``s_v`` (saved) and ``r_v`` (recomputed in
 
 ``cost`` is in ``cost_unit`` (seconds for the time estimators, ``"op"`` for ``unit``);
 ``flops`` and ``moved`` (bytes read + written) are kept beside it for display and totals.
+
+The solvers and the planner read the graph and price plans through this class: the
+adjacency lists (:attr:`Problem.inputs`, :attr:`Problem.users`,
+:attr:`Problem.recompute_inputs`, built once and cached), a plan's recompute closure, its
+cost and bytes (:meth:`~Problem.recompute_closure`, :meth:`~Problem.recompute_cost`,
+:meth:`~Problem.saved_bytes`), its pruning and validity (:meth:`~Problem.prune_unused`,
+:meth:`~Problem.check`), and the one infeasibility check (:meth:`~Problem.unplannable`,
+:meth:`~Problem.require_plannable`).
+
+The graph is fixed once a Problem is built: ``edges`` and ``is_input`` are read-only
+views of the arrays given (assigning a new array to either drops the cached adjacency
+lists). Nothing cached depends on the other arrays, which may be changed in place; a
+variant of a Problem is best made with ``dataclasses.replace``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from ..errors import InfeasibleError
 
 
 @dataclass
@@ -49,9 +65,10 @@ class Problem:
 
     def __post_init__(self) -> None:
         n = len(self.names)
-        self.edges = np.asarray(self.edges, dtype=np.int64).reshape(-1, 2)
+        self.edges = _read_only(np.asarray(self.edges, dtype=np.int64).reshape(-1, 2))
         for name in ("is_input", "needed", "can_save", "can_recompute"):
             setattr(self, name, np.asarray(getattr(self, name), dtype=bool))
+        self.is_input = _read_only(self.is_input)
         self.storage = np.asarray(self.storage, dtype=np.int64)
         self.storage_bytes = np.asarray(self.storage_bytes, dtype=np.int64)
         self.cost = np.asarray(self.cost, dtype=np.float64)
@@ -85,16 +102,43 @@ class Problem:
                 "Problem.cost, Problem.flops and Problem.moved need one entry per node"
             )
 
+    def __setattr__(self, name: str, value: object) -> None:
+        super().__setattr__(name, value)
+        if name in _GRAPH_FIELDS:  # a new graph: the cached adjacency lists are stale
+            for cached in _ADJACENCY:
+                self.__dict__.pop(cached, None)
+
     @property
     def n(self) -> int:
         return len(self.names)
 
-    def inputs_of(self) -> list[list[int]]:
-        """For each node, the nodes it reads (sorted, deterministic)."""
+    # ---- the graph: adjacency lists, built once -----------------------------------------------
+
+    @functools.cached_property
+    def inputs(self) -> list[list[int]]:
+        """For each node, the nodes it reads (sorted, without repeats)."""
         ins: list[list[int]] = [[] for _ in range(self.n)]
         for u, v in self.edges.tolist():
             ins[v].append(u)
         return [sorted(set(x)) for x in ins]
+
+    @functools.cached_property
+    def users(self) -> list[list[int]]:
+        """For each node, the nodes that read it (sorted, without repeats)."""
+        outs: list[list[int]] = [[] for _ in range(self.n)]
+        for v, ins in enumerate(self.inputs):
+            for u in ins:
+                outs[u].append(v)
+        return outs
+
+    @functools.cached_property
+    def recompute_inputs(self) -> list[list[int]]:
+        """For each node, its inputs that are not graph inputs: what recomputing it needs
+        saved or recomputed (sorted, without repeats)."""
+        free = self.is_input.tolist()
+        return [[u for u in ins if not free[u]] for ins in self.inputs]
+
+    # ---- plans: a saved set, its recompute closure, its price ---------------------------------
 
     def node_bytes(self, v: int) -> int:
         g = int(self.storage[v])
@@ -106,33 +150,39 @@ class Problem:
         return int(sum(int(self.storage_bytes[g]) for g in groups))
 
     def recompute_closure(self, saved: Iterable[int]) -> list[int]:
-        """Nodes the backward must recompute when exactly ``saved`` (plus inputs) is kept.
+        """Nodes the backward must recompute when exactly ``saved`` (plus inputs) is kept
+        (sorted): every needed node not saved, then every input of a recomputed node that
+        is neither saved nor a graph input, transitively.
 
         This is what the partitioner will do with the saved set, so plans report it rather
         than whatever a solver's ``r`` variables said.
         """
         kept = set(saved)
-        ins = self.inputs_of()
+        ins = self.recompute_inputs
         out: set[int] = set()
-        stack = [
-            v for v in range(self.n) if self.needed[v] and not self.is_input[v] and v not in kept
-        ]
+        roots = np.flatnonzero(self.needed & ~self.is_input).tolist()
+        stack = [v for v in roots if v not in kept]
         while stack:
             v = stack.pop()
             if v in out:
                 continue
             out.add(v)
-            stack.extend(
-                u for u in ins[v] if not self.is_input[u] and u not in kept and u not in out
-            )
+            stack.extend(u for u in ins[v] if u not in kept and u not in out)
         return sorted(out)
 
-    def prune_unused(self, saved: Iterable[int]) -> list[int]:
-        """``saved`` without the nodes neither the backward nor any recomputation reads."""
+    def recompute_cost(self, saved: Iterable[int]) -> float:
+        """The plan's recompute cost: the summed ``cost`` of its recompute closure."""
+        return float(self.cost[self.recompute_closure(saved)].sum())
+
+    def prune_unused(self, saved: Iterable[int], closure: Sequence[int] | None = None) -> list[int]:
+        """``saved`` without the nodes neither the backward nor any recomputation reads
+        (sorted). ``closure``: the recompute closure of ``saved``, when the caller has it."""
         keep = set(saved)
-        ins = self.inputs_of()
+        if closure is None:
+            closure = self.recompute_closure(keep)
+        ins = self.inputs
         used = {v for v in keep if self.needed[v]}
-        for v in self.recompute_closure(keep):
+        for v in closure:
             used.update(u for u in ins[v] if u in keep)
         return sorted(used)
 
@@ -150,3 +200,33 @@ class Problem:
                     f"{self.names[v]} must be recomputed but cannot be ({self.reason[v]})"
                 )
         return errors
+
+    # ---- infeasibility -----------------------------------------------------------------------
+
+    def unplannable(self) -> list[int]:
+        """The needed nodes (not graph inputs) that can be neither saved nor recomputed:
+        when there is one, no plan exists at any memory size."""
+        stuck = self.needed & ~self.is_input & ~self.can_save & ~self.can_recompute
+        return np.flatnonzero(stuck).tolist()
+
+    def require_plannable(self) -> None:
+        """Raise :class:`~budget.errors.InfeasibleError` naming the first
+        :meth:`unplannable` node, if there is one."""
+        stuck = self.unplannable()
+        if stuck:
+            v = stuck[0]
+            raise InfeasibleError(
+                f"{self.names[v]} is needed by the backward but can be neither saved "
+                f"nor recomputed ({self.reason[v]})"
+            )
+
+
+_GRAPH_FIELDS = frozenset({"edges", "is_input"})  # what the adjacency lists are built from
+_ADJACENCY = ("inputs", "users", "recompute_inputs")
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """A read-only view of ``a`` (the caller's array itself stays writable)."""
+    view = a.view()
+    view.flags.writeable = False
+    return view

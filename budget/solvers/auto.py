@@ -1,9 +1,9 @@
 """``auto``: the parametric min-cut first, CP-SAT from its plan when it is not proven.
 
-Measured on bench/solvers.py: the min-cut proves optimality in well under a second on
-random DAGs of 20k nodes, where CP-SAT finds no plan in 20 s; on real joint graphs with
-identical layers it proves only the budgets on its hull, and CP-SAT, warm-started from
-its plan, proves the rest in a fraction of a second. Combined: a proven optimum when
+Measured on bench/solvers.py (figures in bench/README.md): the min-cut proves optimality
+quickly on large random DAGs, where CP-SAT finds no plan within its time limit; on real
+joint graphs with identical layers it proves only the budgets on its hull, and CP-SAT,
+warm-started from its plan, proves the rest quickly. Combined: a proven optimum when
 either proves one, otherwise the better plan with the better bound; never no plan when
 the min-cut has one.
 
@@ -11,7 +11,11 @@ A plan the min-cut calls optimal is returned as it is: its proof already covers 
 tie-break (``mincut._proven``: its cost meets the Lagrangian bound at the target, and the
 bound one byte below its own bytes exceeds its cost, so no plan with fewer bytes is as
 cheap; for ``minimize="bytes"`` the lexicographic cut). An earlier CP-SAT tie-break after
-a proven cut could not improve such a plan and took 15 of the 16.5 s on the 20k DAG.
+a proven cut could not improve such a plan and took most of the solve time on the large
+random DAG.
+
+Both solvers here combine other solvers' finished plans (each already checked and
+priced); the template checks and prices the one they return again, which changes nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +25,15 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from ..core.problem import Problem
-from .base import InfeasibleError, Objective, Solution, SolverBase, SolverTimeout
+from .base import (
+    InfeasibleError,
+    Objective,
+    Request,
+    Search,
+    Solution,
+    SolverBase,
+    SolverTimeout,
+)
 from .mincut.solver import MinCutSolver
 from .mip.cpsat import CpSat
 from .reduce import Reduced
@@ -31,9 +43,9 @@ class Auto(SolverBase):
     """Min-cut on the problem as given; what it does not prove, on the reduced problem.
 
     The reduction (:mod:`budget.solvers.reduce`) is skipped while the cut alone proves
-    the plan (on the 20k-node random DAG the cut takes 0.5 s, the reduction 1.1 s);
-    when the cut does not, the cut and CP-SAT run on the reduced problem (on GPT-24 it
-    has 317 nodes instead of 2085, and CP-SAT proves it 2-3x faster).
+    the plan (on the large random DAG of the bench the reduction takes longer than the
+    cut); when the cut does not, the cut and CP-SAT run on the reduced problem (on the
+    GPT bench graphs it is several times smaller, and CP-SAT proves it faster).
     """
 
     name: ClassVar[str] = "auto"
@@ -41,71 +53,57 @@ class Auto(SolverBase):
     requires: ClassVar[str] = "ortools"
     reduce: ClassVar[bool] = True
     reduces_inside: ClassVar[bool] = True  # get_solver sets ``reduction`` instead of wrapping
+    check_plannable: ClassVar[bool] = False  # the cut's and CP-SAT's own checks report it
 
     def __init__(self, reduction: bool = True) -> None:
         self.reduction = reduction
 
-    def solve(
-        self,
-        problem: Problem,
-        target_bytes: int | None,
-        *,
-        minimize: Objective = "cost",
-        time_limit: float = 60.0,
-    ) -> Solution:
+    def _search(self, request: Request) -> Search:
+        problem, target_bytes, minimize, time_limit = request
         start = time.perf_counter()
         quick = _cut(problem, target_bytes, minimize, time_limit)
         if quick is not None and quick.status == "optimal":
-            return _tag(quick, "mincut", start)
+            return Search.of(quick, auto="mincut")
         remaining = max(0.1, time_limit - (time.perf_counter() - start))
         if not self.reduction:
-            sol = _CutThenCpSat().solve(
-                problem, target_bytes, minimize=minimize, time_limit=remaining, quick=quick
+            return Search.of(
+                _CutThenCpSat(quick).solve(
+                    problem, target_bytes, minimize=minimize, time_limit=remaining
+                )
             )
-            sol.seconds = time.perf_counter() - start
-            return sol
         return _cpsat_or_cut(
             lambda: Reduced(_CutThenCpSat()).solve(
                 problem, target_bytes, minimize=minimize, time_limit=remaining
             ),
             quick,
-            start,
         )
 
 
 class _CutThenCpSat(SolverBase):
-    """The min-cut (unless given as ``quick``), then CP-SAT warm-started from its plan
-    unless the cut proved it."""
+    """The min-cut (unless its plan is given as ``quick``), then CP-SAT warm-started from
+    its plan unless the cut proved it."""
 
     name: ClassVar[str] = "auto"
     exact: ClassVar[bool] = True
     requires: ClassVar[str] = "ortools"
+    check_plannable: ClassVar[bool] = False  # as Auto
 
-    def solve(
-        self,
-        problem: Problem,
-        target_bytes: int | None,
-        *,
-        minimize: Objective = "cost",
-        time_limit: float = 60.0,
-        quick: Solution | None = None,
-    ) -> Solution:
+    def __init__(self, quick: Solution | None = None) -> None:
+        self.quick = quick
+
+    def _search(self, request: Request) -> Search:
+        problem, target_bytes, minimize, time_limit = request
         start = time.perf_counter()
+        quick = self.quick
         if quick is None:
             quick = _cut(problem, target_bytes, minimize, time_limit)
             if quick is not None and quick.status == "optimal":
-                return _tag(quick, "mincut", start)
+                return Search.of(quick, auto="mincut")
         remaining = max(0.1, time_limit - (time.perf_counter() - start))
+        cpsat = CpSat(hint=quick.saved if quick is not None else None)
         return _cpsat_or_cut(
-            lambda: CpSat().solve(
-                problem,
-                target_bytes,
-                minimize=minimize,
-                time_limit=remaining,
-                hint=quick.saved if quick is not None else None,
-            ),
+            lambda: cpsat.solve(problem, target_bytes, minimize=minimize, time_limit=remaining),
             quick,
-            start,
         )
 
 
@@ -124,15 +122,16 @@ def _cut(
     return sol
 
 
-def _cpsat_or_cut(exact: Callable[[], Solution], quick: Solution | None, start: float) -> Solution:
+def _cpsat_or_cut(exact: Callable[[], Solution], quick: Solution | None) -> Search:
     """``exact()`` (CP-SAT), or the cut's plan when CP-SAT times out; the better of both."""
     try:
         sol = exact()
     except SolverTimeout:
         if quick is None:
             raise
-        return _tag(quick, "mincut (cpsat timed out)", start)
-    return _tag(*_better(sol, quick), start)
+        return Search.of(quick, auto="mincut (cpsat timed out)")
+    best, how = _better(sol, quick)
+    return Search.of(best, auto=how)
 
 
 def _better(exact: Solution, quick: Solution | None) -> tuple[Solution, str]:
@@ -143,9 +142,3 @@ def _better(exact: Solution, quick: Solution | None) -> tuple[Solution, str]:
     bounds = [b for b in (exact.bound, quick.bound) if b is not None]
     best.bound = max(bounds) if bounds else None
     return best, "cpsat+mincut"
-
-
-def _tag(sol: Solution, how: str, start: float) -> Solution:
-    sol.info = {**sol.info, "auto": how}
-    sol.seconds = time.perf_counter() - start
-    return sol

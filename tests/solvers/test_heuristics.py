@@ -6,50 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_solvers import brute_force, random_problem
+from helpers import oracle
+from helpers.problems import independent_problem, make, random_problem
 
-import budget.solvers.heuristics.greedy as greedy_module
+import budget.solvers.heuristics.greedy_moves as greedy_moves
 from budget.core.problem import Problem
 from budget.solvers import InfeasibleError, available_solvers, get_solver
 
 HEURISTICS = ["greedy", "dp"]
-
-
-def make(n_in: int, nodes: list[dict], edges: list[tuple[int, int]]) -> Problem:
-    """A problem from ``n_in`` free inputs and per-node dicts (bytes, cost, flags)."""
-    n = n_in + len(nodes)
-    get = lambda key, default: [default] * n_in + [d.get(key, default) for d in nodes]  # noqa: E731
-    return Problem(
-        names=[f"x{i}" for i in range(n_in)]
-        + [d.get("name", f"n{i}") for i, d in enumerate(nodes)],
-        ops=["op"] * n,
-        is_input=[True] * n_in + [False] * len(nodes),
-        needed=[False] * n_in + [d.get("needed", True) for d in nodes],
-        can_save=get("save", True),
-        can_recompute=[False] * n_in + [d.get("recompute", True) for d in nodes],
-        storage=list(range(n_in)) + [d.get("storage", n_in + i) for i, d in enumerate(nodes)],
-        storage_bytes=[0] * n_in + [d.get("bytes", 100) for d in nodes],
-        cost=[0.0] * n_in + [float(d.get("cost", 1)) for d in nodes],
-        flops=[0.0] * n,
-        edges=edges,
-        reason=[""] * n_in + [d.get("reason", "") for d in nodes],
-    )
-
-
-def independent_problem(seed: int, equal_bytes: bool) -> Problem:
-    """Needed values that read only graph inputs: recompute costs really are independent."""
-    rng = np.random.default_rng(seed)
-    k = int(rng.integers(3, 10))
-    nodes = [
-        {
-            "bytes": 400 if equal_bytes else int(rng.integers(1, 9)) * 100,
-            "cost": int(rng.integers(0, 6)),
-            "recompute": bool(rng.random() < 0.85),
-        }
-        for _ in range(k)
-    ]
-    edges = [(int(rng.integers(0, 2)), 2 + i) for i in range(k)]
-    return make(2, nodes, edges)
 
 
 def targets(p: Problem) -> list[int | None]:
@@ -74,7 +38,7 @@ def test_valid_never_over_target_never_below_optimum(name, seed):
     p = random_problem(seed)
     solver = get_solver(name)
     for target in targets(p):
-        expect = brute_force(p, target)
+        expect = oracle.optimum(p, target)
         if expect is None:
             with pytest.raises(InfeasibleError):
                 solver.solve(p, target)
@@ -85,8 +49,9 @@ def test_valid_never_over_target_never_below_optimum(name, seed):
             assert "found no plan that saves at most" in str(e)
             continue
         assert p.check(sol.saved) == []
-        assert target is None or p.saved_bytes(sol.saved) <= target
-        assert sol.objective == real_cost(p, sol.saved) >= expect[0]
+        cost, nbytes = oracle.price(p, sol.saved)  # None (unpackable) when invalid
+        assert target is None or nbytes <= target
+        assert sol.objective == real_cost(p, sol.saved) == cost >= expect[0]
         assert sol.status == "feasible" and sol.bound is None and sol.gap is None
 
 
@@ -97,21 +62,13 @@ def test_bytes_floor_is_reachable_and_consistent(name, seed):
     same solver then fits any cost target at or above it (what the planner relies on)."""
     p = random_problem(seed)
     solver = get_solver(name)
-    if brute_force(p, None) is None:
+    if oracle.optimum(p) is None:
         with pytest.raises(InfeasibleError):
             solver.solve(p, None, minimize="bytes")
         return
     low = solver.solve(p, None, minimize="bytes")
     assert p.check(low.saved) == [] and low.objective == p.saved_bytes(low.saved)
-    true_min = min(
-        p.saved_bytes(s)
-        for s in (
-            [v for v in range(p.n) if not p.is_input[v] and (mask >> v) & 1]
-            for mask in range(1 << p.n)
-            if not mask & 3
-        )
-        if not p.check(s)
-    )
+    _, true_min = oracle.optimum(p, None, minimize="bytes")
     assert low.objective >= true_min
     for target in (int(low.objective), int(low.objective) + 150):
         sol = solver.solve(p, target)
@@ -149,7 +106,7 @@ def test_never_better_than_cpsat_on_larger_problems(name, seed):
 def test_heuristic_is_optimal_in_its_documented_case(name, equal_bytes, seed):
     p = independent_problem(seed, equal_bytes=equal_bytes)
     for target in targets(p):
-        expect = brute_force(p, target)
+        expect = oracle.optimum(p, target)
         if expect is None:
             with pytest.raises(InfeasibleError):
                 get_solver(name).solve(p, target)
@@ -165,7 +122,7 @@ def test_greedy_walk_limit_changes_speed_not_plans(seed, monkeypatch):
     p = random_problem(seed, n=30)
     plans = []
     for walk in (0, 3, 10**9):
-        monkeypatch.setattr(greedy_module, "_WALK", walk)
+        monkeypatch.setattr(greedy_moves, "_WALK", walk)
         row = []
         for target in targets(p):
             try:
@@ -242,13 +199,13 @@ def test_blockers_shared_by_several_drops(name, monkeypatch):
     edges = [(0, 1), (0, 2)] + [(r, a) for a in range(3, 7) for r in (1, 2)]
     p = make(1, nodes, edges)
     calls = []
-    compound = greedy_module._compound
-    monkeypatch.setattr(greedy_module, "_compound", lambda *a: calls.append(1) or compound(*a))
+    compound = greedy_moves._compound
+    monkeypatch.setattr(greedy_moves, "_compound", lambda *a: calls.append(1) or compound(*a))
     solver = get_solver(name)
     assert solver.solve(p, None, minimize="bytes").saved == [1, 2]
     for target in (300, 399):
         sol = solver.solve(p, target)
-        assert (sol.objective, p.saved_bytes(sol.saved)) == brute_force(p, target) == (4.0, 300)
+        assert (sol.objective, p.saved_bytes(sol.saved)) == oracle.optimum(p, target) == (4.0, 300)
     assert solver.solve(p, 400).objective == 0
     assert bool(calls) == (name == "greedy")
 

@@ -1,4 +1,5 @@
-"""The parametric min-cut solver against brute force and CP-SAT (pure data, no torch.fx).
+"""The parametric min-cut solver against the brute-force oracle (helpers/oracle.py) and
+CP-SAT (pure data, no torch.fx).
 
 Exactness is claimed only where the module docstring claims it: no shared storages, or
 shared storages that are zero-cost views of a savable base. Elsewhere plans must still be
@@ -8,13 +9,13 @@ valid, never over target, and the bound must stay below the true optimum.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 from fractions import Fraction
 
 import numpy as np
 import pytest
-from test_solvers import brute_force, empty_problem, random_problem
+from helpers import oracle
+from helpers.problems import copies, distinct_storage, empty_problem, random_problem, view_group
 
 from budget.core.problem import Problem
 from budget.solvers import InfeasibleError, available_solvers, get_solver
@@ -25,42 +26,17 @@ pytestmark = pytest.mark.skipif("mincut" not in available_solvers(), reason="nee
 LAMBDAS = [0.0, 1e-9, 0.3, 1.0, 7.5, 50.0, 123.25, 1e4, 1e12, math.inf]
 
 
-def distinct_storage(seed: int, n: int = 10) -> Problem:
-    """random_problem without shared storages: the cut is exact."""
-    p = random_problem(seed, n)
-    rng = np.random.default_rng(seed + 1000)
-    sizes = [0, 0] + [int(b) for b in rng.integers(1, 9, size=n - 2) * 100]
-    return dataclasses.replace(p, storage=np.arange(n), storage_bytes=sizes)
-
-
-def view_group(seed: int, n: int = 10) -> Problem:
-    """random_problem where the node sharing node 4's storage is a free view of it."""
-    p = random_problem(seed, n)
-    edges = [(u, v) for u, v in p.edges.tolist() if v != 5] + [(4, 5)]
-    cost = p.cost.copy()
-    cost[5] = 0.0
-    can_recompute = p.can_recompute.copy()
-    can_recompute[5] = True
-    return dataclasses.replace(p, edges=edges, cost=cost, can_recompute=can_recompute)
-
-
 EXACT_KINDS = [distinct_storage, view_group]
 
 
 def all_plans(p: Problem) -> list[tuple[int, float, list[int]]]:
-    """(bytes, cost, saved) of every valid saved set."""
-    free = [v for v in range(p.n) if not p.is_input[v]]
-    out = []
-    for mask in itertools.product([0, 1], repeat=len(free)):
-        saved = [v for v, m in zip(free, mask, strict=True) if m]
-        if not p.check(saved):
-            out.append(
-                (p.saved_bytes(saved), float(p.cost[p.recompute_closure(saved)].sum()), saved)
-            )
-    return out
+    """(bytes, cost, saved) of every valid saved set, by the oracle."""
+    return [(b, c, list(saved)) for saved, (c, b) in oracle.plans(p).items()]
 
 
 def price(p: Problem, saved: list[int]) -> tuple[int, float]:
+    """A solver's plan priced as the planner prices it (for problems too large for the
+    oracle; on small ones the tests compare it with the oracle's answers)."""
     return p.saved_bytes(saved), float(p.cost[p.recompute_closure(saved)].sum())
 
 
@@ -214,7 +190,7 @@ def test_solve_against_brute_force(kind, seed):
     total = int(p.storage_bytes.sum())
     vertices = {b for b, _, _ in M.hull(p)}
     for t in sorted({0, total // 4, total // 3, total // 2, total, *vertices}):
-        expect = brute_force(p, t)  # (cost, bytes)
+        expect = oracle.optimum(p, t)  # (cost, bytes)
         if expect is None:
             with pytest.raises(InfeasibleError, match="smallest reachable") as err:
                 mincut.solve(p, t)
@@ -232,7 +208,8 @@ def test_solve_against_brute_force(kind, seed):
 
 
 def min_bytes_brute(p: Problem) -> tuple[int, float]:
-    return min((b, c) for b, c, _ in all_plans(p))
+    cost, nbytes = oracle.optimum(p, None, minimize="bytes")
+    return nbytes, cost
 
 
 @pytest.mark.parametrize("kind", EXACT_KINDS)
@@ -367,25 +344,6 @@ def test_view_groups_of_a_real_shape_are_exact():
     plans = all_plans(p)
     got = M.hull(p)
     assert [(b, Fraction(c)) for b, c, _ in got] == lower_hull([(b, c) for b, c, _ in plans])
-
-
-def copies(p: Problem, k: int) -> Problem:
-    """k disjoint copies of p, like the identical layers of a model."""
-    n, g = p.n, len(p.storage_bytes)
-    storage = np.concatenate([np.where(p.storage >= 0, p.storage + i * g, -1) for i in range(k)])
-    return Problem(
-        names=[f"{name}_{i}" for i in range(k) for name in p.names],
-        ops=p.ops * k,
-        is_input=np.tile(p.is_input, k),
-        needed=np.tile(p.needed, k),
-        can_save=np.tile(p.can_save, k),
-        can_recompute=np.tile(p.can_recompute, k),
-        storage=storage,
-        storage_bytes=np.tile(p.storage_bytes, k),
-        cost=np.tile(p.cost, k),
-        flops=np.tile(p.flops, k),
-        edges=np.concatenate([p.edges + i * n for i in range(k)]),
-    )
 
 
 @pytest.mark.parametrize("seed", range(8))

@@ -1,68 +1,18 @@
 """Problem reduction (budget/solvers/reduce.py) against brute force: the reduced problem
 has the same Pareto frontier once its offsets are added, and every one of its plans
 expands to a plan of the original problem priced exactly at its own price plus the
-offsets (pure data, no torch.fx, except the last test: a real GPT's joint graph)."""
+offsets (pure data, no torch.fx, except the last test: a real GPT's joint graph). Plans
+and prices come from the brute-force oracle, not from Problem's own pricing."""
 
 from __future__ import annotations
 
-import itertools
-
-import numpy as np
 import pytest
-from test_solvers import random_problem
+from helpers import oracle
+from helpers.problems import random_problem, rich_problem
 
 from budget.core.problem import Problem
 from budget.solvers import InfeasibleError, available_solvers, get_solver
 from budget.solvers.reduce import Reduced, reduce_problem
-
-
-def rich_problem(seed: int, n: int = 12) -> Problem:
-    """Random problems with what the rules look for: shared storages (views and
-    twins), zero-byte storages, no-storage nodes, unsavable and unrecomputable nodes,
-    zero costs, chains and fan-outs."""
-    rng = np.random.default_rng(seed)
-    n_in = 2
-    edges = []
-    for v in range(n_in, n):
-        k = int(rng.choice([1, 1, 1, 2, 3]))
-        lo = max(0, v - 4) if rng.random() < 0.7 else 0
-        for u in rng.choice(np.arange(lo, v), size=min(k, v - lo), replace=False):
-            edges.append((int(u), v))
-    storage = np.arange(n)
-    for v in range(n_in, n):  # views share an earlier node's storage
-        if rng.random() < 0.35:
-            storage[v] = storage[int(rng.integers(n_in, v))] if v > n_in else storage[v]
-    storage_bytes = [0] * n_in + [int(b) for b in rng.choice([0, 100, 200, 400, 800], n - n_in)]
-    storage_bytes = [b if b or rng.random() < 0.3 else 100 for b in storage_bytes]
-    no_storage = rng.random(n) < 0.08
-    storage = np.where(no_storage & (np.arange(n) >= n_in), -1, storage)
-    return Problem(
-        names=[f"n{i}" for i in range(n)],
-        ops=["op"] * n,
-        is_input=[i < n_in for i in range(n)],
-        needed=[i >= n_in and rng.random() < 0.45 for i in range(n)],
-        can_save=[i < n_in or rng.random() < 0.85 for i in range(n)],
-        can_recompute=[i >= n_in and rng.random() < 0.9 for i in range(n)],
-        storage=storage,
-        storage_bytes=storage_bytes,
-        cost=[0.0] * n_in + [float(c) for c in rng.choice([0, 0, 1, 2, 5], n - n_in)],
-        flops=[0.0] * n,
-        edges=edges,
-    )
-
-
-def plans(p: Problem) -> dict[tuple[int, ...], tuple[float, int]]:
-    """(cost, bytes) of every valid saved set (each set as given, not pruned)."""
-    free = [v for v in range(p.n) if not p.is_input[v] and p.can_save[v]]
-    out = {}
-    for mask in itertools.product([0, 1], repeat=len(free)):
-        saved = [v for v, m in zip(free, mask, strict=True) if m]
-        if not p.check(saved):
-            out[tuple(saved)] = (
-                float(p.cost[p.recompute_closure(saved)].sum()),
-                p.saved_bytes(saved),
-            )
-    return out
 
 
 def frontier(points) -> list[tuple[float, int]]:
@@ -74,10 +24,6 @@ def frontier(points) -> list[tuple[float, int]]:
     return out
 
 
-def feasible(p: Problem) -> bool:
-    return bool(plans(p))
-
-
 KINDS = [rich_problem, random_problem]
 
 
@@ -85,20 +31,20 @@ KINDS = [rich_problem, random_problem]
 @pytest.mark.parametrize("seed", range(60))
 def test_reduction_keeps_the_frontier_and_expands_exactly(kind, seed):
     p = kind(seed)
-    full = plans(p)
+    full = oracle.plans(p)
     red = reduce_problem(p)
     if not full:  # infeasible problems are left to the solvers' own errors
         assert red.identity
         return
     q = red.problem
     assert q.n <= p.n
-    reduced = plans(q)
+    reduced = oracle.plans(q)
     for saved, (c, b) in reduced.items():
         expanded = red.expand(list(saved))
-        assert not p.check(expanded), (saved, expanded)
-        cost = float(p.cost[p.recompute_closure(expanded)].sum())
-        assert cost == pytest.approx(c + red.cost_offset, abs=1e-9)
-        assert p.saved_bytes(expanded) == b + red.bytes_offset
+        got = oracle.price(p, expanded)
+        assert got is not None, (saved, expanded)  # a valid plan of the original problem
+        assert got[0] == pytest.approx(c + red.cost_offset, abs=1e-9)
+        assert got[1] == b + red.bytes_offset
     shifted = [(c + red.cost_offset, b + red.bytes_offset) for c, b in reduced.values()]
     assert frontier(shifted) == frontier(full.values())
 
@@ -109,7 +55,7 @@ def test_every_rule_is_exercised():
     for s in range(400):
         p = rich_problem(s)
         fired |= set(reduce_problem(p).rules)
-    from budget.solvers.reduce import _RULES
+    from budget.solvers.reduce_rules import _RULES
 
     assert fired == set(_RULES)
 
@@ -147,7 +93,7 @@ EXACT = [name for name in available_solvers() if get_solver(name).exact]
 @pytest.mark.parametrize("seed", range(8))
 def test_reduced_solvers_match_unreduced(name, seed):
     p = rich_problem(100 + seed, n=14)
-    full = plans(p)
+    full = oracle.plans(p)
     if not full:
         return
     plain, wrapped = get_solver(name, reduce=False), get_solver(name, reduce=True)
@@ -164,8 +110,7 @@ def test_reduced_solvers_match_unreduced(name, seed):
                 wrapped.solve(p, target)
             continue
         a, b = plain.solve(p, target), wrapped.solve(p, target)
-        price = lambda s: (float(p.cost[p.recompute_closure(s)].sum()), p.saved_bytes(s))  # noqa: E731
-        assert price(a.saved) == price(b.saved) == min(fits)
+        assert oracle.price(p, a.saved) == oracle.price(p, b.saved) == min(fits)
         assert a.status == b.status == "optimal"
         assert not p.check(b.saved)
     assert wrapped.solve(p, None, minimize="bytes").objective == low
@@ -175,7 +120,7 @@ def test_reduced_solution_reports_the_reduction_and_original_numbers():
     p = rich_problem(5, n=14)  # a forced save, a forced recompute: both offsets
     red = reduce_problem(p)
     assert red.cost_offset > 0 and red.bytes_offset > 0 and red.forced
-    best = min(plans(p).values())
+    best = oracle.optimum(p)
     sol = get_solver("cpsat", reduce=True).solve(p, None)
     assert sol.info["reduced"]["nodes"] == (p.n, red.problem.n)
     assert (sol.objective, p.saved_bytes(sol.saved)) == best

@@ -1,58 +1,16 @@
-"""Contract suite for every exact solver: brute force on small random problems, agreement,
-and the edge cases (pure data, no torch.fx)."""
+"""Contract suite for every exact solver: the brute-force oracle on small random problems,
+agreement, and the edge cases (pure data, no torch.fx)."""
 
 from __future__ import annotations
 
 import itertools
 
-import numpy as np
 import pytest
+from helpers import oracle
+from helpers.problems import empty_problem, random_problem
 
 from budget.core.problem import Problem
 from budget.solvers import InfeasibleError, SolverTimeout, available_solvers, get_solver
-
-
-def random_problem(seed: int, n: int = 10) -> Problem:
-    rng = np.random.default_rng(seed)
-    n_in = 2
-    edges = []
-    for v in range(n_in, n):
-        for u in rng.choice(v, size=min(v, int(rng.integers(1, 3))), replace=False):
-            edges.append((int(u), v))
-    storage = np.arange(n)
-    if n > 5:
-        storage[5] = storage[4]  # node 5 is a view of node 4
-    return Problem(
-        names=[f"n{i}" for i in range(n)],
-        ops=["op"] * n,
-        is_input=[i < n_in for i in range(n)],
-        needed=[i >= n_in and rng.random() < 0.5 for i in range(n)],
-        can_save=[True] * n,
-        can_recompute=[i >= n_in and rng.random() < 0.85 for i in range(n)],
-        storage=storage,
-        storage_bytes=[0] * n_in + [int(b) for b in rng.integers(1, 9, size=n - n_in) * 100],
-        cost=[0.0] * n_in + [float(c) for c in rng.integers(0, 5, size=n - n_in)],
-        flops=[0.0] * n,
-        edges=edges,
-    )
-
-
-def brute_force(p: Problem, target: int | None) -> tuple[float, int] | None:
-    """(min cost, min bytes among those) over every saved set, or None if infeasible."""
-    best = None
-    free = [v for v in range(p.n) if not p.is_input[v]]
-    for mask in itertools.product([0, 1], repeat=len(free)):
-        saved = [v for v, m in zip(free, mask, strict=True) if m]
-        if p.check(saved):
-            continue
-        nbytes = p.saved_bytes(saved)
-        if target is not None and nbytes > target:
-            continue
-        cost = float(p.cost[p.recompute_closure(saved)].sum())
-        if best is None or (cost, nbytes) < best:
-            best = (cost, nbytes)
-    return best
-
 
 EXACT = [name for name in available_solvers() if get_solver(name).exact]
 
@@ -72,16 +30,33 @@ def test_exact_solvers_match_brute_force(name, seed, reduce):
     solver = get_solver(name, reduce=reduce)
     total = int(p.storage_bytes.sum())
     for target in [0, total // 4, total // 2, total]:
-        expect = brute_force(p, target)
+        expect = oracle.optimum(p, target)
         if expect is None:
             with pytest.raises(InfeasibleError):
                 solver.solve(p, target)
             continue
         sol = solver.solve(p, target)
+        assert oracle.price(p, sol.saved) == expect
         cost = float(p.cost[p.recompute_closure(sol.saved)].sum())
-        assert (cost, p.saved_bytes(sol.saved)) == expect
+        assert (cost, p.saved_bytes(sol.saved)) == expect and sol.objective == cost
         assert p.saved_bytes(sol.saved) <= target and not p.check(sol.saved)
         assert sol.status == "optimal" and sol.info.get("tie_break") == "optimal"
+
+
+@pytest.mark.parametrize("reduce", [True, False], ids=["reduced", "plain"])
+@pytest.mark.parametrize("name", EXACT)
+@pytest.mark.parametrize("seed", range(6))
+def test_exact_solvers_find_the_fewest_bytes(name, seed, reduce):
+    """``minimize="bytes"``: the fewest bytes, then the least cost among them."""
+    p = random_problem(seed)
+    expect = oracle.optimum(p, None, minimize="bytes")
+    if expect is None:
+        with pytest.raises(InfeasibleError):
+            get_solver(name, reduce=reduce).solve(p, None, minimize="bytes")
+        return
+    sol = get_solver(name, reduce=reduce).solve(p, None, minimize="bytes")
+    assert oracle.price(p, sol.saved) == expect and sol.objective == expect[1]
+    assert sol.status == "optimal"
 
 
 @pytest.mark.parametrize("name", EXACT)
@@ -104,22 +79,6 @@ def test_needed_node_that_can_be_neither_saved_nor_recomputed(name):
         get_solver(name).solve(p, None)
 
 
-def empty_problem() -> Problem:
-    return Problem(
-        names=[],
-        ops=[],
-        is_input=[],
-        needed=[],
-        can_save=[],
-        can_recompute=[],
-        storage=[],
-        storage_bytes=[],
-        cost=[],
-        flops=[],
-        edges=[],
-    )
-
-
 @pytest.mark.parametrize("name", available_solvers())
 def test_empty_problem(name):
     p = empty_problem()
@@ -139,7 +98,7 @@ def test_time_limits_give_a_plan_within_target_or_a_clear_error(name):
         try:
             sol = get_solver(name, reduce=reduce).solve(p, target, time_limit=0.01)
         except SolverTimeout as e:
-            assert "raise budget.config.time_limit" in str(e)
+            assert "raise the time limit" in str(e)
             continue
         assert p.saved_bytes(sol.saved) <= target and not p.check(sol.saved)
         assert sol.status in ("optimal", "feasible")
@@ -226,13 +185,12 @@ def test_mip_with_ortools_highs_matches_brute_force(seed):
 
     p = random_problem(seed)
     target = int(p.storage_bytes.sum()) // 3
-    expect = brute_force(p, target)
+    expect = oracle.optimum(p, target)
     if expect is None:
         with pytest.raises(InfeasibleError):
             OrToolsMIP(backend="highs").solve(p, target)
     else:
         sol = OrToolsMIP(backend="highs").solve(p, target)
-        got = (float(p.cost[p.recompute_closure(sol.saved)].sum()), p.saved_bytes(sol.saved))
-        assert got == expect and sol.status == "optimal"
+        assert oracle.price(p, sol.saved) == expect and sol.status == "optimal"
     with pytest.raises(ValueError, match="scip, highs"):
         OrToolsMIP(backend="gurobi")

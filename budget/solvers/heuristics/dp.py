@@ -50,8 +50,8 @@ from typing import ClassVar
 import numpy as np
 
 from ...core.problem import Problem
-from ..base import InfeasibleError, Objective, Solution, SolverBase, finish
-from .greedy import check_feasible
+from ..base import InfeasibleError, Request, Search, SolverBase
+from .greedy import check_chains
 
 _PROBES = 12  # knapsacks solved in all when repairs push plans over the target
 
@@ -106,17 +106,11 @@ class DpKnapsack(SolverBase):
     def __init__(self, buckets: int = 10_000) -> None:
         self.buckets = buckets
 
-    def solve(
-        self,
-        problem: Problem,
-        target_bytes: int | None,
-        *,
-        minimize: Objective = "cost",
-        time_limit: float = 60.0,
-    ) -> Solution:
+    def _search(self, request: Request) -> Search:
+        problem, target_bytes, minimize, time_limit = request
         start = time.perf_counter()
         p = problem
-        check_feasible(p)
+        check_chains(p)
         target = None if target_bytes is None else int(target_bytes)
         free = p.is_input
         need = p.needed & ~free
@@ -143,14 +137,12 @@ class DpKnapsack(SolverBase):
         own = np.bincount(p.storage[made], weights=p.cost[made], minlength=len(p.storage_bytes))
         values = np.array([float(own[g]) for g in keys])
 
-        graph = _Graph(p)
-
         def attempt(capacity: int | None) -> tuple[float, int, list[int], dict[str, object]]:
             mask = knapsack(weights, values, capacity, self.buckets)
             chosen = [v for g, m in zip(keys, mask.tolist(), strict=True) if m for v in groups[g]]
-            saved, repaired = graph.repair(forced + gratis + chosen)
+            saved, repaired = _repair(p, forced + gratis + chosen)
             saved = p.prune_unused(saved)
-            cost = float(p.cost[sorted(graph.closure(set(saved))[0])].sum())
+            cost = p.recompute_cost(saved)
             info = {
                 "capacity": capacity,
                 "repaired": repaired,
@@ -195,66 +187,36 @@ class DpKnapsack(SolverBase):
                     "solver such as 'cpsat' may reach less)"
                 )
             cost, nbytes, saved, info = best
-        return finish(
-            p,
+        return Search(
             saved,
-            solver=self.name,
-            target_bytes=target_bytes,
-            minimize=minimize,
             optimal=False,
-            bound=None,
-            start=start,
             info={"backend": "numpy knapsack", "items": len(keys), "probes": probes, **info},
         )
 
 
-class _Graph:
-    """Adjacency as Python lists, for the closure walks of the repair."""
-
-    def __init__(self, p: Problem) -> None:
-        self.p = p
-        self.free = p.is_input.tolist()
-        self.ins = [[u for u in us if not self.free[u]] for us in p.inputs_of()]
-        self.roots = np.flatnonzero(p.needed & ~p.is_input).tolist()
-
-    def closure(self, saved: set[int]) -> tuple[set[int], dict[int, list[int]]]:
-        """Recomputed values, and for each the recomputed values that read it."""
-        out = {v for v in self.roots if v not in saved}
-        users: dict[int, list[int]] = {}
-        stack = list(out)
-        while stack:
-            v = stack.pop()
-            for u in self.ins[v]:
-                if u in saved:
-                    continue
-                users.setdefault(u, []).append(v)
-                if u not in out:
-                    out.add(u)
-                    stack.append(u)
-        return out, users
-
-    def repair(self, saved: list[int]) -> tuple[list[int], int]:
-        """Save what the closure would recompute but cannot (or, for a value that cannot
-        be saved either, the recomputed values that read it). Feasibility was checked."""
-        p = self.p
-        kept = set(saved)
-        added = 0
-        while True:
-            out, users = self.closure(kept)
-            bad = [v for v in out if not p.can_recompute[v]]
-            if not bad:
-                return sorted(kept), added
-            seen = set(bad)
-            before = len(kept)
-            while bad:
-                v = bad.pop()
-                if p.can_save[v]:
-                    kept.add(v)
-                    added += 1
-                    continue
-                for w in users.get(v, ()):
-                    if w not in seen:
-                        seen.add(w)
-                        bad.append(w)
-            if len(kept) == before:  # cannot happen after check_feasible; never loop forever
-                raise InfeasibleError(f"dp cannot repair its plan: {p.check(kept)[:3]}")
+def _repair(p: Problem, saved: list[int]) -> tuple[list[int], int]:
+    """Save what the closure would recompute but cannot (or, for a value that cannot be
+    saved either, the recomputed values that read it), until nothing is left to repair;
+    returns the saved set and the number of values added. Feasibility was checked."""
+    kept = set(saved)
+    added = 0
+    while True:
+        closure = p.recompute_closure(kept)
+        bad = [v for v in closure if not p.can_recompute[v]]
+        if not bad:
+            return sorted(kept), added
+        recomputed = set(closure)
+        seen = set(bad)
+        before = len(kept)
+        while bad:  # what is saved does not depend on the order: reachability
+            v = bad.pop()
+            if p.can_save[v]:
+                kept.add(v)
+                added += 1
+                continue
+            for w in p.users[v]:
+                if w in recomputed and w not in seen:
+                    seen.add(w)
+                    bad.append(w)
+        if len(kept) == before:  # cannot happen after check_chains; never loop forever
+            raise InfeasibleError(f"dp cannot repair its plan: {p.check(kept)[:3]}")

@@ -52,7 +52,7 @@ import numpy as np
 
 from ...core.problem import Problem
 from ..base import InfeasibleError
-from .parametric import _Model
+from .parametric import ArcKind, _Model
 
 _PRODUCT_BITS = 59  # sum(bytes') * sum(cost') <= 2**59: capacities stay below 2**62
 _BYTES_BITS = 36  # bytes kept exact up to 64 GiB of (over-counted) savable storage
@@ -67,13 +67,7 @@ def _build(problem: Problem) -> _Model:
     free = p.is_input
     if np.any(p.cost < 0) or not np.all(np.isfinite(p.cost)):
         raise ValueError("mincut needs finite, non-negative recompute costs")
-    ins: list[list[int]] = [[] for _ in range(n)]
-    outs: list[list[int]] = [[] for _ in range(n)]
-    for u, v in p.edges.tolist():
-        if not free[u] and not free[v]:
-            ins[v].append(u)
-            outs[u].append(v)
-    ins = [sorted(set(x)) for x in ins]
+    ins, outs = p.recompute_inputs, p.users
 
     # Nodes that can never be available, and nodes that cannot be recomputed in effect.
     recomputable = p.can_recompute & ~free
@@ -158,7 +152,7 @@ def _build(problem: Problem) -> _Model:
     in_id[hin] = 2 + len(rel) + np.arange(len(hin))
     tails, heads, kinds, nodes = [], [], [], []
 
-    def arcs(t: np.ndarray, h: np.ndarray, kind: int, node: np.ndarray) -> None:
+    def arcs(t: np.ndarray, h: np.ndarray, kind: ArcKind, node: np.ndarray) -> None:
         tails.append(t)
         heads.append(h)
         kinds.append(np.full(len(t), kind, np.int8))
@@ -166,21 +160,21 @@ def _build(problem: Problem) -> _Model:
 
     # Saving: in_v -> out_v (recomputable), source -> out_v (not recomputable).
     sv = np.flatnonzero(has_in & p.can_save)
-    arcs(in_id[sv], out_id[sv], 0, sv)
+    arcs(in_id[sv], out_id[sv], ArcKind.SAVE, sv)
     sv = np.flatnonzero(relevant & ~has_in)  # all savable: unavailable ones are not relevant
-    arcs(np.zeros(len(sv), np.int64), out_id[sv], 0, sv)
+    arcs(np.zeros(len(sv), np.int64), out_id[sv], ArcKind.SAVE, sv)
     # Forbidden saving: in_v -> out_v infinite.
     ns = np.flatnonzero(has_in & ~p.can_save)
-    arcs(in_id[ns], out_id[ns], 2, ns)
+    arcs(in_id[ns], out_id[ns], ArcKind.INFINITE, ns)
     # Recomputing: source -> in_v.
-    arcs(np.zeros(len(hin), np.int64), in_id[hin], 1, hin)
+    arcs(np.zeros(len(hin), np.int64), in_id[hin], ArcKind.RECOMPUTE, hin)
     # Closure: out_u -> in_v for data edges into recomputable nodes.
     eu = np.asarray([u for v in hin.tolist() for u in ins[v]], np.int64)
     ev = np.asarray([v for v in hin.tolist() for _ in ins[v]], np.int64)
-    arcs(out_id[eu], in_id[ev], 2, ev)
+    arcs(out_id[eu], in_id[ev], ArcKind.INFINITE, ev)
     # Needed: out_v -> sink.
     nd = np.flatnonzero(relevant & p.needed)
-    arcs(out_id[nd], np.ones(len(nd), np.int64), 2, nd)
+    arcs(out_id[nd], np.ones(len(nd), np.int64), ArcKind.INFINITE, nd)
 
     model.num_nodes = 2 + len(rel) + len(hin)
     model.tails = np.concatenate(tails).astype(np.int64)

@@ -11,12 +11,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import IntEnum
 from fractions import Fraction
 
 import numpy as np
 
 from ...core.problem import Problem
 from ..base import InfeasibleError
+
+
+class ArcKind(IntEnum):
+    """What an arc of the cut network charges when it is cut (``_Model.arc_kind``)."""
+
+    SAVE = 0  # q * the node's bytes: the node is saved
+    RECOMPUTE = 1  # p * the node's cost: the node is recomputed
+    INFINITE = 2  # never cut: a closure, needed or forbidden-save arc
 
 
 @dataclass
@@ -55,8 +64,7 @@ class _Model:
     num_nodes: int = 2
     tails: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     heads: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    # arc_kind: 0 save (q * bytes), 1 recompute (p * cost), 2 infinite
-    arc_kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
+    arc_kind: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))  # ArcKind
     arc_node: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     rel_idx: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     rel_out: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -80,8 +88,9 @@ class _Model:
         if inf >= 2**62:
             raise OverflowError(f"mincut capacities overflow int64 (p={p}, q={q})")
         caps = np.full(len(kind), inf, dtype=np.int64)
-        caps[kind == 0] = q * w[node[kind == 0]]
-        caps[kind == 1] = p * self.w_cost[node[kind == 1]]
+        save, recompute = kind == ArcKind.SAVE, kind == ArcKind.RECOMPUTE
+        caps[save] = q * w[node[save]]
+        caps[recompute] = p * self.w_cost[node[recompute]]
         return caps
 
     def _read(self, sink: np.ndarray, which: str) -> _Cut:
@@ -384,6 +393,3 @@ def _lower_hull(points: list[tuple[int, int]]) -> list[tuple[int, int]]:
                 break
         hull.append(pt)
     return hull
-
-
-# ---- cache ---------------------------------------------------------------------------------

@@ -20,20 +20,12 @@ the public functions and the solver.
 from __future__ import annotations
 
 import math
-import time
 from collections import OrderedDict
 from fractions import Fraction
 from typing import ClassVar
 
 from ...core.problem import Problem
-from ..base import (
-    InfeasibleError,
-    Objective,
-    Solution,
-    SolverBase,
-    cached_by_fingerprint,
-    finish,
-)
+from ..base import InfeasibleError, Request, Search, SolverBase, cached_by_fingerprint
 from .network import _PRODUCT_BITS, _build
 from .parametric import _Cut, _lower_hull, _Model
 
@@ -130,16 +122,12 @@ class MinCutSolver(SolverBase):
     name: ClassVar[str] = "mincut"
     exact: ClassVar[bool] = False
     requires: ClassVar[str] = "ortools"
+    # building the network checks more than Problem.require_plannable (a node whose
+    # inputs can never be available), with its own message
+    check_plannable: ClassVar[bool] = False
 
-    def solve(
-        self,
-        problem: Problem,
-        target_bytes: int | None,
-        *,
-        minimize: Objective = "cost",
-        time_limit: float = 60.0,
-    ) -> Solution:
-        start = time.perf_counter()
+    def _search(self, request: Request) -> Search:
+        problem, target_bytes, minimize, _ = request  # polynomial: no time limit needed
         model = _model(problem)
         if minimize == "bytes":
             low, _ = model.lex("bytes")
@@ -155,17 +143,7 @@ class MinCutSolver(SolverBase):
             # exact costs, and exact groups unless no storage is saved at all (the
             # lexicographic cut then ranks every plan of that size by its true cost).
             optimal = nbytes <= bound and model.cost_exact and (model.exact_groups or nbytes == 0)
-            return finish(
-                problem,
-                saved,
-                solver=self.name,
-                target_bytes=target_bytes,
-                minimize=minimize,
-                optimal=optimal,
-                bound=float(bound),
-                start=start,
-                info=self._info(model),
-            )
+            return Search(saved, optimal, float(bound), self._info(model))
 
         pts = model.points()
         fits = [pt for pt in pts if target_bytes is None or pt.bytes <= target_bytes]
@@ -184,17 +162,7 @@ class MinCutSolver(SolverBase):
                 filled = model.fill(*edge, target_bytes)
                 if filled is not None and (filled.cost, filled.bytes) < (best.cost, best.bytes):
                     best = filled
-        return finish(
-            problem,
-            best.saved,
-            solver=self.name,
-            target_bytes=target_bytes,
-            minimize=minimize,
-            optimal=_proven(model, best, target_bytes),
-            bound=bound,
-            start=start,
-            info=self._info(model),
-        )
+        return Search(best.saved, _proven(model, best, target_bytes), bound, self._info(model))
 
     @staticmethod
     def _info(model: _Model) -> dict[str, object]:

@@ -16,45 +16,32 @@ from typing import ClassVar
 import numpy as np
 
 from ...core.problem import Problem
-from ..base import (
-    InfeasibleError,
-    Objective,
-    Solution,
-    SolverBase,
-    SolverTimeout,
-    closure_model,
-    finish,
-    integer_costs,
-)
+from ..base import InfeasibleError, Objective, Request, Search, SolverBase, no_plan_in_time
+from .model import closure_model, integer_costs
 
 
 class CpSat(SolverBase):
     name: ClassVar[str] = "cpsat"
     exact: ClassVar[bool] = True
-    reduce: ClassVar[bool] = True  # measured: 2-6x faster on the bench graphs
+    reduce: ClassVar[bool] = True  # measured faster on the bench graphs (bench/README.md)
     requires: ClassVar[str] = "ortools"
 
-    def __init__(self, workers: int = 1, seed: int = 0) -> None:
+    def __init__(self, workers: int = 1, seed: int = 0, hint: Sequence[int] | None = None) -> None:
+        """``hint``: a valid saved set of the problems to be solved, to start from (a warm
+        start; ``auto`` gives CP-SAT the min-cut's plan)."""
         self.workers = workers
         self.seed = seed
+        self.hint = hint
 
-    def solve(
-        self,
-        problem: Problem,
-        target_bytes: int | None,
-        *,
-        minimize: Objective = "cost",
-        time_limit: float = 60.0,
-        hint: Sequence[int] | None = None,
-    ) -> Solution:
-        """As every solver; ``hint`` is a valid saved set to start from (a warm start)."""
+    def _search(self, request: Request) -> Search:
         from ortools.sat.python import cp_model
 
+        problem, target_bytes, minimize, time_limit = request
         start = time.perf_counter()
         model = cp_model.CpModel()
         s, r, y = _build(model, problem, target_bytes)
-        if hint is not None:
-            _add_hint(model, problem, hint, s, r, y)
+        if self.hint is not None:
+            _add_hint(model, problem, self.hint, s, r, y)
         w = integer_costs(problem)
         cost_expr = sum(int(w[v]) * r[v] for v in r if w[v] > 0)
         bytes_expr = sum(int(problem.storage_bytes[g]) * y[g] for g in y)
@@ -65,10 +52,7 @@ class CpSat(SolverBase):
         if status == cp_model.INFEASIBLE:
             raise InfeasibleError(f"no plan saves at most {target_bytes} bytes")
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            raise SolverTimeout(
-                f"cpsat found no plan within {time_limit:.0f}s for a problem of {problem.n} nodes; "
-                "raise budget.config.time_limit"
-            )
+            raise no_plan_in_time(self.name, time_limit, problem)
         optimal = status == cp_model.OPTIMAL
         tie_break = "not run"
         bound = solver.best_objective_bound
@@ -85,16 +69,10 @@ class CpSat(SolverBase):
             if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 values = {v: solver.value(x) for v, x in s.items()}
             tie_break = "optimal" if status == cp_model.OPTIMAL else "not proven"
-        saved = sorted(v for v, val in values.items() if val)
-        return finish(
-            problem,
-            saved,
-            solver=self.name,
-            target_bytes=target_bytes,
-            minimize=minimize,
+        return Search(
+            sorted(v for v, val in values.items() if val),
             optimal=optimal,
             bound=_unscale(bound, problem, w, minimize),
-            start=start,
             info={
                 "backend": "CP-SAT",
                 "variables": len(s) + len(r) + len(y),
@@ -103,6 +81,7 @@ class CpSat(SolverBase):
         )
 
     def _run(self, cp_model, model, time_limit: float):  # type: ignore[no-untyped-def]
+        """One CP-SAT solve of ``model``: the CpSolver (its values) and the status."""
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = max(0.1, float(time_limit))
         solver.parameters.num_workers = self.workers

@@ -1,8 +1,8 @@
 """Exact closure ILP (DESIGN.md) with HiGHS from ``highspy`` (``pip install highspy``).
 
-The model is :class:`~budget.solvers.base.ClosureMatrix` (integer units, so an absolute
+The model is :class:`~budget.solvers.mip.model.ClosureMatrix` (integer units, so an absolute
 gap below one unit proves the exact optimum), solved lexicographically by
-:func:`~budget.solvers.base.solve_lexicographic` (one weighted solve where the units
+:func:`~budget.solvers.mip.driver.solve_lexicographic` (one weighted solve where the units
 allow it, else two). HiGHS reports its dual bound, so a
 time-limited solve is "feasible" with its proven gap. Deterministic: one thread, a
 fixed seed, a relative gap of 0 (HiGHS's default, 1e-4, would call a plan 0.01% above
@@ -13,7 +13,7 @@ and ``highspy`` 1.15 another one under the same name; in one process, whichever 
 second is bound to the first one's symbols and fails to import (google/or-tools#5246).
 Every budget process loads OR-Tools (CP-SAT, the min-cut), so HiGHS from ``highspy``
 runs in a worker process that loads nothing else (``_highs_child.py``): started on the
-first solve (about 0.25 s) and kept for the next ones, it gets each model as arrays in a
+first solve and kept for the next ones, it gets each model as arrays in a
 temporary ``.npz`` and exits with this process (end of its input). This is also why the
 solver does not go through ``pulp.HiGHS``: PuLP would load ``highspy`` into this
 process. OR-Tools' own HiGHS is available in-process as ``OrToolsMIP(backend="highs")``.
@@ -35,16 +35,9 @@ from typing import IO, ClassVar
 import numpy as np
 
 from ...core.problem import Problem
-from ..base import (
-    ClosureMatrix,
-    ClosureModel,
-    MipResult,
-    MipSolver,
-    MipWeights,
-    Objective,
-    SolverTimeout,
-    closure_matrix,
-)
+from ..base import Objective, SolverTimeout
+from .driver import MipResult, MipSolver
+from .model import ClosureMatrix, ClosureModel, MipWeights, closure_matrix
 
 _CHILD = Path(__file__).with_name("_highs_child.py")
 _GRACE = 30.0  # seconds the child may run past its time limit before it is killed
@@ -135,7 +128,7 @@ atexit.register(_WORKER.stop)
 
 
 class HighsChild:
-    """A :class:`~budget.solvers.base.MipBackend` that solves each stage in a child."""
+    """A :class:`~budget.solvers.mip.driver.MipModel` that solves each stage in a child."""
 
     def __init__(self, problem: Problem, matrix: ClosureMatrix) -> None:
         self.problem, self.matrix = problem, matrix
@@ -186,8 +179,8 @@ class HiGHS(MipSolver):
     requires: ClassVar[str] = "highspy"
 
     def build(
-        self, problem: Problem, model: ClosureModel, weights: MipWeights
+        self, problem: Problem, m: ClosureModel, weights: MipWeights
     ) -> tuple[HighsChild, dict[str, object]]:
-        matrix = closure_matrix(problem, model, weights)
+        matrix = closure_matrix(problem, m, weights)
         info = {"backend": "HiGHS (highspy, subprocess)", "variables": matrix.num_cols}
         return HighsChild(problem, matrix), info

@@ -1,12 +1,11 @@
 """Exact closure ILP (DESIGN.md) with an OR-Tools MIP solver, through MathOpt.
 
 The model of ``ilp`` (s, r, y binaries; need, closure, storage and memory rows; integer
-units from :class:`~budget.solvers.base.MipWeights`) built in OR-Tools' MathOpt, solved
+units from :class:`~budget.solvers.mip.model.MipWeights`) built in OR-Tools' MathOpt, solved
 by SCIP (default) or HiGHS, both shipped in the ``ortools`` wheel. SCIP is the default by
-measurement: it was the faster of the two on every bench graph (GPT-24, unreduced, cost
-then bytes in two solves: median 0.64 s against 1.96 s; the 20k-node DAG: 20 s against
-no plan in 20 s). MathOpt reports the dual bound, so a time-limited solve is "feasible"
-with its proven gap. Ties are broken exactly by ``base.solve_lexicographic``: one
+measurement: it was the faster of the two on every bench graph (see bench/README.md).
+MathOpt reports the dual bound, so a time-limited solve is "feasible"
+with its proven gap. Ties are broken exactly by ``driver.solve_lexicographic``: one
 solve of the weighted objective where the units allow it, otherwise a second solve
 hinted with the first plan. Deterministic: one thread, a
 fixed seed, a relative gap of 0 and an absolute gap below one unit. MathOpt rather than
@@ -22,21 +21,15 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ...core.problem import Problem
-from ..base import (
-    ClosureMatrix,
-    ClosureModel,
-    MipResult,
-    MipSolver,
-    MipWeights,
-    Objective,
-    closure_matrix,
-)
+from ..base import Objective
+from .driver import MipResult, MipSolver
+from .model import ClosureMatrix, ClosureModel, MipWeights, closure_matrix
 
 BACKENDS = ("scip", "highs")
 
 
 class MathOptModel:
-    """The closure model in MathOpt (a :class:`~budget.solvers.base.MipBackend`)."""
+    """The closure model in MathOpt (a :class:`~budget.solvers.mip.driver.MipModel`)."""
 
     def __init__(self, problem: Problem, matrix: ClosureMatrix, backend: str) -> None:
         from ortools.math_opt.python import mathopt
@@ -145,11 +138,11 @@ class OrToolsMIP(MipSolver):
         return super().available() and _has_backend(cls.default_backend)
 
     def build(
-        self, problem: Problem, model: ClosureModel, weights: MipWeights
+        self, problem: Problem, m: ClosureModel, weights: MipWeights
     ) -> tuple[MathOptModel, dict[str, object]]:
-        mathopt = MathOptModel(problem, closure_matrix(problem, model, weights), self.backend)
+        model = MathOptModel(problem, closure_matrix(problem, m, weights), self.backend)
         info = {
             "backend": f"{self.backend.upper()} (OR-Tools MathOpt)",
-            "variables": len(mathopt.x),
+            "variables": len(model.x),
         }
-        return mathopt, info
+        return model, info

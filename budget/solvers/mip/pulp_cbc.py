@@ -2,13 +2,14 @@
 
 Variables: ``s_v`` (saved) and ``r_v`` (recomputed) for each non-input node that allows
 them, ``y_g`` for each storage with bytes. Objectives and the memory row are in integer
-units (:class:`~budget.solvers.base.MipWeights`), so a proof with an absolute gap below
+units (:class:`~budget.solvers.mip.model.MipWeights`), so a proof with an absolute gap below
 one unit is a proof of the exact optimum. Ties are broken exactly by a second solve
-(:func:`~budget.solvers.base.solve_lexicographic`): first minimise the primary
+(:func:`~budget.solvers.mip.driver.solve_lexicographic`): first minimise the primary
 objective, then cap it at its optimum and minimise the other. Measured on the bench
 graphs, CBC proves these two stages far more reliably than the single weighted
 objective the other MIP backends use, and without a warm start (CBC's warm start made
-the second stage run to its time limit on instances it proves in 0.5 s cold). CBC reports no bound through PuLP, so a time-limited solve is "feasible"
+the second stage run to its time limit on instances it proves quickly cold; see
+bench/README.md). CBC reports no bound through PuLP, so a time-limited solve is "feasible"
 with an unknown gap. PuLP is imported only when a problem is solved, so ``import budget``
 stays light; OR-Tools is loaded before it (see :func:`_import_pulp`).
 """
@@ -20,13 +21,9 @@ import warnings
 from typing import Any, ClassVar
 
 from ...core.problem import Problem
-from ..base import (
-    ClosureModel,
-    MipResult,
-    MipSolver,
-    MipWeights,
-    Objective,
-)
+from ..base import Objective
+from .driver import MipResult, MipSolver
+from .model import ClosureModel, MipWeights
 
 
 def _import_pulp() -> Any:
@@ -46,7 +43,7 @@ def _import_pulp() -> Any:
 
 
 class PulpModel:
-    """The closure model as a PuLP problem (a :class:`~budget.solvers.base.MipBackend`)."""
+    """The closure model as a PuLP problem (a :class:`~budget.solvers.mip.driver.MipModel`)."""
 
     def __init__(self, pulp: Any, problem: Problem, m: ClosureModel, weights: MipWeights) -> None:
         self.pulp, self.problem = pulp, problem
@@ -109,7 +106,7 @@ class PulpILP(MipSolver):
     one_solve: ClassVar[bool] = False  # two stages (module docstring)
 
     def build(
-        self, problem: Problem, model: ClosureModel, weights: MipWeights
+        self, problem: Problem, m: ClosureModel, weights: MipWeights
     ) -> tuple[PulpModel, dict[str, object]]:
-        pulp_model = PulpModel(_import_pulp(), problem, model, weights)
+        pulp_model = PulpModel(_import_pulp(), problem, m, weights)
         return pulp_model, {"backend": "CBC", "variables": pulp_model.variables}
