@@ -258,7 +258,7 @@ def test_time_limit_never_gives_a_plan_over_budget():
     try:
         plans = budget.sweep(ex.step, *ex.args, budgets=[0.45, 0.3], time_limit=0.01)
     except SolverTimeout as e:
-        assert "raise budget.config.time_limit" in str(e)
+        assert "raise the time limit" in str(e) and "budget.config.time_limit" in str(e)
         return
     for p in plans:
         assert p.saved_bytes <= p.target_bytes
@@ -292,3 +292,32 @@ def test_module_names_are_modtrackers():
     modules = {d.module for d in plan.decisions} - {""}
     assert "GPT.blocks.0.attn" in modules
     assert modules <= tracked, modules - tracked
+
+
+def test_a_timeout_says_where_the_time_limit_is_set(capsys):
+    """Solvers only say 'raise the time limit'; the library names its options, the
+    command line its flag."""
+    from budget.cli import main
+    from budget.errors import SolverTimeout
+    from budget.models import get_builtin
+    from budget.solvers import _SOLVERS, register_solver
+    from budget.solvers.base import Request, Search, SolverBase
+
+    class Slow(SolverBase):
+        name = "slow-test"
+        exact = True
+        requires = "numpy"
+
+        def _search(self, request: Request) -> Search:
+            raise SolverTimeout("no plan in time; raise the time limit")
+
+    register_solver(Slow)
+    try:
+        ex = get_builtin("mlp", batch=4, d_in=8, d=16, layers=1)
+        with pytest.raises(SolverTimeout, match=r"time_limit= .* budget\.config\.time_limit"):
+            budget.plan(ex.step, *ex.args, memory_budget=0.5, solver="slow-test", compiler="eager")
+        flags = ["--batch", "4", "--d-in", "8", "--d", "16", "--layers", "1", "--budget", "0.5"]
+        code = main(["solve", "builtin:mlp", *flags, "--solver", "slow-test"])
+        assert code == 1 and "--time-limit SECONDS" in capsys.readouterr().err
+    finally:
+        del _SOLVERS["slow-test"]

@@ -26,6 +26,7 @@ from ..core.plan_files import saved_indices
 from ..core.planner import make_plan, solve_problem, solve_sweep
 from ..core.settings import PlanLog, PlanSettings
 from ..core.sizes import parse_budget
+from ..errors import SolverTimeout
 from ..estimators import get_estimator
 from . import _torch_private as T
 from .graph import build_problem, graph_hash
@@ -88,14 +89,20 @@ def budget_partition(
     """torch's partitioner signature; plans (or applies a saved plan) and partitions,
     writing what it made to ``log``."""
     with gc_paused():
-        return _partition(
-            joint_module,
-            joint_inputs,
-            num_fwd_outputs,
-            settings,
-            log,
-            static_lifetime_input_indices,
-        )
+        try:
+            return _partition(
+                joint_module,
+                joint_inputs,
+                num_fwd_outputs,
+                settings,
+                log,
+                static_lifetime_input_indices,
+            )
+        except SolverTimeout as e:  # the solver cannot know where the limit was set
+            raise SolverTimeout(
+                f"{e} (now {settings.time_limit:g} s: time_limit= of budget.backend and "
+                "budget.plan, or budget.config.time_limit)"
+            ) from None
 
 
 def _partition(
