@@ -25,7 +25,10 @@ _LAZY = {
     "plans": ".compile.preview",
     "sweep": ".compile.preview",
     "problems": ".compile.preview",
+    "BudgetError": ".errors",
     "BudgetTooSmallError": ".errors",
+    "InfeasibleError": ".errors",
+    "SolverTimeout": ".errors",
     "PlanMismatchError": ".errors",
     "load_plans": ".core.plan_files",
     "save_plans": ".core.plan_files",
@@ -39,7 +42,13 @@ if TYPE_CHECKING:
     from .core.plan import Decision, Plan
     from .core.plan_files import load_plans, save_plans
     from .core.problem import Problem
-    from .errors import BudgetTooSmallError, PlanMismatchError
+    from .errors import (
+        BudgetError,
+        BudgetTooSmallError,
+        InfeasibleError,
+        PlanMismatchError,
+        SolverTimeout,
+    )
     from .estimators import available_estimators
     from .solvers import available_solvers
 
@@ -54,7 +63,10 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "BudgetError",
     "BudgetTooSmallError",
+    "InfeasibleError",
+    "SolverTimeout",
     "Decision",
     "MemoryBudget",
     "Plan",

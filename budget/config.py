@@ -11,10 +11,11 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from .core.sizes import MemoryBudget, parse_budget
+from .core.sizes import MemoryBudget, parse_budget, parse_peak_budget
 
 _DEFAULTS: dict[str, Any] = {
     "activation_memory_budget": 1.0,
+    "peak_memory_budget": None,
     "solver": "auto",
     "estimator": "flops",
     "time_limit": 60.0,
@@ -24,6 +25,10 @@ _DEFAULTS: dict[str, Any] = {
 def validate_option(name: str, value: Any) -> Any:
     if name == "activation_memory_budget":
         parse_budget(value)
+        return value
+    if name == "peak_memory_budget":
+        if value is not None:
+            parse_peak_budget(value)
         return value
     if name == "solver":
         from .solvers import get_solver

@@ -22,7 +22,15 @@ class InfeasibleError(BudgetError, ValueError):
 
 
 class BudgetTooSmallError(InfeasibleError):
-    """The requested size is below the smallest reachable saved memory."""
+    """The budget cannot be met: a saved-memory size below the smallest reachable one
+    (``min_bytes``), or a peak memory budget below the lowest predicted peak of the plans
+    tried (``lowest_peak_bytes``)."""
+
+    def __init__(
+        self, message: str, min_bytes: int | None = None, lowest_peak_bytes: int | None = None
+    ) -> None:
+        super().__init__(message, min_bytes)
+        self.lowest_peak_bytes = lowest_peak_bytes
 
 
 class SolverTimeout(BudgetError, RuntimeError):

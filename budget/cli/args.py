@@ -141,13 +141,25 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default: {config.activation_memory_budget})",
     )
     solve.add_argument(
+        "--peak",
+        default=None,
+        metavar="SIZE",
+        help="the most memory the step may use at its predicted peak, e.g. 6GiB: the plan "
+        "with the least recompute that fits (within --budget too when given)",
+    )
+    solve.add_argument(
         "--format", choices=("table", "json"), default="table", help="what to print to stdout"
+    )
+    solve.add_argument(
+        "--timeline",
+        metavar="FILE.png",
+        help="also draw the live bytes across the step (forward, backward, recompute) to a PNG",
     )
     solve.add_argument(
         "--json",
         metavar="FILE",
         help="also write the plan file (one plan's JSON; several graphs: "
-        '{"version": 1, "plans": [...]}) for budget.backend(plan=FILE)',
+        '{"version": 2, "plans": [...]}) for budget.backend(plan=FILE)',
     )
     solve.add_argument(
         "--plan",
@@ -226,6 +238,19 @@ def parse_budgets(text: str) -> list[float | str]:
     return budgets
 
 
+def parse_peak_arg(text: str | None) -> str | None:
+    """--peak: a size with a unit, or None; a UsageError that says what is allowed."""
+    from ..core.sizes import parse_peak_budget
+
+    if text is None:
+        return None
+    try:
+        parse_peak_budget(text)
+    except ValueError as e:
+        raise UsageError(f"--peak: {e}") from None
+    return text
+
+
 def check_options(args: argparse.Namespace) -> None:
     from ..estimators import get_estimator
     from ..solvers import get_solver
@@ -238,6 +263,16 @@ def check_options(args: argparse.Namespace) -> None:
         get_solver(args.solver)
     if args.estimator is not None:
         get_estimator(args.estimator)
+
+
+def check_png(path: str, flag: str) -> None:
+    """A PNG the command may write: named *.png, in a writable directory, matplotlib there."""
+    from .plots import require_matplotlib
+
+    if Path(path).suffix.lower() != ".png":
+        raise UsageError(f"{flag} writes a PNG: name the file *.png; got {path!r}")
+    check_writable(path, flag)
+    require_matplotlib()
 
 
 def check_writable(path: str, flag: str) -> None:

@@ -11,7 +11,7 @@ contract). Plans are previewed on fake tensors through the same pipeline trainin
 ``budget.backend(plan=FILE)`` applies. User errors (a bad target, a factory that raises,
 an invalid option or an unreachable budget) exit with status 2 and one line on stderr;
 ``--debug`` shows the traceback. This is the only module of budget that prints; the text
-itself comes from :mod:`budget.core.report`.
+itself comes from :mod:`budget.cli.report` (built on :mod:`budget.core.report`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,11 @@ from .args import (
     UsageError,
     build_parser,
     check_options,
+    check_png,
     check_writable,
     parse_budget_arg,
     parse_budgets,
+    parse_peak_arg,
     size_options,
 )
 from .targets import Target, describe_error, load_target
@@ -78,12 +80,15 @@ def _solve(args: argparse.Namespace) -> int:
 
     check_options(args)
     memory_budget = parse_budget_arg(args.budget)
+    peak = parse_peak_arg(args.peak)
     if args.depth < 1:
         raise UsageError(f"--depth must be at least 1; got {args.depth}")
     if args.top < 0:
         raise UsageError(f"--top must be 0 or more; got {args.top}")
     if args.plan is not None:
-        given = [f for f in ("budget", "solver", "time_limit") if getattr(args, f) is not None]
+        given = [
+            f for f in ("budget", "peak", "solver", "time_limit") if getattr(args, f) is not None
+        ]
         if given:
             flags = ", ".join(f"--{f.replace('_', '-')}" for f in given)
             raise UsageError(f"--plan applies a saved plan: {flags} cannot be used with it")
@@ -91,6 +96,8 @@ def _solve(args: argparse.Namespace) -> int:
             raise UsageError(f"--plan {args.plan!r}: no such file")
     if args.json:
         check_writable(args.json, "--json")
+    if args.timeline:
+        check_png(args.timeline, "--timeline")
     start = time.perf_counter()
     target = _target(args)
     loaded = time.perf_counter()
@@ -99,6 +106,7 @@ def _solve(args: argparse.Namespace) -> int:
             target.step,
             *target.args,
             memory_budget=memory_budget,
+            peak_memory_budget=peak,
             plan=args.plan,
             **_common(args),
         )
@@ -109,6 +117,13 @@ def _solve(args: argparse.Namespace) -> int:
             Path(args.json).write_text(dumps_plans(plans) + "\n")
         except OSError as e:
             raise UsageError(f"cannot write --json {args.json!r}: {e.strerror or e}") from e
+    if args.timeline:
+        from .plots import save_timeline_plot
+
+        try:
+            save_timeline_plot(plans, args.timeline, title=target.description)
+        except OSError as e:
+            raise UsageError(f"cannot write --timeline {args.timeline!r}: {e.strerror or e}") from e
     if args.format == "json":
         print(dumps_plans(plans))
         return 0
@@ -124,6 +139,8 @@ def _solve(args: argparse.Namespace) -> int:
         print(f"\napplied the saved plan {args.plan}: it fits {target.description}")
     if args.json:
         print(f"\nplan file: {args.json} (apply with budget.backend(plan={args.json!r}))")
+    if args.timeline:
+        print(f"\ntimeline: {args.timeline}")
     return 0
 
 
@@ -135,12 +152,7 @@ def _sweep(args: argparse.Namespace) -> int:
     check_options(args)
     budgets = parse_budgets(args.budgets)
     if args.plot:
-        from .plots import require_matplotlib, save_sweep_plot
-
-        if Path(args.plot).suffix.lower() != ".png":
-            raise UsageError(f"--plot writes a PNG: name the file *.png; got {args.plot!r}")
-        check_writable(args.plot, "--plot")
-        require_matplotlib()
+        check_png(args.plot, "--plot")
     target = _target(args)
     bar = _ProgressBar(len(budgets), quiet=args.quiet)
     try:
@@ -153,6 +165,8 @@ def _sweep(args: argparse.Namespace) -> int:
         bar.close()
     sweeps = found if found and isinstance(found[0], list) else [found]
     if args.plot:
+        from .plots import save_sweep_plot
+
         try:
             save_sweep_plot(sweeps, args.plot, title=target.description)
         except OSError as e:

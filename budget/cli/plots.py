@@ -1,8 +1,11 @@
-"""Plots of sweeps: the memory/recompute Pareto frontier of a step, as a PNG.
+"""Plots, as PNGs: a sweep's memory/recompute frontier, a plan's live-bytes timeline.
 
 ``budget sweep --plot FILE.png`` draws saved activation memory (x) against recompute
 cost (y, in the plans' own cost unit), one line per graph, each point labelled with its
-budget. matplotlib is an optional dependency (``pip install budget-remat[plot]``); it is
+budget, and beside it the predicted peak of the step against the same cost.
+``budget solve --timeline FILE.png`` draws the live bytes after each node of the step,
+forward, backward and recomputation marked, with the predicted peak (and the peak
+budget, when one was given). matplotlib is an optional dependency (``pip install budget-remat[plot]``); it is
 imported only here and only when a plot is drawn, through its object-oriented API (no
 pyplot, so no global backend or figure state is touched).
 """
@@ -32,31 +35,40 @@ def draw_sweep(
     plans: Sequence[Plan],
     label: str | None = None,
     scale: tuple[float, str] | None = None,
+    x: str = "saved",
 ) -> None:
-    """Draw one graph's sweep on a matplotlib Axes: saved MiB against recompute cost.
+    """Draw one graph's sweep on a matplotlib Axes: saved MiB (``x="saved"``) or the
+    predicted peak MiB (``x="peak"``) against recompute cost.
 
     ``scale`` is ``(divisor, unit label)`` for the cost axis (chosen from the plans when
     not given; pass one when several sweeps share the axes).
     """
+    if x == "peak":
+        plans = [p for p in plans if p.peak_bytes is not None]
     if not plans:
         return
     divisor, unit_label = scale or cost_scale([p.recompute_cost for p in plans], plans[0].cost_unit)
     labels: dict[tuple[float, float], list[str]] = {}
     for p in plans:  # plans with the same bytes and cost share a point and a label
-        point = (p.saved_bytes / 2**20, p.recompute_cost / divisor)
+        nbytes = p.peak_bytes if x == "peak" else p.saved_bytes
+        point = ((nbytes or 0) / 2**20, p.recompute_cost / divisor)
         labels.setdefault(point, []).append(budget_cell(p.budget))
     points = sorted(labels, key=lambda xy: (xy[0], -xy[1]))
     ax.plot(
         [x for x, _ in points],
         [y for _, y in points],
         marker="o",
+        # saved memory: the frontier's steps; peaks are not monotone: points only
         drawstyle="steps-post",
+        linestyle="none" if x == "peak" else "-",
         label=label,
     )
     for xy in points:
         text = ", ".join(labels[xy])
         ax.annotate(text, xy, textcoords="offset points", xytext=(4, 4), fontsize=7)
-    ax.set_xlabel("saved activation memory (MiB)")
+    ax.set_xlabel(
+        "predicted peak of the step (MiB)" if x == "peak" else "saved activation memory (MiB)"
+    )
     ax.set_ylabel(f"recompute cost ({unit_label})")
     ax.grid(True, alpha=0.3)
 
@@ -64,22 +76,66 @@ def draw_sweep(
 def save_sweep_plot(
     sweeps: Sequence[Sequence[Plan]], path: str | os.PathLike, title: str = ""
 ) -> None:
-    """Write the sweep of every graph of a step to ``path`` as a PNG."""
+    """Write the sweep of every graph of a step to ``path`` as a PNG: saved memory against
+    recompute, and the predicted peak against recompute when the plans have one."""
     require_matplotlib()
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(7, 4.5), layout="constrained")
-    ax = fig.add_subplot()
-    several = len(sweeps) > 1
     everything = [p for plans in sweeps for p in plans]
     if not everything:
         raise ValueError("nothing to plot: the sweep has no plans")
+    with_peak = any(p.peak_bytes is not None for p in everything)
+    fig = Figure(figsize=(12 if with_peak else 7, 4.5), layout="constrained")
+    axes = fig.subplots(1, 2 if with_peak else 1, squeeze=False)[0]
+    several = len(sweeps) > 1
     scale = cost_scale([p.recompute_cost for p in everything], everything[0].cost_unit)
-    for i, plans in enumerate(sweeps):
-        label = f"graph {i + 1} ({plans[0].graph_hash})" if several and plans else None
-        draw_sweep(ax, plans, label, scale)
-    if several:
-        ax.legend(fontsize=8)
+    for ax, x in zip(axes, ("saved", "peak"), strict=False):
+        for i, plans in enumerate(sweeps):
+            label = f"graph {i + 1} ({plans[0].graph_hash})" if several and plans else None
+            draw_sweep(ax, plans, label, scale, x=x)
+        if several:
+            ax.legend(fontsize=8)
     if title:
-        ax.set_title(title, fontsize=9)
+        fig.suptitle(title, fontsize=9)
+    fig.savefig(os.fspath(path), format="png", dpi=120)
+
+
+PHASE_COLOURS = {"forward": "tab:blue", "backward": "tab:orange", "recompute": "tab:red"}
+
+
+def save_timeline_plot(plans: Sequence[Plan], path: str | os.PathLike, title: str = "") -> None:
+    """Write each plan's live-bytes timeline to ``path`` as a PNG, one panel per graph:
+    live MiB after every node, coloured by phase, with the predicted peak and the peak
+    budget (when the plan was made for one)."""
+    require_matplotlib()
+    from matplotlib.figure import Figure
+
+    shown = [p for p in plans if p.timeline]
+    if not shown:
+        raise ValueError("nothing to plot: the plans have no timeline (made without graphs)")
+    fig = Figure(figsize=(10, 3.2 * len(shown)), layout="constrained")
+    axes = fig.subplots(len(shown), 1, squeeze=False)[:, 0]
+    for ax, plan in zip(axes, shown, strict=True):
+        live = [pt.live_bytes / 2**20 for pt in plan.timeline]
+        ax.plot(range(len(live)), live, color="0.6", linewidth=0.8, zorder=1)
+        for phase, colour in PHASE_COLOURS.items():
+            xs = [i for i, pt in enumerate(plan.timeline) if pt.phase == phase]
+            ax.scatter(xs, [live[i] for i in xs], s=4, color=colour, label=phase, zorder=2)
+        if plan.peak_bytes is not None:
+            ax.axhline(plan.peak_bytes / 2**20, color="black", linestyle=":", linewidth=0.8)
+        if plan.peak_target_bytes is not None:
+            ax.axhline(
+                plan.peak_target_bytes / 2**20,
+                color="tab:green",
+                linestyle="--",
+                linewidth=0.8,
+                label="peak budget",
+            )
+        ax.set_ylabel("live MiB")
+        ax.set_xlabel("node of the forward, then the backward graph")
+        ax.set_title(f"graph {plan.graph_hash}, budget {budget_cell(plan.budget)}", fontsize=9)
+        ax.legend(fontsize=7, loc="upper left", markerscale=3)
+        ax.grid(True, alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=9)
     fig.savefig(os.fspath(path), format="png", dpi=120)

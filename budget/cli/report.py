@@ -75,22 +75,56 @@ def sweep_table(sweeps: Sequence[Sequence[Plan]], target: str = "") -> str:
         scale = cost_scale([p.recompute_cost for p in plans], unit)
         flop_scale = cost_scale([p.recompute_flops for p in plans], "flop")
         with_flops = unit != "flop"
-        head = f"  {'budget':>9} {'target':>11} {'saved':>11} {'recompute':>13}"
-        head += f" {'FLOPs':>13}" if with_flops else ""
+        with_peak = any(p.peak_bytes is not None for p in plans)
+        better = dominating_peaks(plans)
+        head = f"  {'budget':>9} {'target':>10} {'saved':>10}"
+        head += f" {'peak':>10}" if with_peak else ""
+        head += f" {'recompute':>11}"
+        head += f" {'FLOPs':>12}" if with_flops else ""
         head += "  status"
         rows = [head]
-        for p in plans:
+        for i, p in enumerate(plans):
             row = (
-                f"  {budget_cell(p.budget):>9} {format_bytes(p.target_bytes):>11} "
-                f"{format_bytes(p.saved_bytes):>11} "
-                f"{format_cost(p.recompute_cost, unit, scale):>13}"
+                f"  {budget_cell(p.budget):>9} {format_bytes(p.target_bytes):>10} "
+                f"{format_bytes(p.saved_bytes):>10}"
             )
+            if with_peak:
+                peak = "-" if p.peak_bytes is None else format_bytes(p.peak_bytes)
+                row += f" {peak + ('!' if i in better else ''):>10}"
+            row += f" {format_cost(p.recompute_cost, unit, scale):>11}"
             if with_flops:
-                row += f" {format_cost(p.recompute_flops, 'flop', flop_scale):>13}"
+                row += f" {format_cost(p.recompute_flops, 'flop', flop_scale):>12}"
             status = p.status if p.status != "feasible" else format_status(p).replace(", gap", "")
             rows.append(f"{row}  {status}")
+        for i, j in better.items():
+            a, b = plans[i], plans[j]
+            rows.append(
+                f"  ! budget {budget_cell(a.budget)}: {format_bytes(a.peak_bytes or 0)} peak; "
+                f"budget {budget_cell(b.budget)}: {format_bytes(b.peak_bytes or 0)}, "
+                "no more recompute"
+            )
         parts.append("\n".join(rows))
     return "\n\n".join(parts)
+
+
+def dominating_peaks(plans: Sequence[Plan]) -> dict[int, int]:
+    """Plans whose predicted peak is above that of a plan with no more recompute: index ->
+    the index of the lowest-peak such plan (a sweep flags them: the user pays recompute
+    for nothing, or worse)."""
+    out: dict[int, int] = {}
+    for i, p in enumerate(plans):
+        if p.peak_bytes is None:
+            continue
+        rivals = [
+            j
+            for j, q in enumerate(plans)
+            if q.peak_bytes is not None
+            and q.peak_bytes < p.peak_bytes
+            and q.recompute_cost <= p.recompute_cost
+        ]
+        if rivals:
+            out[i] = min(rivals, key=lambda j: (plans[j].peak_bytes, plans[j].recompute_cost))
+    return out
 
 
 SWEEP_CSV_COLUMNS = (
@@ -99,6 +133,7 @@ SWEEP_CSV_COLUMNS = (
     "budget",
     "target_bytes",
     "saved_bytes",
+    "peak_bytes",
     "min_bytes",
     "max_bytes",
     "recompute_cost",
@@ -125,6 +160,7 @@ def sweep_csv(sweeps: Sequence[Sequence[Plan]]) -> str:
                     p.budget,
                     p.target_bytes,
                     p.saved_bytes,
+                    "" if p.peak_bytes is None else p.peak_bytes,
                     p.min_bytes,
                     p.max_bytes,
                     repr(p.recompute_cost),

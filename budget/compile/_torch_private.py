@@ -28,6 +28,8 @@ import importlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 # Loaded with torch itself: free to import here.
 from torch._C import _has_storage
 from torch._dispatch.python import no_python_dispatcher
@@ -68,6 +70,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "make_boxed_func": ("torch._functorch.aot_autograd", "make_boxed_func"),
     # dynamo: the backend and preview entry points
     "aot_autograd": ("torch._dynamo.backends.common", "aot_autograd"),
+    "boxed_nop": ("torch._dynamo.backends.debugging", "boxed_nop"),
     "BackendCompilerFailed": ("torch._dynamo.exc", "BackendCompilerFailed"),
     # Inductor: compile/backend.py
     "compile_fx": ("torch._inductor.compile_fx", "compile_fx"),
@@ -78,6 +81,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 
 if TYPE_CHECKING:
     from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.backends.debugging import boxed_nop
     from torch._dynamo.exc import BackendCompilerFailed
     from torch._functorch import config as functorch_config
     from torch._functorch._aot_autograd.graph_compile import is_opaque_node
@@ -104,6 +108,18 @@ if TYPE_CHECKING:
     from torch._inductor.compile_fx import compile_fx, select_decomp_table
     from torch._inductor.custom_graph_pass import CustomPartitionerFn
     from torch._inductor.output_code import OutputCode
+
+
+def memory_events(prof: Any) -> list[tuple[int, int]]:
+    """(start ns, signed bytes) of every CPU allocation and free a finished
+    ``torch.profiler.profile(profile_memory=True)`` recorded, in the order it recorded
+    them (the profiler's private result object: ``kineto_results``)."""
+    cpu = torch.autograd.DeviceType.CPU
+    return [
+        (e.start_ns(), e.nbytes())
+        for e in prof.profiler.kineto_results.events()
+        if e.name() == "[memory]" and e.device_type() == cpu
+    ]
 
 
 def __getattr__(name: str) -> Any:
@@ -144,6 +160,7 @@ def boykov_kolmogorov_cuts() -> Iterator[None]:
 __all__ = [
     # budget's own
     "boykov_kolmogorov_cuts",
+    "memory_events",
     # loaded with torch
     "FakeTensorMode",
     "HigherOrderOperator",
@@ -161,6 +178,7 @@ __all__ = [
     "OutputCode",
     "_extract_fwd_bwd_modules",
     "aot_autograd",
+    "boxed_nop",
     "choose_saved_values_set",
     "classify_nodes",
     "cleanup_recompute_tags",

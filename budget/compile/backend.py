@@ -25,7 +25,7 @@ from ..config import config, validate_option
 from ..core.plan import Plan
 from ..core.plan_files import PlanBook, PlanSource
 from ..core.settings import PlanLog, PlanSettings
-from ..core.sizes import parse_budget
+from ..core.sizes import parse_budget, parse_peak_budget
 from ..estimators import get_estimator
 from ..solvers import get_solver
 from .partition import budget_partition
@@ -61,18 +61,17 @@ class BudgetBackend:
     def _eager(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         from ._torch_private import (
             aot_autograd,
+            boxed_nop,
             functorch_config,
-            make_boxed_func,
             select_decomp_table,
         )
 
-        def nop(g: torch.fx.GraphModule, _inputs: Sequence[Any]) -> Any:
-            return make_boxed_func(g.forward)
-
+        # torch's own nop compiler (aot_eager's): the graphs take their arguments boxed and
+        # clear the list, so each saved value is freed after its last use in the backward.
         with functorch_config.patch(unlift_effect_tokens=True, enable_autograd_cache=False):
             return aot_autograd(
-                fw_compiler=nop,
-                bw_compiler=nop,
+                fw_compiler=boxed_nop,
+                bw_compiler=boxed_nop,
                 decompositions=select_decomp_table(),
                 partition_fn=self.partition_fn(),
             )(gm, example_inputs)
@@ -152,7 +151,10 @@ class _InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
 
         s = self.backend.settings
         fixed = ",".join(p.graph_hash for p in s.book.plans) if s.book else ""
-        return f"budget-{__version__}-{s.budget}-{s.solver}-{s.estimator}-{s.time_limit}-{fixed}"
+        return (
+            f"budget-{__version__}-{s.budget}-{s.peak_bytes}-{s.solver}-{s.estimator}-"
+            f"{s.time_limit}-{fixed}"
+        )
 
 
 def root_error(e: BaseException) -> BaseException:
@@ -176,6 +178,7 @@ def backend(
     time_limit: float | None = None,
     on_plan: Callable[[Plan], None] | None = None,
     plan: PlanSource | None = None,
+    peak_memory_budget: str | None = None,
 ) -> BudgetBackend:
     """A ``torch.compile`` backend that saves activations within ``memory_budget``.
 
@@ -187,12 +190,22 @@ def backend(
     ``budget solve --json`` (or :func:`budget.save_plans`), a Plan, or a list of Plans.
     Each compiled graph gets the plan made for it (matched by graph hash, checked node
     by node); a graph with none raises :class:`budget.PlanMismatchError`.
+
+    ``peak_memory_budget`` (a size such as ``"6GiB"``; default
+    ``budget.config.peak_memory_budget``, None) bounds each graph's predicted peak: each
+    graph gets the plan with the least recompute whose predicted peak is at or under it,
+    among plans within the memory budget too (which defaults to 1.0: any plan); an
+    unreachable peak raises :class:`budget.BudgetTooSmallError` naming the lowest peak
+    found. With graph breaks each graph is bounded alone: the saved values of one graph
+    are not counted in another's peak.
     """
     if compiler not in COMPILERS:
         raise ValueError(f"unknown compiler {compiler!r}; available: {', '.join(COMPILERS)}")
-    if plan is not None and memory_budget is not None:
+    peak = config.peak_memory_budget if peak_memory_budget is None else peak_memory_budget
+    if plan is not None and (memory_budget is not None or peak_memory_budget is not None):
         raise ValueError(
-            "pass memory_budget or plan, not both: a saved plan carries its own budget"
+            "pass a budget (memory_budget, peak_memory_budget) or plan, not both: a saved "
+            "plan carries its own budget"
         )
     book = PlanBook.load(plan) if plan is not None else None
     settings = PlanSettings(
@@ -206,5 +219,6 @@ def backend(
         else validate_option("time_limit", time_limit),
         compiler=compiler,
         book=book,
+        peak_bytes=None if peak is None or book is not None else parse_peak_budget(peak),
     )
     return BudgetBackend(settings, PlanLog(on_plan=on_plan))

@@ -3,6 +3,11 @@
 - saved activation memory: the distinct new storages autograd saves during a forward,
   seen through ``torch.autograd.graph.saved_tensors_hooks`` (storages of the inputs and
   of ``exclude``, e.g. parameters, are not new and are not counted);
+- peak memory: the largest sum of live allocations during one warmed-up step (forward
+  and backward), above what was allocated before it: on CPU from torch.profiler's memory
+  events (every allocation and free, Inductor's own buffers included), on CUDA from
+  ``torch.cuda.max_memory_allocated``. Never under a TorchDispatchMode: dynamo would skip
+  the compiled frame and run it eagerly, silently;
 - recompute cost: FLOPs of ``backward()`` under ``FlopCounterMode``. torch's counter gives
   some real work 0 FLOPs (CPU flash attention, forward and backward; normalisations; the
   embedding backward); by default we fill those gaps with the estimators' own table
@@ -12,6 +17,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +26,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..estimators.flops import FLOP_GAPS
-from ._torch_private import tree_leaves
+from ._torch_private import memory_events, tree_leaves
 
 
 def _key(t: torch.Tensor) -> int:
@@ -75,3 +81,48 @@ def measure_step(
     loss = m.output if isinstance(m.output, torch.Tensor) else tree_leaves(m.output)[0]
     m.backward_flops = backward_flops(loss, fill_gaps=fill_gaps)
     return m
+
+
+def _backprop(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> None:
+    out = fn(*args, **kwargs)
+    loss = out if isinstance(out, torch.Tensor) else tree_leaves(out)[0]
+    loss.backward()
+
+
+def _device_of(args: tuple, kwargs: dict[str, Any]) -> torch.device:
+    found = [t.device for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    return found[0] if found else torch.device("cpu")
+
+
+def measure_peak(fn: Callable[..., Any], *args: Any, warmup: int = 1, **kwargs: Any) -> int:
+    """Peak bytes of one training step, ``fn(*args, **kwargs)`` then ``backward()`` of its
+    loss (the output, or its first tensor), above what was allocated before the step.
+
+    ``warmup`` steps run first and are not measured (compilation, the first ``.grad``
+    allocations). CPU: the running sum of torch.profiler's memory events; CUDA:
+    ``max_memory_allocated`` minus ``memory_allocated`` before the step.
+    """
+    for _ in range(warmup):
+        _backprop(fn, args, kwargs)
+    device = _device_of(args, kwargs)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        _backprop(fn, args, kwargs)
+        torch.cuda.synchronize(device)
+        return int(torch.cuda.max_memory_allocated(device) - before)
+    if device.type != "cpu":
+        raise ValueError(f"measure_peak measures CPU and CUDA steps; got {device.type}")
+    from torch.profiler import ProfilerActivity, profile
+
+    gc.collect()  # no collection of older garbage in the middle of the step
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        _backprop(fn, args, kwargs)
+    # A stable sort on time alone: events of one instant keep the order they came in.
+    events = sorted(memory_events(prof), key=lambda e: e[0])
+    live = peak = 0
+    for _, nbytes in events:
+        live += nbytes
+        peak = max(peak, live)
+    return int(peak)

@@ -24,12 +24,14 @@ import torch.fx as fx
 from ..core.plan import Plan
 from ..core.plan_files import saved_indices
 from ..core.planner import make_plan, solve_problem, solve_sweep
+from ..core.problem import Problem
 from ..core.settings import PlanLog, PlanSettings
-from ..core.sizes import parse_budget
-from ..errors import SolverTimeout
+from ..core.sizes import MemoryBudget, format_bytes, parse_budget
+from ..errors import BudgetTooSmallError, SolverTimeout
 from ..estimators import get_estimator
 from . import _torch_private as T
 from .graph import build_problem, graph_hash
+from .peak import predict_peak
 
 
 def prepare_joint(joint_module: fx.GraphModule) -> fx.GraphModule:
@@ -64,8 +66,9 @@ def gc_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector (and restore its state after).
 
     Planning allocates many small objects (fx nodes, sets, dicts) and frees few, which
-    triggers full collections of the whole compiler heap: on the 24-layer GPT they took
-    0.4-0.5 s at random points of one plan. Nothing planning creates needs collecting early.
+    triggers full collections of the whole compiler heap at random points of a plan (a
+    large share of planning time on deep models: bench/README.md). Nothing planning
+    creates needs collecting early.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -145,10 +148,14 @@ def _partition(
             timings=timings,
             progress=log.sweep_progress(),
         )
-        for p in sweep:
-            p.compiler, p.torch_version = settings.compiler, torch.__version__
+        for p in sweep[1:]:  # the first is applied (and predicted) by _finish
+            _predict_peak(joint_module, nodes, p, node_info, num_fwd_outputs, settings)
         plan = sweep[0]
         log.sweeps.append(sweep)
+    elif settings.peak_bytes is not None:
+        plan = _plan_for_peak(
+            joint_module, nodes, problem, node_info, num_fwd_outputs, settings, timings
+        )
     else:
         plan = solve_problem(
             problem,
@@ -159,6 +166,68 @@ def _partition(
             timings=timings,
         )
     return _finish(joint_module, nodes, plan, node_info, num_fwd_outputs, settings, log)
+
+
+# Saved-memory fractions tried for a peak budget: peak is not monotone in saved memory
+# (saving less can mean recomputing more at once), so a grid rather than a bisection.
+PEAK_GRID = tuple(k / 20 for k in range(21))
+
+
+def _plan_for_peak(
+    joint_module: fx.GraphModule,
+    nodes: list[fx.Node],
+    problem: Problem,
+    node_info: T.NodeInfo,
+    num_fwd_outputs: int,
+    settings: PlanSettings,
+    timings: dict[str, float],
+) -> Plan:
+    """The plan with the least recompute whose predicted peak fits ``settings.peak_bytes``,
+    among the optimal plans at the memory budget and at the fractions of ``PEAK_GRID``
+    below it (ties: the lower peak). Not an exact optimisation over liveness: the best
+    plan of a saved-memory target, for a grid of targets. Plans are partitioned and
+    predicted cheapest first, each distinct saved set once, until one fits."""
+    assert settings.peak_bytes is not None
+    start = time.perf_counter()
+    cap = settings.budget.fraction
+    grid = [f for f in PEAK_GRID if cap is None or f < cap]
+    plans = solve_sweep(
+        problem,
+        [settings.budget, *(MemoryBudget(fraction=f) for f in grid)],
+        solver=settings.solver,
+        estimator=settings.estimator,
+        time_limit=settings.time_limit,
+        timings=timings,
+    )
+    limit = plans[0].target_bytes  # the memory budget's own target
+    candidates = sorted(
+        (p for p in plans if p.saved_bytes <= limit),
+        key=lambda p: (p.recompute_cost, p.saved_bytes),
+    )
+    tried: dict[tuple[str, ...], Plan] = {}
+    fits: list[Plan] = []
+    for p in candidates:
+        if fits and p.recompute_cost > fits[0].recompute_cost:
+            break  # cheapest first: what is left recomputes more
+        if tuple(p.saved) in tried:  # neighbouring fractions often give the same plan
+            continue
+        tried[tuple(p.saved)] = p
+        _predict_peak(joint_module, nodes, p, node_info, num_fwd_outputs, settings)
+        if (p.peak_bytes or 0) <= settings.peak_bytes:
+            fits.append(p)
+    if not fits:
+        lowest = min(p.peak_bytes or 0 for p in tried.values())
+        raise BudgetTooSmallError(
+            f"peak memory budget {format_bytes(settings.peak_bytes)} "
+            f"({settings.peak_bytes} bytes) is below the lowest predicted peak of the "
+            f"{len(tried)} plans tried for this graph within memory budget "
+            f"{settings.budget}: {format_bytes(lowest)} ({lowest} bytes)",
+            lowest_peak_bytes=lowest,
+        )
+    best = min(fits, key=lambda p: (p.peak_bytes or 0, p.saved_bytes))
+    best.peak_target_bytes = settings.peak_bytes
+    best.timings = {**timings, "peak search": time.perf_counter() - start}
+    return best
 
 
 def _apply_saved_plan(
@@ -197,6 +266,7 @@ def _apply_saved_plan(
         estimator=getattr(estimator, "spec", estimator.name),
         timings={"classify": t1 - t0, "estimate": t2 - t1, "apply": time.perf_counter() - t2},
     )
+    plan.peak_target_bytes = saved_plan.peak_target_bytes
     return _finish(joint_module, nodes, plan, node_info, num_fwd_outputs, settings, log)
 
 
@@ -209,13 +279,29 @@ def _finish(
     settings: PlanSettings,
     log: PlanLog,
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
+    t3 = time.perf_counter()
+    fw, bw = _predict_peak(joint_module, nodes, plan, node_info, num_fwd_outputs, settings)
+    plan.timings["partition"] = time.perf_counter() - t3
+    log.add_plan(plan)
+    return fw, bw
+
+
+def _predict_peak(
+    joint_module: fx.GraphModule,
+    nodes: list[fx.Node],
+    plan: Plan,
+    node_info: T.NodeInfo,
+    num_fwd_outputs: int,
+    settings: PlanSettings,
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """Partition by ``plan``, predict the step's peak from the two graphs (into the plan,
+    with the pipeline's provenance), and return the graphs."""
     plan.compiler, plan.torch_version = settings.compiler, torch.__version__
     saved_names = set(plan.saved)
     saved = [n for n in nodes if n.name in saved_names] + list(node_info.inputs)
-    t3 = time.perf_counter()
     fw, bw = extract(joint_module, saved, node_info, num_fwd_outputs)
-    plan.timings["partition"] = time.perf_counter() - t3
-    log.add_plan(plan)
+    prediction = predict_peak(fw, bw, frozenset(plan.recomputed), num_user_outputs=num_fwd_outputs)
+    plan.peak_bytes, plan.timeline = prediction.peak_bytes, prediction.timeline
     return fw, bw
 
 

@@ -28,23 +28,15 @@ def _trace(
     fn: Callable[..., Any],
     example_args: tuple[Any, ...],
     example_kwargs: dict[str, Any],
-    memory_budget: float | str | None,
-    solver: str | None,
-    estimator: str | None,
-    time_limit: float | None,
-    compiler: str,
+    *,
     sweep: Sequence[float | str] | None = None,
     progress: Callable[[int, int, int], None] | None = None,
-    plan: PlanSource | None = None,
+    with_peak_budget: bool = True,
+    **backend_options: Any,
 ) -> BudgetBackend:
-    be = make_backend(
-        memory_budget,
-        solver=solver,
-        estimator=estimator,
-        compiler=compiler,
-        time_limit=time_limit,
-        plan=plan,
-    )
+    be = make_backend(**backend_options)
+    if not with_peak_budget:  # sweeps and problems: the peak is shown, never a bound
+        be.settings = dataclasses.replace(be.settings, peak_bytes=None)
     be.preview = True
     be.log.progress = progress
     if sweep is not None:
@@ -79,6 +71,7 @@ def plans(
     time_limit: float | None = None,
     compiler: str = "inductor",
     plan: PlanSource | None = None,
+    peak_memory_budget: str | None = None,
     **example_kwargs: Any,
 ) -> list[Plan]:
     """The plans for every graph of ``fn(*example_args, **example_kwargs)``, in order,
@@ -92,12 +85,13 @@ def plans(
         fn,
         example_args,
         example_kwargs,
-        memory_budget,
-        solver,
-        estimator,
-        time_limit,
-        compiler,
+        memory_budget=memory_budget,
+        solver=solver,
+        estimator=estimator,
+        time_limit=time_limit,
+        compiler=compiler,
         plan=plan,
+        peak_memory_budget=peak_memory_budget,
     )
     return be.plans
 
@@ -111,7 +105,15 @@ def problems(
 ) -> list[Problem]:
     """The solver-agnostic :class:`~budget.core.problem.Problem` of every graph of the step,
     for benchmarks and notebooks (planned at budget 1.0 on the way, which is cheap)."""
-    be = _trace(fn, example_args, example_kwargs, 1.0, None, estimator, None, compiler)
+    be = _trace(
+        fn,
+        example_args,
+        example_kwargs,
+        with_peak_budget=False,
+        memory_budget=1.0,
+        estimator=estimator,
+        compiler=compiler,
+    )
     return be.log.problems
 
 
@@ -133,19 +135,21 @@ def sweep(
     choice and the smallest reachable memory) are solved once and shared by all budgets.
     ``progress(graph, done, total)`` is called as each graph starts (``done=0``) and as
     each of its ``total`` budgets is planned (``graph`` counts from 0), e.g. to drive a
-    progress bar; nothing is printed.
+    progress bar; nothing is printed. Every plan carries its predicted peak; a peak
+    budget (``budget.config.peak_memory_budget``) does not apply to sweeps.
     """
     be = _trace(
         fn,
         example_args,
         example_kwargs,
-        budgets[0] if budgets else None,
-        solver,
-        estimator,
-        time_limit,
-        compiler,
         sweep=budgets,
         progress=progress,
+        with_peak_budget=False,
+        memory_budget=budgets[0] if budgets else None,
+        solver=solver,
+        estimator=estimator,
+        time_limit=time_limit,
+        compiler=compiler,
     )
     sweeps = be.log.sweeps
     return sweeps[0] if len(sweeps) == 1 else sweeps
@@ -159,6 +163,7 @@ def plan(
     estimator: str | None = None,
     time_limit: float | None = None,
     compiler: str = "inductor",
+    peak_memory_budget: str | None = None,
     **example_kwargs: Any,
 ) -> Plan | list[Plan]:
     """The plan for ``fn``'s training step; a list of plans when it has graph breaks."""
@@ -166,6 +171,7 @@ def plan(
         fn,
         *example_args,
         memory_budget=memory_budget,
+        peak_memory_budget=peak_memory_budget,
         solver=solver,
         estimator=estimator,
         time_limit=time_limit,

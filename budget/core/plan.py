@@ -13,7 +13,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-PLAN_FORMAT_VERSION = 1
+PLAN_FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # version 1: no peak_bytes, no timeline
 Choice = Literal["save", "recompute", "input"]
 
 
@@ -26,6 +27,15 @@ class Decision:
     flops: float
     decision: Choice
     module: str = ""
+
+
+@dataclass
+class LivePoint:
+    """Live bytes right after ``node`` ran (its outputs made, nothing freed yet)."""
+
+    node: str
+    phase: Literal["forward", "backward", "recompute"]
+    live_bytes: int
 
 
 @dataclass
@@ -49,6 +59,13 @@ class Plan:
     # the compile pipeline whose joint graph was planned ("inductor" or "eager"): the graph,
     # and so the plan, differ between them ("" in plans from before this field)
     compiler: str = ""
+    # the predicted peak of the step above what is resident before it (budget.compile.peak),
+    # and the live bytes after each node of the forward and backward graphs; None and []
+    # in plans made without the graphs (plan files of format version 1)
+    peak_bytes: int | None = None
+    timeline: list[LivePoint] = field(default_factory=list)
+    # the peak memory budget the plan was chosen for, in bytes (None: no peak budget)
+    peak_target_bytes: int | None = None
     version: int = PLAN_FORMAT_VERSION
 
     @property
@@ -84,14 +101,16 @@ class Plan:
             )
         if not isinstance(data, dict) or "version" not in data:
             raise ValueError("not a budget plan: no 'version' field")
-        if data["version"] != PLAN_FORMAT_VERSION:
+        if data["version"] not in READABLE_VERSIONS:
             raise ValueError(
                 f"plan format version {data['version']} is not supported "
-                f"(this budget reads version {PLAN_FORMAT_VERSION})"
+                f"(this budget reads versions {', '.join(map(str, READABLE_VERSIONS))})"
             )
         try:
             decisions = [Decision(**d) for d in data.get("decisions", [])]
-            return cls(**{**data, "decisions": decisions})
+            timeline = [LivePoint(**p) for p in data.get("timeline", [])]
+            fields = {**data, "decisions": decisions, "timeline": timeline}
+            return cls(**{**fields, "version": PLAN_FORMAT_VERSION})
         except TypeError as e:
             raise ValueError(f"not a budget plan: {e}") from None
 

@@ -3,7 +3,7 @@
 ``budget solve ... --json plan.json`` (or :func:`save_plans`) writes the plans of a
 training step; ``budget.backend(plan="plan.json")`` applies them at every compile instead
 of solving. A step with graph breaks has one plan per graph, so a file holds either one
-Plan's JSON (what :meth:`Plan.from_json` reads) or ``{"version": 1, "plans": [...]}``.
+Plan's JSON (what :meth:`Plan.from_json` reads) or ``{"version": 2, "plans": [...]}``.
 
 A plan is applied only to the graph it was made for. Each compiled graph is matched by
 ``graph_hash`` (the joint graph's ops, arguments, shapes and dtypes: it changes with the
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import PlanMismatchError
-from .plan import PLAN_FORMAT_VERSION, Plan
+from .plan import PLAN_FORMAT_VERSION, READABLE_VERSIONS, Plan
 from .problem import Problem
 
 PlanSource = str | os.PathLike | Plan | Sequence[Plan]
@@ -59,10 +59,10 @@ def loads_plans(text: str, source: str = "<text>") -> list[Plan]:
     except json.JSONDecodeError as e:
         raise ValueError(f"{source} is not a budget plan file: invalid JSON ({e})") from None
     if isinstance(data, dict) and "plans" in data:
-        if data.get("version") != PLAN_FORMAT_VERSION:
+        if data.get("version") not in READABLE_VERSIONS:
             raise ValueError(
                 f"{source}: plan file version {data.get('version')!r} is not supported "
-                f"(this budget reads version {PLAN_FORMAT_VERSION})"
+                f"(this budget reads versions {', '.join(map(str, READABLE_VERSIONS))})"
             )
         items = data["plans"]
     elif isinstance(data, list):

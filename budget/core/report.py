@@ -115,6 +115,15 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
         f" ({plan.saved_bytes / plan.max_bytes:.1%} of the budget-1 end)" if plan.max_bytes else ""
     )
     lines.append(f"  saved      {format_bytes(plan.saved_bytes)}{share}")
+    if plan.peak_bytes is not None:
+        bound = (
+            f", peak budget {format_bytes(plan.peak_target_bytes)}"
+            if plan.peak_target_bytes is not None
+            else ""
+        )
+        lines.append(
+            f"  peak       {format_bytes(plan.peak_bytes)} predicted (forward + backward){bound}"
+        )
     lines.append(f"  recompute  {_cost_line(plan)}")
     lines.append(f"  solver     {plan.solver}: {format_status(plan)}; estimator {plan.estimator}")
     if plan.timings:

@@ -1,8 +1,8 @@
 """What decides a plan, apart from what planning produced.
 
-:class:`PlanSettings` is frozen: the budget, solver, estimator, time limit, compiler and
-saved plans that together determine every plan of a step (a cache key can be made of
-it). :class:`PlanLog` is where the partitioner writes what it made, graph by graph, and
+:class:`PlanSettings` is frozen: the budget, peak budget, solver, estimator, time
+limit, compiler and saved plans that together determine every plan of a step (what a
+cache key must cover). :class:`PlanLog` is where the partitioner writes what it made, graph by graph, and
 tells the observers (``on_plan``, ``progress``) as it goes. A backend holds one of each.
 """
 
@@ -29,6 +29,8 @@ class PlanSettings:
     """Estimator spec, device included (``"roofline:h100"``)."""
     time_limit: float
     """Seconds each solve may take."""
+    peak_bytes: int | None = None
+    """The most the step may use at its predicted peak (``peak_memory_budget``), or None."""
     compiler: str = ""
     """The compile pipeline planned for ("inductor" or "eager"): the joint graph differs."""
     book: PlanBook | None = None

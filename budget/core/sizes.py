@@ -74,6 +74,25 @@ def parse_budget(value: object) -> MemoryBudget:
     raise ValueError(f"memory budget must be {ALLOWED}; got {type(value).__name__} {value!r}")
 
 
+PEAK_ALLOWED = (
+    "an absolute size with a unit (e.g. '6GiB', '512MiB', '2GB'): the most memory the "
+    "training step may use at its peak"
+)
+
+
+def parse_peak_budget(value: object) -> int:
+    """A peak memory budget in bytes; ValueError for anything but a size with a unit (a
+    fraction has no meaning here: a fraction of what?)."""
+    if isinstance(value, str):
+        try:
+            parsed = parse_budget(value)
+        except ValueError:
+            parsed = None
+        if parsed is not None and parsed.nbytes is not None:
+            return parsed.nbytes
+    raise ValueError(f"peak memory budget must be {PEAK_ALLOWED}; got {value!r}")
+
+
 def format_bytes(n: float) -> str:
     """Human-readable binary size: '36.0 MiB'."""
     n = float(n)

@@ -173,10 +173,14 @@ def one_line_error(code, err):
         (["solve", "model.py"], "must be builtin:NAME or FILE.py:FACTORY"),
         (["solve", "builtin:mlp", "--json", "/no/such/dir/plan.json"], "does not exist"),
         (["solve", *GPT, "--dropout", "0.1", "--budget", "1B"], "smallest reachable"),
+        (["solve", *MLP, "--peak", "0.5"], "--peak: peak memory budget must be an absolute"),
+        (["solve", *MLP, "--peak", "1KiB"], "lowest predicted peak"),
+        (["solve", *MLP, "--peak", "1GiB", "--plan", "plan.json"], "--peak cannot be used"),
         (["sweep", *MLP, "--budgets", "0,,1"], "comma-separated list"),
         (["sweep", *MLP, "--budgets", "0,2,1"], "--budgets: '2' is not a budget"),
         (["sweep", *MLP, "--budget", "0.5"], "unrecognized arguments: --budget"),
         (["sweep", *MLP, "--plot", "pareto.svg"], "--plot writes a PNG"),
+        (["solve", *MLP, "--timeline", "t.svg"], "--timeline writes a PNG"),
         (["sweep", *MLP, "--plot", "/no/such/dir/p.png"], "does not exist"),
     ],
 )
@@ -311,3 +315,16 @@ def test_progress_bar_on_a_terminal(monkeypatch, capsys):
     fake.truncate()
     assert main(["sweep", *MLP, "--budgets", "0,1", "--quiet"]) == 0
     assert fake.getvalue() == ""
+
+
+def test_solve_shows_the_predicted_peak_and_meets_a_peak_budget(tmp_path, capsys):
+    png = tmp_path / "timeline.png"
+    code, out, _ = run(["solve", *MLP, "--compiler", "eager", "--timeline", str(png)], capsys)
+    assert code == 0 and any(ln.startswith("  peak ") for ln in out.splitlines())
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"timeline: {png}" in out
+    code, out, _ = run(["solve", *MLP, "--compiler", "eager", "--format", "json"], capsys)
+    peak = json.loads(out)["peak_bytes"]
+    argv = ["solve", *MLP, "--compiler", "eager", "--format", "json", "--peak", f"{peak}B"]
+    code, out, _ = run(argv, capsys)
+    plan = json.loads(out)
+    assert code == 0 and plan["peak_target_bytes"] == peak and plan["peak_bytes"] <= peak

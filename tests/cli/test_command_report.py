@@ -8,7 +8,7 @@ import json
 
 from helpers.plans import MiB, make_plan
 
-from budget.cli.report import solve_report, sweep_csv, sweep_json, sweep_table
+from budget.cli.report import dominating_peaks, solve_report, sweep_csv, sweep_json, sweep_table
 from budget.core.plan import Plan
 
 
@@ -53,3 +53,20 @@ def test_sweep_csv_and_json_are_exact():
     assert data["target"] == "builtin:mlp"
     again = [Plan.from_dict(p) for p in data["graphs"][0]]
     assert again == plans
+
+
+def test_sweep_flags_plans_whose_peak_a_cheaper_plan_beats():
+    """b=0 recomputes most and peaks highest: flagged, pointing at the plan with the
+    lowest peak among those that recompute no more (b=0.5 here, not b=1)."""
+    plans = [
+        make_plan(budget=0.0, recompute_cost=9e-3, peak_bytes=20 * MiB),
+        make_plan(budget=0.5, recompute_cost=3e-3, peak_bytes=8 * MiB),
+        make_plan(budget=1.0, recompute_cost=0.0, peak_bytes=12 * MiB),
+    ]
+    assert dominating_peaks(plans) == {0: 1}
+    text = sweep_table([plans], "builtin:gpt")
+    assert "! budget 0: 20.00 MiB peak; budget 0.5: 8.00 MiB, no more recompute" in text
+    assert "20.00 MiB!" in text and "8.00 MiB!" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    rows = list(csv.DictReader(io.StringIO(sweep_csv([plans]))))
+    assert [int(r["peak_bytes"]) for r in rows] == [20 * MiB, 8 * MiB, 12 * MiB]

@@ -142,7 +142,7 @@ def test_plan_files_with_several_graphs(tmp_path):
     path = tmp_path / "plans.json"
     budget.save_plans(plans, path)
     data = json.loads(path.read_text())
-    assert data["version"] == 1 and len(data["plans"]) == 2
+    assert data["version"] == 2 and len(data["plans"]) == 2
     assert load_plans(path) == plans
     with pytest.raises(ValueError, match="holds 2 plans .* budget.load_plans"):
         budget.Plan.from_json(path.read_text())
@@ -197,7 +197,9 @@ def test_plan_sources_and_their_errors(tmp_path):
     assert loads_plans(dumps_plans(plan)) == [plan] == load_plans(plan) == load_plans([plan])
     legacy = json.dumps([plan.to_dict()] * 2)  # a bare list of plans reads too
     assert loads_plans(legacy) == [plan, plan]
-    with pytest.raises(ValueError, match="memory_budget or plan, not both"):
+    with pytest.raises(
+        ValueError, match=r"\(memory_budget, peak_memory_budget\) or plan, not both"
+    ):
         budget.backend(0.5, plan=plan)
     with pytest.raises(ValueError, match="does not exist"):
         budget.backend(plan=tmp_path / "missing.json")

@@ -123,3 +123,28 @@ def test_module_table_has_a_total_row():
     text = module_table(make_plan(), depth=2)
     total = text.splitlines()[-1].split()
     assert total[:3] == ["total", "5.00", "MiB"]
+
+
+def test_a_plan_with_its_peak_round_trips_and_shows_it():
+    from budget.core.plan import LivePoint, Plan
+
+    plan = make_plan(
+        peak_bytes=9 * MiB,
+        peak_target_bytes=10 * MiB,
+        timeline=[LivePoint("mm", "forward", 4 * MiB), LivePoint("gelu", "recompute", 9 * MiB)],
+    )
+    assert Plan.from_json(plan.to_json()) == plan
+    assert "  peak       9.00 MiB predicted (forward + backward), peak budget 10.00 MiB" in str(
+        plan
+    )
+
+
+def test_a_version_1_plan_still_reads_without_a_peak():
+    from budget.core.plan import Plan
+
+    data = make_plan().to_dict()
+    for key in ("peak_bytes", "timeline", "peak_target_bytes"):
+        del data[key]
+    old = Plan.from_dict({**data, "version": 1})
+    assert old.peak_bytes is None and old.timeline == [] and old.version == 2
+    assert "peak " not in str(old)

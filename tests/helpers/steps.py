@@ -21,8 +21,6 @@ def chain(x, *ws):
     return x.sum()
 
 
-
-
 def compile_with(fn: Callable[..., Any], b: float | str, compiler: str = "eager", **kw: Any):
     be = budget.backend(b, compiler=compiler, **kw)
     return torch.compile(fn, backend=be), be

@@ -1,0 +1,182 @@
+"""Peak memory of a training step: torch's partitioner vs budget, measured, same run.
+
+For each model and compiler, at torch's fractions b: the step compiled with torch's own
+memory-budget partitioner (Inductor: ``torch.compile(step)``; eager:
+``backend="aot_eager_decomp_partition"``) under ``activation_memory_budget=b``, and with
+``budget.backend(b)``; then budget at peak targets between the lowest and the highest peak
+its plans predict. Each step's peak is measured by ``budget.compile.measure.measure_peak``
+(CPU: torch.profiler's memory events over one warmed-up step, above what was resident;
+CUDA: max_memory_allocated). Reported: measured peak, budget's predicted peak and its
+error, backward FLOPs (FlopCounterMode, gaps filled as in bench/pareto.py), and checks:
+
+- at every peak target accepted, measured peak <= target;
+- at every fraction, budget's measured peak <= the b=1 plan's (issue 11; not met yet);
+- at a peak target, budget's recompute <= that of the cheapest torch fraction that fits.
+
+    python bench/peak.py                      # GPT and convnet, Inductor and eager
+    python bench/peak.py --model gpt --compiler eager
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch._functorch.config
+
+import budget
+from budget.compile.backend import root_error
+from budget.compile.measure import backward_flops, measure_peak
+from budget.models import Example, get_builtin
+
+MiB = 2**20
+FRACTIONS = [1.0, 0.8, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0]
+MODELS: dict[str, Callable[[], Example]] = {
+    # the built-in GPT: 4 layers, d=256, T=256, batch 4
+    "gpt": lambda: get_builtin("gpt"),
+    # the issue's residual convnet: 64 channels, 32x32 images, batch 8 (3 stages of 2 blocks)
+    "convnet": lambda: get_builtin("resnet", batch=8, size=32, width=64, blocks=2),
+}
+
+
+@dataclass
+class Row:
+    label: str
+    measured: int | None = None
+    predicted: int | None = None
+    flops: int | None = None
+    recompute: float | None = None  # budget's estimated recompute cost (plan units)
+    error: str = ""
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run(ex: Example, backend: Any, ctx: Any = None) -> Row:
+    torch._dynamo.reset()
+    ex.model.zero_grad(set_to_none=True)
+    row = Row("")
+    try:
+        with ctx or contextlib.nullcontext():
+            step = torch.compile(ex.step, backend=backend)
+            row.measured = measure_peak(step, *ex.args)
+            row.flops = backward_flops(step(*ex.args))
+    except Exception as e:
+        inner = root_error(e)
+        row.error = f"{type(inner).__name__}: {(str(inner).splitlines() or [''])[0][:120]}"
+    finally:
+        ex.model.zero_grad(set_to_none=True)
+    plans = getattr(backend, "plans", None)
+    if plans:
+        row.predicted = sum(p.peak_bytes or 0 for p in plans)
+        row.recompute = sum(p.recompute_cost for p in plans)
+    return row
+
+
+def torch_backend(compiler: str) -> str | None:
+    return None if compiler == "inductor" else "aot_eager_decomp_partition"
+
+
+def mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / MiB:.2f}"
+
+
+def bench(name: str, compiler: str) -> tuple[list[str], list[tuple[str, bool]]]:
+    ex = MODELS[name]()
+    lines = [
+        f"**{name}**, compiler {compiler}: peak MiB measured (budget's prediction, its "
+        "error), backward GFLOP",
+        "",
+        "| b | torch peak | torch GF | budget peak | predicted | error | budget GF |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    checks: list[tuple[str, bool]] = []
+    torch_rows: dict[float, Row] = {}
+    ours: dict[float, Row] = {}
+    for b in FRACTIONS:
+        t0 = time.perf_counter()
+        ctx = torch._functorch.config.patch(activation_memory_budget=b)
+        be = torch_backend(compiler)
+        torch_rows[b] = run(ex, be or "inductor", ctx)
+        ours[b] = run(ex, budget.backend(b, compiler=compiler))
+        t, o = torch_rows[b], ours[b]
+        err = (
+            f"{(o.predicted - o.measured) / o.measured:+.1%}"
+            if o.predicted is not None and o.measured
+            else "-"
+        )
+        lines.append(
+            f"| {b:g} | {mib(t.measured)} | {(t.flops or 0) / 1e9:.3f} | {mib(o.measured)} | "
+            f"{mib(o.predicted)} | {err} | {(o.flops or 0) / 1e9:.3f} |"
+        )
+        log(f"{name} {compiler} b={b}: {time.perf_counter() - t0:.1f}s {t.error} {o.error}")
+    ref = ours[1.0].measured or 0
+    for b, o in ours.items():
+        checks.append(
+            (f"{name}/{compiler} b={b:g}: measured peak <= b=1's", (o.measured or 0) <= ref)
+        )
+    predicted = [o.predicted for o in ours.values() if o.predicted]
+    lo, hi = min(predicted), max(predicted)
+    lines += [
+        "",
+        "| peak target | budget peak | predicted | budget GF | cheapest torch b that fits |"
+        " its GF |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for k in (0, 1, 2, 3):
+        target = lo + (hi - lo) * k // 4 + (1 if k == 0 else 0)
+        o = run(ex, budget.backend(compiler=compiler, peak_memory_budget=f"{target}B"))
+        fits = [b for b, t in torch_rows.items() if t.measured is not None and t.measured <= target]
+        best = min(fits, key=lambda b: torch_rows[b].flops or 0) if fits else None
+        tf = torch_rows[best].flops if best is not None else None
+        lines.append(
+            f"| {mib(target)} | {mib(o.measured)} | {mib(o.predicted)} | "
+            f"{(o.flops or 0) / 1e9:.3f} | {'-' if best is None else f'{best:g}'} | "
+            f"{'-' if tf is None else f'{tf / 1e9:.3f}'} |"
+        )
+        if o.error:
+            lines[-1] += f" {o.error}"
+            continue
+        checks.append(
+            (f"{name}/{compiler} peak {mib(target)}: measured <= target", o.measured <= target)
+        )
+        if tf is not None:
+            checks.append(
+                (f"{name}/{compiler} peak {mib(target)}: GF <= torch's", (o.flops or 0) <= tf)
+            )
+    return lines, checks
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", choices=[*MODELS, "all"], default="all")
+    parser.add_argument("--compiler", choices=["inductor", "eager", "all"], default="all")
+    args = parser.parse_args()
+    models = list(MODELS) if args.model == "all" else [args.model]
+    compilers = ["inductor", "eager"] if args.compiler == "all" else [args.compiler]
+    print(
+        f"budget {budget.__version__}, torch {torch.__version__}, {torch.get_num_threads()} "
+        "threads\n"
+    )
+    failed = 0
+    for name in models:
+        for compiler in compilers:
+            lines, checks = bench(name, compiler)
+            print("\n".join(lines) + "\n")
+            for what, ok in checks:
+                failed += not ok
+                print(f"{'PASS' if ok else 'FAIL'} {what}")
+            print()
+    print(f"{failed} checks failed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""Predict a training step's peak memory from the forward and backward graphs it runs.
+
+The step runs the partitioned forward graph, then (when the loss is backpropagated) the
+backward graph; both are boxed (their argument lists are cleared on entry), so a value
+lives from the node that makes it to the last node that reads it, and no longer:
+
+- graph inputs of the forward (parameters, user inputs, buffers) are resident before the
+  step: they cost nothing here, and neither does a view of them;
+- every other tensor costs its storage once (views and ``getitem`` share their base's);
+- a forward output stays alive into the backward: the saved values until the backward
+  node that last reads them, the user's outputs (the loss) to the end of the step;
+- the backward's tangents (the loss's gradient) are allocated as it starts, its outputs
+  (the gradients) live to its end.
+
+The peak is the largest sum of live storages after any node has made its outputs and
+before anything it was the last reader of is freed. This is what the graphs ask for:
+exact for ``compiler="eager"``, which runs them op by op (what a kernel allocates inside
+itself, like a CPU convolution's im2col columns, is not seen). Inductor fuses pointwise
+ops, whose intermediates then never exist, so it peaks lower than predicted (by how
+much: bench/README.md). The prediction is an upper bound there on purpose: a model of
+Inductor's fusion (a pointwise value with one fusible reader is never materialised) was
+tried, missed on both sides, and a peak budget must hold as measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch.fx as fx
+
+from ..core.plan import LivePoint
+from ..estimators.values import storage_of, tensors
+
+
+@dataclass
+class PeakPrediction:
+    """The predicted peak (bytes above what was resident before the step) and the live
+    bytes after each node of the forward, then the backward."""
+
+    peak_bytes: int
+    timeline: list[LivePoint]
+
+
+def _storages(node: fx.Node) -> list[tuple[int, int]]:
+    out = []
+    for t in tensors(node.meta.get("val")):
+        s = storage_of(t)
+        if s is not None:
+            out.append(s)
+    return out
+
+
+Key = tuple[str, int]  # (graph, fake storage): a recomputed value shares its forward twin's
+# fake tensor, but is a storage of its own
+
+
+def _keys(nodes: list[fx.Node], graph: str, given: dict[int, Key]) -> dict[fx.Node, list[Key]]:
+    """Each node's storages as keys. A value shares a storage with an input when the raw
+    storage is the same (a view, a getitem): it takes that input's key; otherwise its
+    storage is new, keyed in ``graph``. Placeholders take ``given`` keys (the storages
+    handed over from the forward) or are new."""
+    out: dict[fx.Node, list[Key]] = {}
+    for node in nodes:
+        inherited = {key[1]: key for arg in node.all_input_nodes for key in out.get(arg, [])}
+        if node.op == "placeholder":
+            inherited = given
+        out[node] = [inherited.get(raw, (graph, raw)) for raw, _ in _storages(node)]
+    return out
+
+
+def predict_peak(
+    fw: fx.GraphModule,
+    bw: fx.GraphModule | None,
+    recomputed: set[str] | frozenset[str] = (),
+    *,
+    num_user_outputs: int = 1,
+) -> PeakPrediction:
+    """The peak of running ``fw`` then ``bw`` (see the module docstring).
+
+    ``recomputed``: names of the backward's nodes that recompute forward values; their
+    timeline points are marked ``recompute``. ``num_user_outputs``: how many of the
+    forward's outputs, first in its output list, are the user's (the loss): held to the end.
+    """
+    fw_nodes = list(fw.graph.nodes)
+    bw_nodes = list(bw.graph.nodes) if bw is not None else []
+    steps = [(n, "forward") for n in fw_nodes] + [(n, "backward") for n in bw_nodes]
+    fw_keys = _keys(fw_nodes, "fw", {})
+    # The backward's inputs are forward storages (saved values, parameters) or tangents.
+    handed_over = {key[1]: key for keys in fw_keys.values() for key in keys}
+    bw_keys = _keys(bw_nodes, "bw", handed_over)
+    sizes = {raw: nbytes for n in fw_nodes + bw_nodes for raw, nbytes in _storages(n)}
+
+    def keys(node: fx.Node, phase: str) -> list[Key]:
+        return (fw_keys if phase == "forward" else bw_keys)[node]
+
+    resident = {k for n in fw_nodes if n.op == "placeholder" for k in keys(n, "forward")}
+    last: dict[Key, int] = {}  # storage -> index of the last step that needs it
+    end = len(steps)
+    for i, (node, phase) in enumerate(steps):
+        for k in keys(node, phase):
+            last[k] = max(last.get(k, i), i)
+        for arg in node.all_input_nodes:
+            for k in keys(arg, phase):
+                last[k] = max(last.get(k, i), i)
+        if node.op == "output":
+            # The backward's outputs (gradients) and the forward's outputs the user holds
+            # (the loss) live to the end; saved values until the backward's last read.
+            outputs = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+            held = outputs if phase == "backward" else outputs[:num_user_outputs]
+            for arg in held:
+                if isinstance(arg, fx.Node):
+                    for k in keys(arg, phase):
+                        last[k] = end
+
+    live: dict[Key, int] = {}
+    timeline: list[LivePoint] = []
+    current = peak = 0
+    freed_at: dict[int, list[Key]] = {}
+    for k, i in last.items():
+        freed_at.setdefault(i, []).append(k)
+    for i, (node, phase) in enumerate(steps):
+        for k in keys(node, phase):
+            if k in resident or k in live:
+                continue
+            live[k] = sizes[k[1]]
+            current += live[k]
+        if node.op not in ("placeholder", "output") or (
+            phase == "backward" and node.op == "placeholder"
+        ):
+            kind = "recompute" if phase == "backward" and node.name in recomputed else phase
+            timeline.append(LivePoint(node.name, kind, current))  # type: ignore[arg-type]
+        peak = max(peak, current)
+        for k in freed_at.get(i, []):
+            if k in live:
+                current -= live.pop(k)
+    return PeakPrediction(peak, timeline)
