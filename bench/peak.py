@@ -175,7 +175,7 @@ def main() -> int:
                 print(f"{'PASS' if ok else 'FAIL'} {what}")
             print()
     print(f"{failed} checks failed")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

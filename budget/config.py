@@ -13,6 +13,9 @@ from typing import Any
 
 from .core.sizes import MemoryBudget, parse_budget, parse_peak_budget
 
+# The compile pipelines a plan can be made for (budget.backend(compiler=...)).
+COMPILERS = ("inductor", "eager")
+
 _DEFAULTS: dict[str, Any] = {
     "activation_memory_budget": 1.0,
     "peak_memory_budget": None,

@@ -13,11 +13,11 @@ import os
 from pathlib import Path
 from typing import NoReturn
 
+from ..config import COMPILERS
 from ..errors import UsageError
 from .targets import CONTRACT, DEFAULT_TARGET
 
 DEFAULT_BUDGETS = "0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1"
-COMPILERS = ("inductor", "eager")
 
 TARGET_HELP = """\
 targets:

@@ -42,6 +42,14 @@ from .targets import Target, describe_error, load_target
 __all__ = ["UsageError", "main", "parse_budget_arg", "parse_budgets"]
 
 
+def _write(flag: str, path: str, write: Callable[[], Any]) -> None:
+    """Write an output file; an OSError is the user's (a full disk, a directory gone)."""
+    try:
+        write()
+    except OSError as e:
+        raise UsageError(f"cannot write {flag} {path!r}: {e.strerror or e}") from e
+
+
 def _target(args: argparse.Namespace) -> Target:
     return load_target(args.target, size_options(args))
 
@@ -113,17 +121,15 @@ def _solve(args: argparse.Namespace) -> int:
     )
     done = time.perf_counter()
     if args.json:
-        try:
-            Path(args.json).write_text(dumps_plans(plans) + "\n")
-        except OSError as e:
-            raise UsageError(f"cannot write --json {args.json!r}: {e.strerror or e}") from e
+        _write("--json", args.json, lambda: Path(args.json).write_text(dumps_plans(plans) + "\n"))
     if args.timeline:
         from .plots import save_timeline_plot
 
-        try:
-            save_timeline_plot(plans, args.timeline, title=target.description)
-        except OSError as e:
-            raise UsageError(f"cannot write --timeline {args.timeline!r}: {e.strerror or e}") from e
+        _write(
+            "--timeline",
+            args.timeline,
+            lambda: save_timeline_plot(plans, args.timeline, title=target.description),
+        )
     if args.format == "json":
         print(dumps_plans(plans))
         return 0
@@ -167,10 +173,11 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.plot:
         from .plots import save_sweep_plot
 
-        try:
-            save_sweep_plot(sweeps, args.plot, title=target.description)
-        except OSError as e:
-            raise UsageError(f"cannot write --plot {args.plot!r}: {e.strerror or e}") from e
+        _write(
+            "--plot",
+            args.plot,
+            lambda: save_sweep_plot(sweeps, args.plot, title=target.description),
+        )
     if args.format == "json":
         print(sweep_json(sweeps, target.description))
     elif args.format == "csv":

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ..config import config, validate_option
+from ..config import COMPILERS, config, validate_option
 from ..core.plan import Plan
 from ..core.plan_files import PlanBook, PlanSource
 from ..core.settings import PlanLog, PlanSettings
@@ -29,8 +29,6 @@ from ..core.sizes import parse_budget, parse_peak_budget
 from ..estimators import get_estimator
 from ..solvers import get_solver
 from .partition import budget_partition
-
-COMPILERS = ("inductor", "eager")
 
 
 class BudgetBackend:
