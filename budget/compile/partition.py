@@ -138,6 +138,7 @@ def _partition(
     t2 = time.perf_counter()
     log.problems.append(problem)
     timings = {"classify": t1 - t0, "estimate": t2 - t1}
+    partitions = _Partitions(joint_module, nodes, node_info, num_fwd_outputs, settings)
     if settings.sweep:
         sweep = solve_sweep(  # preview sweeps set settings.budget to sweep[0]
             problem,
@@ -149,13 +150,11 @@ def _partition(
             progress=log.sweep_progress(),
         )
         for p in sweep[1:]:  # the first is applied (and predicted) by _finish
-            _predict_peak(joint_module, nodes, p, node_info, num_fwd_outputs, settings)
+            partitions.graphs(p)
         plan = sweep[0]
         log.sweeps.append(sweep)
     elif settings.peak_bytes is not None:
-        plan = _plan_for_peak(
-            joint_module, nodes, problem, node_info, num_fwd_outputs, settings, timings
-        )
+        plan = _plan_for_peak(partitions, problem, settings, timings)
     else:
         plan = solve_problem(
             problem,
@@ -165,7 +164,7 @@ def _partition(
             time_limit=settings.time_limit,
             timings=timings,
         )
-    return _finish(joint_module, nodes, plan, node_info, num_fwd_outputs, settings, log)
+    return _finish(partitions, plan, log)
 
 
 # Saved-memory fractions tried for a peak budget: peak is not monotone in saved memory
@@ -174,11 +173,8 @@ PEAK_GRID = tuple(k / 20 for k in range(21))
 
 
 def _plan_for_peak(
-    joint_module: fx.GraphModule,
-    nodes: list[fx.Node],
+    partitions: _Partitions,
     problem: Problem,
-    node_info: T.NodeInfo,
-    num_fwd_outputs: int,
     settings: PlanSettings,
     timings: dict[str, float],
 ) -> Plan:
@@ -212,7 +208,7 @@ def _plan_for_peak(
         if tuple(p.saved) in tried:  # neighbouring fractions often give the same plan
             continue
         tried[tuple(p.saved)] = p
-        _predict_peak(joint_module, nodes, p, node_info, num_fwd_outputs, settings)
+        partitions.graphs(p)
         if (p.peak_bytes or 0) <= settings.peak_bytes:
             fits.append(p)
     if not fits:
@@ -267,42 +263,54 @@ def _apply_saved_plan(
         timings={"classify": t1 - t0, "estimate": t2 - t1, "apply": time.perf_counter() - t2},
     )
     plan.peak_target_bytes = saved_plan.peak_target_bytes
-    return _finish(joint_module, nodes, plan, node_info, num_fwd_outputs, settings, log)
+    partitions = _Partitions(joint_module, nodes, node_info, num_fwd_outputs, settings)
+    return _finish(partitions, plan, log)
 
 
 def _finish(
-    joint_module: fx.GraphModule,
-    nodes: list[fx.Node],
-    plan: Plan,
-    node_info: T.NodeInfo,
-    num_fwd_outputs: int,
-    settings: PlanSettings,
-    log: PlanLog,
+    partitions: _Partitions, plan: Plan, log: PlanLog
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     t3 = time.perf_counter()
-    fw, bw = _predict_peak(joint_module, nodes, plan, node_info, num_fwd_outputs, settings)
+    fw, bw = partitions.graphs(plan)
     plan.timings["partition"] = time.perf_counter() - t3
     log.add_plan(plan)
     return fw, bw
 
 
-def _predict_peak(
-    joint_module: fx.GraphModule,
-    nodes: list[fx.Node],
-    plan: Plan,
-    node_info: T.NodeInfo,
-    num_fwd_outputs: int,
-    settings: PlanSettings,
-) -> tuple[fx.GraphModule, fx.GraphModule]:
-    """Partition by ``plan``, predict the step's peak from the two graphs (into the plan,
-    with the pipeline's provenance), and return the graphs."""
-    plan.compiler, plan.torch_version = settings.compiler, torch.__version__
-    saved_names = set(plan.saved)
-    saved = [n for n in nodes if n.name in saved_names] + list(node_info.inputs)
-    fw, bw = extract(joint_module, saved, node_info, num_fwd_outputs)
-    prediction = predict_peak(fw, bw, frozenset(plan.recomputed), num_user_outputs=num_fwd_outputs)
-    plan.peak_bytes, plan.timeline = prediction.peak_bytes, prediction.timeline
-    return fw, bw
+class _Partitions:
+    """The forward and backward graphs of the plans of one joint graph, each saved set
+    partitioned once (sweeps and peak searches meet the same plan at several budgets),
+    with the predicted peak written into every plan asked for."""
+
+    def __init__(
+        self,
+        joint_module: fx.GraphModule,
+        nodes: list[fx.Node],
+        node_info: T.NodeInfo,
+        num_fwd_outputs: int,
+        settings: PlanSettings,
+    ) -> None:
+        self.joint_module, self.nodes, self.node_info = joint_module, nodes, node_info
+        self.num_fwd_outputs, self.settings = num_fwd_outputs, settings
+        self._made: dict[tuple[str, ...], tuple[fx.GraphModule, fx.GraphModule, Any]] = {}
+
+    def graphs(self, plan: Plan) -> tuple[fx.GraphModule, fx.GraphModule]:
+        """Partition by ``plan`` (once per saved set), predict the step's peak into the
+        plan, with the pipeline's provenance, and return the graphs."""
+        plan.compiler, plan.torch_version = self.settings.compiler, torch.__version__
+        key = tuple(plan.saved)
+        if key not in self._made:
+            saved_names = set(plan.saved)
+            saved = [n for n in self.nodes if n.name in saved_names]
+            saved += list(self.node_info.inputs)
+            fw, bw = extract(self.joint_module, saved, self.node_info, self.num_fwd_outputs)
+            prediction = predict_peak(
+                fw, bw, frozenset(plan.recomputed), num_user_outputs=self.num_fwd_outputs
+            )
+            self._made[key] = (fw, bw, prediction)
+        fw, bw, prediction = self._made[key]
+        plan.peak_bytes, plan.timeline = prediction.peak_bytes, list(prediction.timeline)
+        return fw, bw
 
 
 def extract(
