@@ -30,6 +30,7 @@ from ..core.sizes import MemoryBudget, format_bytes, parse_budget
 from ..errors import BudgetTooSmallError, SolverTimeout
 from ..estimators import get_estimator
 from . import _torch_private as T
+from . import ranks
 from .graph import build_problem, graph_hash
 from .peak import predict_peak
 
@@ -139,8 +140,35 @@ def _partition(
     log.problems.append(problem)
     timings = {"classify": t1 - t0, "estimate": t2 - t1}
     partitions = _Partitions(joint_module, nodes, node_info, num_fwd_outputs, settings)
+    rank, size = ranks.world()
+    if size > 1:  # one plan on every rank: rank 0's
+        ranks.agree_on_graph(problem.graph_hash)
+        if rank != 0:
+            made = ranks.share_plan(None)
+            plan = _remake(problem, made, settings.estimator, "rank 0's plan", timings, t2)
+            return _finish(partitions, plan, log)
+    try:
+        plan = _solve(partitions, problem, settings, log, timings)
+    except Exception as e:
+        if size > 1:  # the other ranks are waiting for this plan
+            ranks.share_plan(e)
+        raise
+    if size > 1:
+        ranks.share_plan(plan)
+    return _finish(partitions, plan, log)
+
+
+def _solve(
+    partitions: _Partitions,
+    problem: Problem,
+    settings: PlanSettings,
+    log: PlanLog,
+    timings: dict[str, float],
+) -> Plan:
+    """The plan for this graph: a sweep's first (previews), the peak budget's choice, or
+    the memory budget's optimum."""
     if settings.sweep:
-        sweep = solve_sweep(  # preview sweeps set settings.budget to sweep[0]
+        sweep = solve_sweep(
             problem,
             list(settings.sweep),
             solver=settings.solver,
@@ -151,20 +179,18 @@ def _partition(
         )
         for p in sweep[1:]:  # the first is applied (and predicted) by _finish
             partitions.graphs(p)
-        plan = sweep[0]
         log.sweeps.append(sweep)
-    elif settings.peak_bytes is not None:
-        plan = _plan_for_peak(partitions, problem, settings, timings)
-    else:
-        plan = solve_problem(
-            problem,
-            settings.budget,
-            solver=settings.solver,
-            estimator=settings.estimator,
-            time_limit=settings.time_limit,
-            timings=timings,
-        )
-    return _finish(partitions, plan, log)
+        return sweep[0]
+    if settings.peak_bytes is not None:
+        return _plan_for_peak(partitions, problem, settings, timings)
+    return solve_problem(
+        problem,
+        settings.budget,
+        solver=settings.solver,
+        estimator=settings.estimator,
+        time_limit=settings.time_limit,
+        timings=timings,
+    )
 
 
 # Saved-memory fractions tried for a peak budget: peak is not monotone in saved memory
@@ -226,6 +252,35 @@ def _plan_for_peak(
     return best
 
 
+def _remake(
+    problem: Problem,
+    made: Plan,
+    estimator: str,
+    source: str,
+    timings: dict[str, float],
+    start: float,
+) -> Plan:
+    """``made`` (a plan file's, or rank 0's) as this graph's plan: checked node by node
+    against ``problem`` and priced by it, keeping the budget, ends, status, solver and
+    peak budget it was made with."""
+    saved = saved_indices(problem, made, source)
+    plan = make_plan(
+        problem,
+        saved,
+        budget=parse_budget(made.budget),
+        target_bytes=made.target_bytes,
+        min_bytes=made.min_bytes,
+        max_bytes=made.max_bytes,
+        status=made.status,
+        gap=made.gap,
+        solver=made.solver,
+        estimator=estimator,
+        timings={**timings, "apply": time.perf_counter() - start},
+    )
+    plan.peak_target_bytes = made.peak_target_bytes
+    return plan
+
+
 def _apply_saved_plan(
     joint_module: fx.GraphModule,
     node_info: T.NodeInfo,
@@ -248,21 +303,9 @@ def _apply_saved_plan(
     problem, nodes = build_problem(joint_module.graph, node_info, estimator)
     t2 = time.perf_counter()
     log.problems.append(problem)
-    saved = saved_indices(problem, saved_plan, settings.book.source)
-    plan = make_plan(
-        problem,
-        saved,
-        budget=parse_budget(saved_plan.budget),
-        target_bytes=saved_plan.target_bytes,
-        min_bytes=saved_plan.min_bytes,
-        max_bytes=saved_plan.max_bytes,
-        status=saved_plan.status,
-        gap=saved_plan.gap,
-        solver=saved_plan.solver,
-        estimator=getattr(estimator, "spec", estimator.name),
-        timings={"classify": t1 - t0, "estimate": t2 - t1, "apply": time.perf_counter() - t2},
-    )
-    plan.peak_target_bytes = saved_plan.peak_target_bytes
+    timings = {"classify": t1 - t0, "estimate": t2 - t1}
+    spec = getattr(estimator, "spec", estimator.name)
+    plan = _remake(problem, saved_plan, spec, settings.book.source, timings, t2)
     partitions = _Partitions(joint_module, nodes, node_info, num_fwd_outputs, settings)
     return _finish(partitions, plan, log)
 
