@@ -77,6 +77,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "select_decomp_table": ("torch._inductor.compile_fx", "select_decomp_table"),
     "OutputCode": ("torch._inductor.output_code", "OutputCode"),
     "CustomPartitionerFn": ("torch._inductor.custom_graph_pass", "CustomPartitionerFn"),
+    "CustomKnapsackSolver": ("torch._inductor.custom_graph_pass", "CustomKnapsackSolver"),
+    "CustomRuntimeEstimator": ("torch._inductor.custom_graph_pass", "CustomRuntimeEstimator"),
 }
 
 if TYPE_CHECKING:
@@ -106,7 +108,11 @@ if TYPE_CHECKING:
         thread_graphsafe_rng_from_hops,
     )
     from torch._inductor.compile_fx import compile_fx, select_decomp_table
-    from torch._inductor.custom_graph_pass import CustomPartitionerFn
+    from torch._inductor.custom_graph_pass import (
+        CustomKnapsackSolver,
+        CustomPartitionerFn,
+        CustomRuntimeEstimator,
+    )
     from torch._inductor.output_code import OutputCode
 
 
@@ -173,7 +179,9 @@ __all__ = [
     "tree_map",
     # the compile stack, loaded on first use (_LAZY)
     "BackendCompilerFailed",
+    "CustomKnapsackSolver",
     "CustomPartitionerFn",
+    "CustomRuntimeEstimator",
     "NodeInfo",
     "OutputCode",
     "_extract_fwd_bwd_modules",

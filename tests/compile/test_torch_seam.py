@@ -77,6 +77,8 @@ LAZY = {
     "select_decomp_table": "torch._inductor.compile_fx",
     "OutputCode": "torch._inductor.output_code",
     "CustomPartitionerFn": "torch._inductor.custom_graph_pass",
+    "CustomKnapsackSolver": "torch._inductor.custom_graph_pass",
+    "CustomRuntimeEstimator": "torch._inductor.custom_graph_pass",
 }
 OWN = {"boykov_kolmogorov_cuts", "memory_events"}  # budget's own helpers
 
