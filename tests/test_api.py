@@ -321,3 +321,25 @@ def test_a_timeout_says_where_the_time_limit_is_set(capsys):
         assert code == 1 and "--time-limit SECONDS" in capsys.readouterr().err
     finally:
         del _SOLVERS["slow-test"]
+
+
+def test_the_inductor_partitioner_key_changes_with_every_setting_of_a_plan():
+    """torch's compile caches key on this uuid: two settings that can give different plans
+    must never share one (sizes to the byte, saved plans by what they save)."""
+    from budget.compile.backend import _InductorPartitioner
+    from budget.core.plan import Decision
+
+    def key(**kw):
+        return _InductorPartitioner(budget.backend(**kw)).uuid()
+
+    assert key(memory_budget="512MiB") == key(memory_budget="512MiB")
+    assert key(memory_budget="512MiB") != key(memory_budget=f"{512 * 2**20 + 1000}B")
+    assert key(memory_budget=0.5) != key(memory_budget=0.5, peak_memory_budget="1GiB")
+    assert key(memory_budget=0.5) != key(memory_budget=0.5, compiler="eager")
+    assert key(memory_budget=0.5, time_limit=1) != key(memory_budget=0.5, time_limit=2)
+    from helpers.plans import make_plan
+
+    a = make_plan()
+    b = make_plan(decisions=[Decision("mm", "aten.mm.default", 8, 0.0, 0.0, "recompute")])
+    assert a.graph_hash == b.graph_hash and a.saved != b.saved
+    assert key(plan=[a]) != key(plan=[b])

@@ -145,13 +145,18 @@ class _InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
     def uuid(self) -> str:
         # Caches are bypassed (see _inductor), but should one consult this key, it must
         # change with everything the plan depends on.
+        import hashlib
+        import json
+
         from .._version import __version__
 
         s = self.backend.settings
-        fixed = ",".join(p.graph_hash for p in s.book.plans) if s.book else ""
+        # saved plans by their content (what they save), not just the graphs they are for
+        book = [(p.graph_hash, p.compiler, p.saved) for p in s.book.plans] if s.book else []
+        fixed = hashlib.sha256(json.dumps(book).encode()).hexdigest()[:16]
         return (
-            f"budget-{__version__}-{s.budget}-{s.peak_bytes}-{s.solver}-{s.estimator}-"
-            f"{s.time_limit}-{fixed}"
+            f"budget-{__version__}-{s.budget.to_json()}-{s.peak_bytes}-{s.solver}-"
+            f"{s.estimator}-{s.time_limit!r}-{s.compiler}-{fixed}"
         )
 
 
