@@ -79,6 +79,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "CustomPartitionerFn": ("torch._inductor.custom_graph_pass", "CustomPartitionerFn"),
     "CustomKnapsackSolver": ("torch._inductor.custom_graph_pass", "CustomKnapsackSolver"),
     "CustomRuntimeEstimator": ("torch._inductor.custom_graph_pass", "CustomRuntimeEstimator"),
+    # Inductor: compile/layout.py (its layout-optimisation decision)
+    "GraphLowering": ("torch._inductor.graph", "GraphLowering"),
+    "inductor_config": ("torch._inductor.config", None),
 }
 
 if TYPE_CHECKING:
@@ -107,12 +110,14 @@ if TYPE_CHECKING:
         reordering_to_mimic_autograd_engine,
         thread_graphsafe_rng_from_hops,
     )
+    from torch._inductor import config as inductor_config
     from torch._inductor.compile_fx import compile_fx, select_decomp_table
     from torch._inductor.custom_graph_pass import (
         CustomKnapsackSolver,
         CustomPartitionerFn,
         CustomRuntimeEstimator,
     )
+    from torch._inductor.graph import GraphLowering
     from torch._inductor.output_code import OutputCode
 
 
@@ -182,6 +187,7 @@ __all__ = [
     "CustomKnapsackSolver",
     "CustomPartitionerFn",
     "CustomRuntimeEstimator",
+    "GraphLowering",
     "NodeInfo",
     "OutputCode",
     "_extract_fwd_bwd_modules",
@@ -200,6 +206,7 @@ __all__ = [
     "fx_graph_cse",
     "has_recomputable_ops",
     "has_recomputable_rng_ops",
+    "inductor_config",
     "is_opaque_node",
     "make_boxed_func",
     "must_recompute",

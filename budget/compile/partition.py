@@ -32,6 +32,7 @@ from ..estimators import get_estimator
 from . import _torch_private as T
 from . import ranks
 from .graph import build_problem, graph_hash
+from .layout import copied_inputs, copied_inputs_bound
 from .peak import predict_peak
 
 
@@ -136,6 +137,7 @@ def _partition(
         reference = T.choose_saved_values_set(graph, node_info, memory_budget=1.0)
     t1 = time.perf_counter()
     problem, nodes = build_problem(graph, node_info, get_estimator(settings.estimator), reference)
+    problem.fixed_bytes = copied_inputs_bound(graph, node_info, settings.compiler)
     t2 = time.perf_counter()
     log.problems.append(problem)
     timings = {"classify": t1 - t0, "estimate": t2 - t1}
@@ -301,6 +303,7 @@ def _apply_saved_plan(
         estimator = get_estimator(settings.estimator)
     t1 = time.perf_counter()
     problem, nodes = build_problem(joint_module.graph, node_info, estimator)
+    problem.fixed_bytes = copied_inputs_bound(joint_module.graph, node_info, settings.compiler)
     t2 = time.perf_counter()
     log.problems.append(problem)
     timings = {"classify": t1 - t0, "estimate": t2 - t1}
@@ -323,7 +326,7 @@ def _finish(
 class _Partitions:
     """The forward and backward graphs of the plans of one joint graph, each saved set
     partitioned once (sweeps and peak searches meet the same plan at several budgets),
-    with the predicted peak written into every plan asked for."""
+    with the predicted peak and the layout copies written into every plan asked for."""
 
     def __init__(
         self,
@@ -335,7 +338,7 @@ class _Partitions:
     ) -> None:
         self.joint_module, self.nodes, self.node_info = joint_module, nodes, node_info
         self.num_fwd_outputs, self.settings = num_fwd_outputs, settings
-        self._made: dict[tuple[str, ...], tuple[fx.GraphModule, fx.GraphModule, Any]] = {}
+        self._made: dict[tuple[str, ...], tuple[fx.GraphModule, fx.GraphModule, Any, int]] = {}
 
     def graphs(self, plan: Plan) -> tuple[fx.GraphModule, fx.GraphModule]:
         """Partition by ``plan`` (once per saved set), predict the step's peak into the
@@ -347,12 +350,25 @@ class _Partitions:
             saved = [n for n in self.nodes if n.name in saved_names]
             saved += list(self.node_info.inputs)
             fw, bw = extract(self.joint_module, saved, self.node_info, self.num_fwd_outputs)
+            copies = copied_inputs(fw, self.num_fwd_outputs, self.settings.compiler)
             prediction = predict_peak(
-                fw, bw, frozenset(plan.recomputed), num_user_outputs=self.num_fwd_outputs
+                fw,
+                bw,
+                frozenset(plan.recomputed),
+                num_user_outputs=self.num_fwd_outputs,
+                copied=frozenset(copies),
             )
-            self._made[key] = (fw, bw, prediction)
-        fw, bw, prediction = self._made[key]
+            self._made[key] = (fw, bw, prediction, sum(copies.values()))
+        fw, bw, prediction, copied = self._made[key]
         plan.peak_bytes, plan.timeline = prediction.peak_bytes, list(prediction.timeline)
+        # the copies this forward makes, in place of the planner's bound (never above it)
+        plan.saved_bytes += copied - plan.copied_input_bytes
+        plan.copied_input_bytes = copied
+        if plan.saved_bytes > plan.target_bytes and plan.status != "reference":
+            raise RuntimeError(
+                f"internal error: {plan.saved_bytes} bytes saved with layout copies, over "
+                f"the target of {plan.target_bytes}"
+            )
         return fw, bw
 
 

@@ -74,12 +74,16 @@ def predict_peak(
     recomputed: set[str] | frozenset[str] = (),
     *,
     num_user_outputs: int = 1,
+    copied: frozenset[str] = frozenset(),
 ) -> PeakPrediction:
     """The peak of running ``fw`` then ``bw`` (see the module docstring).
 
     ``recomputed``: names of the backward's nodes that recompute forward values; their
     timeline points are marked ``recompute``. ``num_user_outputs``: how many of the
     forward's outputs, first in its output list, are the user's (the loss): held to the end.
+    ``copied``: names of the forward's inputs the compiler copies to another layout as the
+    forward starts and hands the backward as copies (:mod:`budget.compile.layout`): not
+    resident, allocated at the forward's start, freed after the backward's last read.
     """
     fw_nodes = list(fw.graph.nodes)
     bw_nodes = list(bw.graph.nodes) if bw is not None else []
@@ -93,7 +97,12 @@ def predict_peak(
     def keys(node: fx.Node, phase: str) -> list[Key]:
         return (fw_keys if phase == "forward" else bw_keys)[node]
 
-    resident = {k for n in fw_nodes if n.op == "placeholder" for k in keys(n, "forward")}
+    resident = {
+        k
+        for n in fw_nodes
+        if n.op == "placeholder" and n.name not in copied
+        for k in keys(n, "forward")
+    }
     last: dict[Key, int] = {}  # storage -> index of the last step that needs it
     end = len(steps)
     for i, (node, phase) in enumerate(steps):

@@ -66,6 +66,10 @@ class Plan:
     timeline: list[LivePoint] = field(default_factory=list)
     # the peak memory budget the plan was chosen for, in bytes (None: no peak budget)
     peak_target_bytes: int | None = None
+    # bytes of graph inputs the compiled forward saves as copies in another layout
+    # (Inductor's channels-last convolution inputs and weights: budget.compile.layout),
+    # counted in saved_bytes, min_bytes and max_bytes; 0 where there are none
+    copied_input_bytes: int = 0
     version: int = PLAN_FORMAT_VERSION
 
     @property

@@ -4,6 +4,10 @@
 - fraction 0.0: the fewest bytes any valid plan can save (``min_bytes``), cheapest such.
 - fraction b:   target ``min + b * (max - min)``; minimise recompute cost under it.
 - a size:       that target directly; below ``min_bytes`` it is an error naming the minimum.
+
+Bytes every plan saves outside its decisions (``Problem.fixed_bytes``: Inductor's layout
+copies) are part of every plan's figures (saved, min, max, target) and are taken off the
+target the solvers are given.
 """
 
 from __future__ import annotations
@@ -42,19 +46,25 @@ def solve_ends(problem: Problem, backend: Solver, time_limit: float) -> Ends:
     return Ends(reference, max_bytes, min_bytes, low)
 
 
-def target_bytes(budget: MemoryBudget, ends: Ends) -> int:
-    """The byte target of ``budget`` for a graph; raises when a size is unreachable."""
+def target_bytes(budget: MemoryBudget, ends: Ends, fixed_bytes: int = 0) -> int:
+    """The byte target of ``budget`` for a graph, with the ``fixed_bytes`` every plan
+    saves in it (``Problem.fixed_bytes``); raises when a size is unreachable."""
+    low = ends.min_bytes + fixed_bytes
     if budget.fraction is not None:
-        return ends.min_bytes + math.floor(
-            budget.fraction * max(0, ends.max_bytes - ends.min_bytes)
-        )
+        return low + math.floor(budget.fraction * max(0, ends.max_bytes - ends.min_bytes))
     target = int(budget.nbytes or 0)
-    if target < ends.min_bytes:
+    if target < low:
+        copies = (
+            f", of which {format_bytes(fixed_bytes)} are Inductor's layout copies of graph "
+            "inputs (torch._inductor.config.layout_optimization = False frees them)"
+            if fixed_bytes
+            else ""
+        )
         raise BudgetTooSmallError(
             f"memory budget {budget} ({target} bytes) is below the smallest reachable "
-            f"saved activation memory for this graph: {format_bytes(ends.min_bytes)} "
-            f"({ends.min_bytes} bytes)",
-            min_bytes=ends.min_bytes,
+            f"saved activation memory for this graph: {format_bytes(low)} "
+            f"({low} bytes){copies}",
+            min_bytes=low,
         )
     return target
 
@@ -117,17 +127,17 @@ def solve_problem(
     if ends is None:
         ends = solve_ends(problem, backend, time_limit)
     reference, low = ends.reference, ends.low
-    min_bytes, max_bytes = ends.min_bytes, ends.max_bytes
-    target = target_bytes(budget, ends)
+    fixed = problem.fixed_bytes  # saved by every plan: off the solver's target
+    target = target_bytes(budget, ends, fixed)
 
     sol: Solution
     status: str
     if budget.fraction == 1.0 and reference:
         saved, status, gap = reference, "reference", 0.0
-    elif budget.fraction == 0.0 or target == min_bytes:
+    elif budget.fraction == 0.0 or target - fixed == ends.min_bytes:
         saved, status, gap = low.saved, low.status, low.gap
     else:
-        sol = backend.solve(problem, target, minimize="cost", time_limit=time_limit)
+        sol = backend.solve(problem, target - fixed, minimize="cost", time_limit=time_limit)
         saved, status, gap = sol.saved, sol.status, sol.gap
     timings["solve"] = time.perf_counter() - start
     return make_plan(
@@ -135,8 +145,8 @@ def solve_problem(
         saved,
         budget=budget,
         target_bytes=target,
-        min_bytes=min_bytes,
-        max_bytes=max_bytes,
+        min_bytes=ends.min_bytes + fixed,
+        max_bytes=ends.max_bytes + fixed,
         status=status,
         gap=gap,
         solver=backend.name,
@@ -162,7 +172,7 @@ def make_plan(
     errors = problem.check(saved)
     if errors:
         raise RuntimeError(f"internal error: invalid plan from {solver}: {errors[:3]}")
-    saved_bytes = problem.saved_bytes(saved)
+    saved_bytes = problem.saved_bytes(saved) + problem.fixed_bytes
     if saved_bytes > target_bytes and status != "reference":
         raise RuntimeError(
             f"internal error: {solver} returned {saved_bytes} bytes for a target of {target_bytes}"
@@ -216,4 +226,5 @@ def make_plan(
         graph_hash=problem.graph_hash,
         decisions=decisions,
         timings=timings,
+        copied_input_bytes=problem.fixed_bytes,
     )

@@ -62,6 +62,10 @@ class Problem:
     # how a node's cost was found when not the estimator's usual way ("" if it was), e.g.
     # the profile estimator's roofline fallback for an op it did not run, and why
     cost_notes: list[str] = field(default_factory=list)
+    # Bytes every plan saves outside its decisions (Inductor's layout copies of graph
+    # inputs: budget.compile.layout). The planner adds them to every plan's figures and
+    # takes them off the solvers' target; solvers never read them.
+    fixed_bytes: int = 0
 
     def __post_init__(self) -> None:
         n = len(self.names)

@@ -115,6 +115,11 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
         f" ({plan.saved_bytes / plan.max_bytes:.1%} of the budget-1 end)" if plan.max_bytes else ""
     )
     lines.append(f"  saved      {format_bytes(plan.saved_bytes)}{share}")
+    if plan.copied_input_bytes:
+        lines.append(
+            f"             of which {format_bytes(plan.copied_input_bytes)}: Inductor's "
+            "channels-last copies of conv inputs"
+        )
     if plan.peak_bytes is not None:
         bound = (
             f", peak budget {format_bytes(plan.peak_target_bytes)}"
@@ -239,9 +244,15 @@ def module_table(plan: Plan, depth: int = 2) -> str:
             f"{format_bytes(r.recomputed_bytes):>11} "
             f"{format_cost(r.recompute_cost, plan.cost_unit, scale):>16}"
         )
+    copies = plan.copied_input_bytes
+    if copies:
+        lines.append(
+            f"  {'(layout copies of inputs)':<{name_w}} {format_bytes(copies):>11} "
+            f"{format_bytes(0):>11} {format_cost(0.0, plan.cost_unit, scale):>16}"
+        )
     total = sum(r.recompute_cost for r in rows)
     lines.append(
-        f"  {'total':<{name_w}} {format_bytes(sum(r.saved_bytes for r in rows)):>11} "
+        f"  {'total':<{name_w}} {format_bytes(sum(r.saved_bytes for r in rows) + copies):>11} "
         f"{format_bytes(sum(r.recomputed_bytes for r in rows)):>11} "
         f"{format_cost(total, plan.cost_unit, scale):>16}"
     )

@@ -1,0 +1,86 @@
+"""Inductor's layout copies: graph inputs a compiled forward saves in another layout.
+
+With layout optimisation (``torch._inductor.config.layout_optimization``, on by default;
+always taken on CPU with oneDNN, by a FLOP heuristic on CUDA), Inductor runs
+convolutions channels-last. A convolution's input or weight that is a graph input (the
+image batch, every conv weight) is copied to channels-last in the forward, and when the
+backward needs it too (``convolution_backward`` reads both), the forward hands the
+backward the *copy*, not the input: memory that stays allocated from the forward to the
+backward although the plan saves no activation for it (ResNet-style models: about the
+size of all their conv weights). Measured in bench/layout_copies.py.
+
+budget counts these copies in every plan so that what it promises holds as measured:
+
+- :func:`copied_inputs_bound`, on the joint graph before solving: the bytes of every
+  graph input that a forward convolution reads (as input or weight), that the backward
+  needs, and that is not already channels-last, when layout optimisation is enabled at
+  all. The planner charges them to every plan (``Problem.fixed_bytes``) so a target is
+  met with the copies in it.
+- :func:`copied_inputs`, on each partitioned forward graph: the copies Inductor will make,
+  with Inductor's own decision for that graph (``GraphLowering.decide_layout_opt``); the
+  plan's ``copied_input_bytes``. Never above the bound.
+
+To free the copies, turn layout optimisation off:
+``torch._inductor.config.layout_optimization = False`` (measured saved bytes then equal
+the plan's activations exactly; the convolutions run in the inputs' layout).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+import torch.fx as fx
+
+from . import _torch_private as T
+
+_CONVOLUTION = torch.ops.aten.convolution.default
+
+
+def _copied(placeholder: fx.Node, convs: Iterable[fx.Node]) -> bool:
+    """Whether Inductor copies ``placeholder`` to channels-last for one of ``convs``."""
+    val = placeholder.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.dim() != 4:
+        return False
+    if val.is_contiguous(memory_format=torch.channels_last):
+        return False  # already channels-last (or of a shape where both layouts agree)
+    return any(placeholder in conv.args[:2] for conv in convs)
+
+
+def _nbytes(node: fx.Node) -> int:
+    val = node.meta["val"]
+    return int(val.numel() * val.element_size())
+
+
+def copied_inputs_bound(graph: fx.Graph, node_info: T.NodeInfo, compiler: str) -> int:
+    """Bytes of the layout copies any plan of this joint graph can save (an upper bound of
+    :func:`copied_inputs` over the plans; 0 for the eager compiler or with layout
+    optimisation off)."""
+    if compiler != "inductor" or not T.inductor_config.layout_optimization:
+        return 0
+    convs = [n for n in graph.nodes if n.target is _CONVOLUTION and node_info.is_required_fw(n)]
+    if not convs:
+        return 0
+    bw = node_info.required_bw_nodes
+    total = 0
+    for p in node_info.inputs:
+        if any(u in bw and u.op != "output" for u in p.users) and _copied(p, convs):
+            total += _nbytes(p)
+    return total
+
+
+def copied_inputs(fw: fx.GraphModule, num_fwd_outputs: int, compiler: str) -> dict[str, int]:
+    """The forward's inputs Inductor will hand the backward as layout copies: name ->
+    bytes of the copy (empty for the eager compiler or where Inductor keeps layouts)."""
+    if compiler != "inductor" or not T.inductor_config.layout_optimization:
+        return {}
+    if not T.GraphLowering.decide_layout_opt(fw, is_inference=False):
+        return {}
+    convs = [n for n in fw.graph.nodes if n.target is _CONVOLUTION]
+    output = next(n for n in reversed(fw.graph.nodes) if n.op == "output")
+    saved = output.args[0][num_fwd_outputs:]
+    return {
+        p.name: _nbytes(p)
+        for p in dict.fromkeys(saved)
+        if isinstance(p, fx.Node) and p.op == "placeholder" and _copied(p, convs)
+    }

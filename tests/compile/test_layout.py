@@ -1,0 +1,121 @@
+"""Inductor's layout copies (budget.compile.layout): convolution models save what their
+plans say, copies included, at or under target.
+
+One model per family that issue 12 found saving more than planned under Inductor: a
+ResNet (convs with BatchNorm), a ViT-style patch embedding (a strided conv feeding a
+transformer layer), a MobileNet/ConvNeXt-style depthwise-separable block (grouped convs).
+Measured with saved_tensors_hooks (distinct storages, parameters and buffers excluded),
+compiled by Inductor on CPU, where oneDNN always takes the layout optimisation.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import budget
+from budget.compile import _torch_private as T
+from budget.compile.measure import saved_bytes
+from budget.models import get_builtin
+
+pytestmark = pytest.mark.slow
+
+
+class PatchViT(nn.Module):
+    def __init__(self, dim: int = 32, patch: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Conv2d(3, dim, patch, stride=patch)
+        self.layer = nn.TransformerEncoderLayer(dim, 2, 2 * dim, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x).flatten(2).transpose(1, 2)
+        return self.head(self.layer(h).mean(1))
+
+
+class Separable(nn.Module):
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, width, 3, padding=1)
+        self.dw = nn.Conv2d(width, width, 3, padding=1, groups=width)
+        self.pw = nn.Conv2d(width, 2 * width, 1)
+        self.head = nn.Linear(2 * width, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.gelu(self.pw(F.gelu(self.dw(F.relu(self.stem(x))))))
+        return self.head(h.mean((2, 3)))
+
+
+def _family(name: str):
+    torch.manual_seed(0)
+    if name == "resnet":
+        ex = get_builtin("resnet", batch=2, size=16, width=8, blocks=1)
+        return ex.model, ex.args[0], ex.args[1]
+    model = PatchViT() if name == "vit" else Separable()
+    return model, torch.randn(2, 3, 16, 16), torch.randint(0, 10, (2,))
+
+
+def _step(model: nn.Module):
+    def step(x, y):
+        return F.cross_entropy(model(x), y)
+
+    return step
+
+
+def _measure(model, x, y, budget_, layout_optimization: bool = True):
+    torch._dynamo.reset()
+    with T.inductor_config.patch(layout_optimization=layout_optimization):
+        be = budget.backend(budget_)
+        step = torch.compile(_step(model), backend=be)
+        exclude = list(model.parameters()) + list(model.buffers())
+        measured = saved_bytes(step, x, y, exclude=exclude).saved_bytes
+    (plan,) = be.plans
+    return plan, measured
+
+
+@pytest.mark.parametrize("family", ["resnet", "vit", "separable"])
+def test_conv_models_save_what_their_plans_say_under_inductor(family):
+    model, x, y = _family(family)
+    for b in (1.0, 0.5):
+        plan, measured = _measure(model, x, y, b)
+        assert measured == plan.saved_bytes <= plan.target_bytes, (family, b)
+        # the layout copies exist here (oneDNN on CPU) and are part of what is saved
+        assert 0 < plan.copied_input_bytes <= plan.saved_bytes
+        assert plan.min_bytes >= plan.copied_input_bytes
+
+
+def test_a_size_budget_holds_with_the_copies_in_it():
+    model, x, y = _family("resnet")
+    low, _ = _measure(model, x, y, 0.0)
+    high, _ = _measure(model, x, y, 1.0)
+    target = (low.saved_bytes + high.saved_bytes) // 2
+    plan, measured = _measure(model, x, y, f"{target}B")
+    assert plan.target_bytes == target
+    assert measured == plan.saved_bytes <= target
+    # below the copies plus the fewest activations: refused, naming what the copies are
+    # (the preview: the same partitioner, errors not wrapped by torch.compile)
+    with pytest.raises(budget.BudgetTooSmallError, match="layout copies") as e:
+        budget.plan(_step(model), x, y, memory_budget=f"{low.saved_bytes - 1}B")
+    assert e.value.min_bytes == low.saved_bytes
+
+
+def test_without_layout_optimisation_there_are_no_copies_to_count():
+    model, x, y = _family("resnet")
+    with_copies, _ = _measure(model, x, y, 1.0)
+    plan, measured = _measure(model, x, y, 1.0, layout_optimization=False)
+    assert plan.copied_input_bytes == 0
+    assert measured == plan.saved_bytes
+    assert plan.saved_bytes == with_copies.saved_bytes - with_copies.copied_input_bytes
+
+
+def test_the_eager_compiler_makes_no_copies():
+    model, x, y = _family("resnet")
+    torch._dynamo.reset()
+    be = budget.backend(0.5, compiler="eager")
+    step = torch.compile(_step(model), backend=be)
+    exclude = list(model.parameters()) + list(model.buffers())
+    measured = saved_bytes(step, x, y, exclude=exclude).saved_bytes
+    assert be.plans[0].copied_input_bytes == 0
+    assert measured == be.plans[0].saved_bytes <= be.plans[0].target_bytes
