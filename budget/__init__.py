@@ -25,6 +25,8 @@ _LAZY = {
     "plans": ".compile.preview",
     "sweep": ".compile.preview",
     "problems": ".compile.preview",
+    "apply": ".eager.apply",
+    "unapply": ".eager.apply",
     "BudgetError": ".errors",
     "BudgetTooSmallError": ".errors",
     "InfeasibleError": ".errors",
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
     from .core.plan import Decision, Plan
     from .core.plan_files import load_plans, save_plans
     from .core.problem import Problem
+    from .eager.apply import apply, unapply
     from .errors import (
         BudgetError,
         BudgetTooSmallError,
@@ -73,6 +76,7 @@ __all__ = [
     "PlanMismatchError",
     "Problem",
     "__version__",
+    "apply",
     "available_estimators",
     "available_solvers",
     "backend",
@@ -84,4 +88,5 @@ __all__ = [
     "problems",
     "save_plans",
     "sweep",
+    "unapply",
 ]

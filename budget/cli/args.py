@@ -177,6 +177,21 @@ def build_parser() -> argparse.ArgumentParser:
     solve.add_argument(
         "--top", type=int, default=10, metavar="N", help="largest decisions to list (default: 10)"
     )
+    solve.add_argument(
+        "--eager",
+        action="store_true",
+        help="plan eager selective checkpointing (budget.apply) instead of a compiled step: "
+        "which modules to checkpoint and each op's save/recompute choice inside them "
+        "(TARGET must give the model: builtin:NAME, or a factory returning an Example or "
+        "(module, args))",
+    )
+    solve.add_argument(
+        "--modules",
+        default=None,
+        metavar="NAMES",
+        help="with --eager: comma-separated module names to consider for checkpointing "
+        "(default: the blocks of the model's ModuleLists and Sequentials)",
+    )
 
     sweep = sub.add_parser(
         "sweep",

@@ -87,6 +87,8 @@ def _solve(args: argparse.Namespace) -> int:
     from .report import solve_report
 
     check_options(args)
+    if args.eager or args.modules is not None:
+        return _solve_eager(args)
     memory_budget = parse_budget_arg(args.budget)
     peak = parse_peak_arg(args.peak)
     if args.depth < 1:
@@ -147,6 +149,95 @@ def _solve(args: argparse.Namespace) -> int:
         print(f"\nplan file: {args.json} (apply with budget.backend(plan={args.json!r}))")
     if args.timeline:
         print(f"\ntimeline: {args.timeline}")
+    return 0
+
+
+def _eager_target(target: str, options: dict[str, int | float]) -> tuple[Any, Any, tuple, str]:
+    """(model, step or None, example args, description) of a TARGET, for --eager: the
+    model itself is needed (its modules are what is checkpointed)."""
+    from torch import nn
+
+    from ..errors import TargetError
+    from ..models import Example, get_builtin
+    from .targets import _import_file, describe_error
+
+    loaded = load_target(target, options)  # validates the target, its options and factory
+    if target.startswith("builtin:"):
+        ex = get_builtin(target.removeprefix("builtin:"), **options)
+        return ex.model, ex.step, tuple(ex.args), ex.describe()
+    if isinstance(loaded.step, nn.Module):
+        return loaded.step, None, loaded.args, loaded.description
+    path, _, factory_name = target.rpartition(":")
+    made = getattr(_import_file(Path(path)), factory_name)
+    try:
+        made = made()
+    except Exception as e:  # it ran once already; report it the same way
+        raise TargetError(f"target {target!r}: {factory_name}() raised {describe_error(e)}") from e
+    if isinstance(made, Example):
+        return made.model, made.step, tuple(made.args), target
+    raise TargetError(
+        f"--eager needs the model: {factory_name}() must return a budget.models.Example or a "
+        "(module, args) pair, not a (step, args) pair"
+    )
+
+
+def _solve_eager(args: argparse.Namespace) -> int:
+    """``budget solve --eager``: the eager plan (modules to checkpoint, per-op policy)."""
+    from .report import eager_solve_report
+
+    if not args.eager:
+        raise UsageError("--modules applies to --eager plans only")
+    given = [f for f in ("plan", "peak", "timeline") if getattr(args, f) is not None]
+    if given:
+        flags = ", ".join(f"--{f}" for f in given)
+        raise UsageError(f"{flags} cannot be used with --eager (compiled plans only)")
+    memory_budget = parse_budget_arg(args.budget)
+    if args.depth < 1:
+        raise UsageError(f"--depth must be at least 1; got {args.depth}")
+    if args.top < 0:
+        raise UsageError(f"--top must be 0 or more; got {args.top}")
+    modules = None
+    if args.modules is not None:
+        modules = [m.strip() for m in args.modules.split(",")]
+        if not all(modules):
+            raise UsageError(
+                f"--modules must be comma-separated module names; got {args.modules!r}"
+            )
+    if args.json:
+        check_writable(args.json, "--json")
+    from ..eager.apply import plan as eager_plan
+
+    start = time.perf_counter()
+    model, step, example, description = _eager_target(args.target, size_options(args))
+    loaded = time.perf_counter()
+    plan = _planning(
+        lambda: eager_plan(
+            model,
+            *example,
+            step=step,
+            memory_budget=memory_budget,
+            modules=modules,
+            solver=args.solver,
+            estimator=args.estimator,
+            time_limit=args.time_limit,
+        )
+    )
+    done = time.perf_counter()
+    if args.json:
+        _write("--json", args.json, lambda: Path(args.json).write_text(plan.to_json() + "\n"))
+    if args.format == "json":
+        print(plan.to_json())
+        return 0
+    stages = sum(plan.timings.values())
+    timings = {
+        "load": loaded - start,
+        "trace": max(0.0, done - loaded - stages),
+        "plan": stages,
+        "total": done - start,
+    }
+    print(eager_solve_report(plan, description, depth=args.depth, top=args.top, timings=timings))
+    if args.json:
+        print(f"\nplan file: {args.json} (budget.apply(model, plan=EagerPlan.from_json(text)))")
     return 0
 
 

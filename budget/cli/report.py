@@ -8,6 +8,7 @@ import csv
 import io
 import json
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from ..core.plan import Plan
 from ..core.report import (
@@ -21,6 +22,9 @@ from ..core.report import (
     wrap_items,
 )
 from ..core.sizes import format_bytes
+
+if TYPE_CHECKING:
+    from ..eager.plan import EagerPlan
 
 
 def solve_report(
@@ -48,6 +52,26 @@ def solve_report(
             f"{format_bytes(sum(p.saved_bytes for p in plans))}, recompute {cost}, "
             f"{format_flops(sum(p.recompute_flops for p in plans))}"
         )
+    if timings:
+        items = [f"{k} {format_seconds(v)}" for k, v in timings.items()]
+        parts.append("\n".join(wrap_items("wall time", items)))
+    return "\n\n".join(parts)
+
+
+def eager_solve_report(
+    plan: EagerPlan,
+    target: str,
+    *,
+    depth: int = 2,
+    top: int = 10,
+    timings: Mapping[str, float] | None = None,
+) -> str:
+    """What ``budget solve --eager`` prints: the target, the plan's report, its modules
+    and their per-op policies, and the command's own ``timings``."""
+    from ..eager.report import eager_report
+
+    parts = ["\n".join(wrap_items("budget solve --eager", target.split(), sep=""))]
+    parts.append(eager_report(plan, depth=depth, top=top, ops=True))
     if timings:
         items = [f"{k} {format_seconds(v)}" for k, v in timings.items()]
         parts.append("\n".join(wrap_items("wall time", items)))

@@ -82,6 +82,13 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     # Inductor: compile/layout.py (its layout-optimisation decision)
     "GraphLowering": ("torch._inductor.graph", "GraphLowering"),
     "inductor_config": ("torch._inductor.config", None),
+    # eager selective checkpointing, budget/eager/: the tracing mode, parameter swapping,
+    # and the test torch's own selective checkpoint uses to tell compile tracing apart
+    "TorchDispatchMode": ("torch.utils._python_dispatch", "TorchDispatchMode"),
+    "reparametrize_module": ("torch.nn.utils.stateless", "_reparametrize_module"),
+    "sac_is_compiling": ("torch.utils.checkpoint", "_is_compiling"),
+    "FakeTensor": ("torch._subclasses.fake_tensor", "FakeTensor"),
+    "FunctionalTensor": ("torch._subclasses.functional_tensor", "FunctionalTensor"),
 }
 
 if TYPE_CHECKING:
@@ -119,6 +126,11 @@ if TYPE_CHECKING:
     )
     from torch._inductor.graph import GraphLowering
     from torch._inductor.output_code import OutputCode
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch._subclasses.functional_tensor import FunctionalTensor
+    from torch.nn.utils.stateless import _reparametrize_module as reparametrize_module
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.checkpoint import _is_compiling as sac_is_compiling
 
 
 def memory_events(prof: Any) -> list[tuple[int, int]]:
@@ -187,9 +199,12 @@ __all__ = [
     "CustomKnapsackSolver",
     "CustomPartitionerFn",
     "CustomRuntimeEstimator",
+    "FakeTensor",
+    "FunctionalTensor",
     "GraphLowering",
     "NodeInfo",
     "OutputCode",
+    "TorchDispatchMode",
     "_extract_fwd_bwd_modules",
     "aot_autograd",
     "boxed_nop",
@@ -212,6 +227,8 @@ __all__ = [
     "must_recompute",
     "raise_getitems",
     "reordering_to_mimic_autograd_engine",
+    "reparametrize_module",
+    "sac_is_compiling",
     "select_decomp_table",
     "thread_graphsafe_rng_from_hops",
 ]

@@ -81,8 +81,15 @@ LAZY = {
     "CustomRuntimeEstimator": "torch._inductor.custom_graph_pass",
     "GraphLowering": "torch._inductor.graph",
     "inductor_config": "torch._inductor.config",
+    "TorchDispatchMode": "torch.utils._python_dispatch",
+    "reparametrize_module": "torch.nn.utils.stateless",
+    "sac_is_compiling": "torch.utils.checkpoint",
+    "FakeTensor": "torch._subclasses.fake_tensor",
+    "FunctionalTensor": "torch._subclasses.functional_tensor",
 }
 OWN = {"boykov_kolmogorov_cuts", "memory_events"}  # budget's own helpers
+# exports named differently from torch's private originals
+ALIASES = {"reparametrize_module": "_reparametrize_module", "sac_is_compiling": "_is_compiling"}
 
 
 def test_every_export_is_the_torch_object_it_names():
@@ -90,7 +97,8 @@ def test_every_export_is_the_torch_object_it_names():
     assert len(T.__all__) == len(set(T.__all__))
     for name, module_name in {**EAGER, **LAZY}.items():
         module = importlib.import_module(module_name)
-        expected = module if name.endswith("_config") else getattr(module, name)
+        attr = ALIASES.get(name, name)
+        expected = module if name.endswith("_config") else getattr(module, attr)
         assert getattr(T, name) is expected, name
     assert callable(T.boykov_kolmogorov_cuts)
     assert set(dir(T)) >= set(T.__all__)

@@ -1,0 +1,244 @@
+"""``budget.apply`` / ``budget.unapply``: a plan turned into eager selective checkpointing.
+
+``apply(model, *example_inputs, memory_budget=...)`` traces one training step on fake
+tensors (:mod:`budget.eager.trace`: nothing computed, no buffer changes), plans it with the
+configured solver and estimator (:mod:`budget.eager.planner`) and checkpoints, in place,
+the modules the plan chooses: each chosen module's forward is replaced (an attribute of the
+instance, so ``state_dict()`` keys and parameters do not change) by
+``torch.utils.checkpoint.checkpoint(forward, use_reentrant=False, preserve_rng_state=True,
+context_fn=...)`` with the plan's per-op policy (:mod:`budget.eager.policy`). The replaced
+forward runs the original one unchanged when gradients are off (``torch.no_grad()``
+evaluation) or when the module is not in the training mode it was planned in.
+``unapply(model)`` puts every original forward back; applying again re-plans from the
+original model (what was applied is undone first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from ..config import config, validate_option
+from ..core.sizes import parse_budget
+from ..estimators import get_estimator
+from ..solvers import get_solver
+from .plan import EagerPlan, RegionChoice
+from .planner import plan_trace
+from .policy import RegionPolicy
+from .regions import ModuleSpec, select_candidates
+from .trace import default_loss, trace_step
+
+_STATE = "_budget_eager"  # attribute of a checkpointed module: what apply replaced
+_PLAN = "_budget_eager_plan"  # attribute of the model: the plan applied
+
+
+@dataclass
+class _Installed:
+    """What apply changed on one module, to undo it."""
+
+    had_forward: bool  # the instance had its own ``forward`` attribute before
+    original: Callable[..., Any]
+    policy: RegionPolicy
+
+
+def _step_of(
+    model: nn.Module,
+    loss_fn: Callable[[Any], torch.Tensor] | None,
+    step: Callable[..., Any] | None,
+) -> Callable[..., Any]:
+    if step is not None:
+        if loss_fn is not None:
+            raise ValueError("pass loss_fn= or step=, not both: step= computes the loss itself")
+        return step
+
+    def run(*args: Any, **kwargs: Any) -> torch.Tensor:
+        out = model(*args, **kwargs)
+        return loss_fn(out) if loss_fn is not None else default_loss(out)
+
+    return run
+
+
+def plan(
+    model: nn.Module,
+    *example_inputs: Any,
+    memory_budget: float | str | None = None,
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    step: Callable[..., Any] | None = None,
+    modules: Sequence[ModuleSpec] | ModuleSpec | None = None,
+    solver: str | None = None,
+    estimator: str | None = None,
+    time_limit: float | None = None,
+    **example_kwargs: Any,
+) -> EagerPlan:
+    """The eager plan for ``model``'s training step, without applying it.
+
+    The step is ``loss_fn(model(*example_inputs, **example_kwargs))`` (default loss: the
+    output itself when it is a scalar, else its ``loss``, as Hugging Face models return it
+    when given labels), or ``step(*example_inputs, **example_kwargs)`` when given (a
+    function that runs ``model`` and returns the loss).
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"budget.apply takes an nn.Module; got {type(model).__name__}")
+    if getattr(model, _PLAN, None) is not None:
+        raise ValueError(
+            "this model has a plan applied: budget.unapply(model) first, or call "
+            "budget.apply(model, ...) again (it re-plans from the original model)"
+        )
+    budget = parse_budget(
+        config.activation_memory_budget if memory_budget is None else memory_budget
+    )
+    solver_name = get_solver(solver or config.solver).name
+    estimator_spec = get_estimator(estimator or config.estimator).spec
+    limit = config.time_limit if time_limit is None else validate_option("time_limit", time_limit)
+    candidates = select_candidates(model, modules)
+    run = _step_of(model, loss_fn, step)
+    trace = trace_step(model, run, example_inputs, example_kwargs, candidates)
+    if not any(
+        v.meta["val"].requires_grad
+        for v in trace.inputs
+        if isinstance(v.meta.get("val"), torch.Tensor)
+    ):
+        raise ValueError(
+            "nothing in the step requires grad: budget.apply plans a training step "
+            "(parameters with requires_grad=True)"
+        )
+    excluded = {}
+    for r, region in enumerate(trace.regions):
+        if region.calls != 1:
+            why = (
+                "its forward did not run"
+                if region.calls == 0
+                else (f"its forward ran {region.calls} times in one step")
+            )
+            if modules is not None:
+                raise ValueError(
+                    f"modules=: {region.name or '(the model)'!r} cannot be checkpointed: {why} "
+                    "(a region is one call of a module's forward per step)"
+                )
+            excluded[r] = why
+    return plan_trace(
+        trace,
+        budget,
+        solver=solver_name,
+        estimator=estimator_spec,
+        time_limit=limit,
+        excluded=excluded,
+    )
+
+
+_make_plan = plan
+
+
+def apply(
+    model: nn.Module,
+    *example_inputs: Any,
+    memory_budget: float | str | None = None,
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    step: Callable[..., Any] | None = None,
+    modules: Sequence[ModuleSpec] | ModuleSpec | None = None,
+    solver: str | None = None,
+    estimator: str | None = None,
+    time_limit: float | None = None,
+    plan: EagerPlan | None = None,
+    **example_kwargs: Any,
+) -> EagerPlan:
+    """Plan ``model``'s training step and checkpoint it in place; returns the plan.
+
+    ``memory_budget`` is a fraction in [0, 1] of the saved activation memory eager
+    checkpointing can reach (1.0: nothing checkpointed; 0.0: the least memory with every
+    candidate module checkpointed), or a size (``"512MiB"``); default
+    ``budget.config.activation_memory_budget``. ``modules``: the candidate modules
+    (qualified names or classes; default: the blocks of the model's ModuleLists and
+    Sequentials). ``plan``: apply this plan (made for this model) instead of planning.
+    A model that has a plan applied is restored first (:func:`unapply`).
+    """
+    if plan is not None and example_inputs:
+        raise ValueError("pass example inputs to plan, or plan= to apply a plan, not both")
+    unapply(model)
+    if plan is None:
+        plan = _make_plan(
+            model,
+            *example_inputs,
+            memory_budget=memory_budget,
+            loss_fn=loss_fn,
+            step=step,
+            modules=modules,
+            solver=solver,
+            estimator=estimator,
+            time_limit=time_limit,
+            **example_kwargs,
+        )
+    install(model, plan)
+    return plan
+
+
+def install(model: nn.Module, plan: EagerPlan) -> None:
+    """Checkpoint the modules ``plan`` checkpoints, with its per-op policies."""
+    named = dict(model.named_modules())
+    chosen = [r for r in plan.regions if r.checkpoint]
+    missing = [r.module for r in chosen if r.module not in named]
+    if missing:
+        raise ValueError(
+            f"the plan checkpoints {', '.join(map(repr, missing))}, which "
+            f"{type(model).__name__} does not have: it was made for another model"
+        )
+    try:
+        for region in chosen:
+            _wrap(named[region.module], region, model.training)
+    except BaseException:
+        unapply(model)
+        raise
+    object.__setattr__(model, _PLAN, plan)
+
+
+def _wrap(module: nn.Module, region: RegionChoice, training: bool) -> None:
+    had = "forward" in module.__dict__
+    original = module.forward
+    policy = RegionPolicy(region)
+
+    def context_fn() -> tuple[Any, Any]:  # a plain function: dynamo drops bound methods' self
+        return policy.context_fn()
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled() or module.training != training:
+            return original(*args, **kwargs)
+        return checkpoint(
+            original,
+            *args,
+            use_reentrant=False,
+            preserve_rng_state=True,
+            context_fn=context_fn,
+            **kwargs,
+        )
+
+    object.__setattr__(module, "forward", forward)
+    object.__setattr__(module, _STATE, _Installed(had, original, policy))
+
+
+def unapply(model: nn.Module) -> bool:
+    """Restore every module ``budget.apply`` checkpointed; True when there was any."""
+    changed = False
+    for module in model.modules():
+        state = module.__dict__.get(_STATE)
+        if state is None:
+            continue
+        if state.had_forward:
+            object.__setattr__(module, "forward", state.original)
+        else:
+            del module.__dict__["forward"]
+        del module.__dict__[_STATE]
+        changed = True
+    if _PLAN in model.__dict__:
+        del model.__dict__[_PLAN]
+        changed = True
+    return changed
+
+
+def applied_plan(model: nn.Module) -> EagerPlan | None:
+    """The plan ``budget.apply`` applied to ``model``, or None."""
+    return model.__dict__.get(_PLAN)

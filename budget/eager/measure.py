@@ -1,0 +1,74 @@
+"""What an eager step keeps after its forward: the memory an eager plan is about.
+
+Checkpointing keeps tensors that autograd's saved-tensor hooks never see (the inputs of a
+checkpointed call, its RNG state, the values the selective policy caches), so the
+saved-tensors count of :func:`budget.compile.measure.saved_bytes` does not apply to it.
+:func:`retained_bytes` measures allocations instead: the bytes allocated during the
+forward and still alive when it returns, less the storages of what it returns (the loss).
+On CPU from torch.profiler's memory events (every allocation and free); on CUDA from
+``torch.cuda.memory_allocated``. Nothing else may run meanwhile.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..compile._torch_private import memory_events, tree_leaves
+from ..compile.measure import backward_flops
+
+
+@dataclass
+class Retained:
+    output: Any
+    retained_bytes: int  # alive after the forward, outputs excluded
+    backward_flops: int | None = None
+
+
+def _device(args: tuple, kwargs: dict[str, Any]) -> torch.device:
+    found = [t.device for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    return found[0] if found else torch.device("cpu")
+
+
+def _output_bytes(out: Any) -> int:
+    seen: dict[int, int] = {}
+    for t in tree_leaves(out):
+        if isinstance(t, torch.Tensor):
+            st = t.untyped_storage()
+            seen[st.data_ptr()] = st.nbytes()
+    return sum(seen.values())
+
+
+def retained_bytes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Retained:
+    """Run ``fn(*args, **kwargs)`` (a forward) and count the bytes it leaves allocated."""
+    gc.collect()
+    device = _device(args, kwargs)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        out = fn(*args, **kwargs)
+        torch.cuda.synchronize(device)
+        net = torch.cuda.memory_allocated(device) - before
+    elif device.type == "cpu":
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            out = fn(*args, **kwargs)
+        net = sum(nbytes for _, nbytes in memory_events(prof))
+    else:
+        raise ValueError(f"retained_bytes measures CPU and CUDA steps; got {device.type}")
+    return Retained(output=out, retained_bytes=int(net - _output_bytes(out)))
+
+
+def measure_eager(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Retained:
+    """Bytes the forward ``fn(*args, **kwargs)`` keeps, then the FLOPs of its backward
+    (its output, or the output's first tensor, is the loss)."""
+    m = retained_bytes(fn, *args, **kwargs)
+    out = m.output
+    loss = out if isinstance(out, torch.Tensor) else tree_leaves(out)[0]
+    m.backward_flops = backward_flops(loss)
+    return m

@@ -1,0 +1,89 @@
+"""``EagerPlan``: a Plan plus, per candidate module, whether it is checkpointed and how.
+
+An eager plan is a :class:`~budget.core.plan.Plan` (decisions per value, totals, provenance;
+``str(plan)`` prints the usual report) with one :class:`RegionChoice` per candidate module:
+whether its forward is checkpointed and, when it is, the selective-checkpoint policy of
+each of its op calls, in call order (``save``: cached in forward; ``recompute``: run again
+in backward, or not at all after the region's last saved tensor). The op names are kept
+so that applying a plan checks each call against the op it was planned for. It round-trips
+through JSON like a Plan (``plan.to_json()``, ``EagerPlan.from_json(text)``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+from ..core.plan import Plan
+
+Policy = Literal["save", "recompute"]
+
+
+@dataclass
+class RegionChoice:
+    """What the plan does with one candidate module."""
+
+    module: str  # qualified name in the model ("blocks.0"; "" for the model itself)
+    path: str  # as ModTracker names it ("GPT.blocks.0")
+    checkpoint: bool
+    ops: list[str] = field(default_factory=list)  # op overloads, in call order
+    policy: list[Policy] = field(default_factory=list)  # one per op
+    saved_bytes: int = 0  # bytes its cached values keep (with its inputs and RNG state)
+    recompute_cost: float = 0.0  # in the plan's cost unit
+    recompute_flops: float = 0.0
+    reason: str = ""  # why it is not a region ("" when it is one)
+
+    @property
+    def saved_ops(self) -> int:
+        return sum(p == "save" for p in self.policy)
+
+    @property
+    def recomputed_ops(self) -> int:
+        return sum(p == "recompute" for p in self.policy)
+
+
+@dataclass
+class EagerPlan(Plan):
+    """A plan for eager selective checkpointing (``budget.apply``)."""
+
+    regions: list[RegionChoice] = field(default_factory=list)
+
+    @property
+    def checkpointed(self) -> list[str]:
+        """Qualified names of the modules whose forward is checkpointed."""
+        return [r.module for r in self.regions if r.checkpoint]
+
+    def region(self, module: str) -> RegionChoice:
+        for r in self.regions:
+            if r.module == module:
+                return r
+        raise KeyError(
+            f"no region {module!r}; regions: {', '.join(r.module for r in self.regions)}"
+        )
+
+    @classmethod
+    def from_dict(cls, data: Any) -> EagerPlan:
+        if not isinstance(data, dict) or "regions" not in data:
+            raise ValueError("not an eager plan: no 'regions' field (budget.apply makes them)")
+        data = dict(data)
+        try:
+            regions = [RegionChoice(**r) for r in data.pop("regions")]
+        except TypeError as e:
+            raise ValueError(f"not an eager plan: {e}") from None
+        base = Plan.from_dict(data)
+        return cls(**{f.name: getattr(base, f.name) for f in fields(Plan)}, regions=regions)
+
+    @classmethod
+    def from_json(cls, text: str) -> EagerPlan:
+        import json
+
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"not a budget plan: invalid JSON ({e})") from None
+        return cls.from_dict(data)
+
+    def __str__(self) -> str:
+        from .report import eager_report
+
+        return eager_report(self)

@@ -1,0 +1,217 @@
+"""Trace + budget -> EagerPlan: which regions to checkpoint, and each op's policy inside.
+
+Budget semantics are those of the compiled path (DESIGN.md), for what eager keeps:
+
+- fraction 1.0: nothing checkpointed, the model as it is (``max_bytes``: what autograd
+  keeps when nothing is checkpointed);
+- fraction 0.0: the fewest bytes with every candidate region checkpointed (``min_bytes``);
+- fraction b: target ``min + b * (max - min)``; a size: that target (below ``min_bytes``
+  a :class:`~budget.errors.BudgetTooSmallError` naming it).
+
+Whether a region is checkpointed changes what the problem is (:mod:`budget.eager.problem`),
+so the region choice sits outside the solver: every candidate region is checkpointed and
+the problem solved exactly by the configured solver; then, region by region, a region whose
+plan recomputes nothing that costs anything is tried without checkpointing (autograd then
+keeps what it saves there, and the solver re-plans the rest at the same target), and kept
+so when the step's recompute cost does not grow. Each plan is an exact optimum for its
+set of checkpointed regions; over sets of regions the search is greedy.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.fx as fx
+
+from ..core.plan import Plan
+from ..core.planner import make_plan
+from ..core.problem import Problem
+from ..core.sizes import MemoryBudget, format_bytes
+from ..errors import BudgetTooSmallError, InfeasibleError
+from ..estimators import get_estimator
+from ..solvers import Solution, get_solver
+from .plan import EagerPlan, RegionChoice
+from .problem import CostCache, _cacheable, build_problem
+from .trace import Trace
+
+_EPS = 1e-12
+
+
+def _forced(problem: Problem) -> list[int]:
+    """The plan of a problem where nothing is recomputed: every needed value saved."""
+    return np.flatnonzero(problem.needed & ~problem.is_input).tolist()
+
+
+def plan_trace(
+    trace: Trace,
+    budget: MemoryBudget,
+    *,
+    solver: str,
+    estimator: str,
+    time_limit: float,
+    excluded: dict[int, str] | None = None,
+) -> EagerPlan:
+    """The eager plan of ``trace`` at ``budget``; ``excluded``: regions that may not be
+    checkpointed, and why."""
+    start = time.perf_counter()
+    excluded = dict(excluded or {})
+    costs = CostCache(get_estimator(estimator))
+    backend = get_solver(solver)
+    usable = [r for r in range(len(trace.regions)) if r not in excluded]
+
+    plain, plain_nodes = build_problem(trace, (), costs)
+    plain_saved = _forced(plain)
+    max_bytes = plain.saved_bytes(plain_saved)
+    t_estimate = time.perf_counter() - start
+    if usable:
+        full, _ = build_problem(trace, usable, costs)
+        low = backend.solve(full, None, minimize="bytes", time_limit=time_limit)
+        min_bytes = min(int(low.objective), max_bytes)
+    else:
+        min_bytes = max_bytes
+    if budget.fraction is not None:
+        target = min_bytes + math.floor(budget.fraction * max(0, max_bytes - min_bytes))
+    else:
+        target = int(budget.nbytes or 0)
+        if target < min_bytes:
+            raise BudgetTooSmallError(
+                f"memory budget {budget} ({target} bytes) is below the smallest reachable "
+                f"saved activation memory of this step with eager checkpointing of "
+                f"{len(usable)} module(s): {format_bytes(min_bytes)} ({min_bytes} bytes)",
+                min_bytes=min_bytes,
+            )
+    spec = getattr(costs.estimator, "spec", costs.estimator.name)
+    common = {
+        "budget": budget,
+        "target_bytes": target,
+        "min_bytes": min_bytes,
+        "max_bytes": max_bytes,
+        "estimator": spec,
+    }
+    if target >= max_bytes or not usable:
+        status = "reference" if budget.fraction == 1.0 else "optimal"
+        timings = {"estimate": t_estimate, "solve": time.perf_counter() - start - t_estimate}
+        plan = make_plan(
+            plain, plain_saved, status=status, gap=0.0, solver="none", timings=timings, **common
+        )
+        return _eager_plan(plan, trace, plain, plain_nodes, (), excluded)
+
+    checkpointed = list(usable)
+    best = _solve(trace, checkpointed, costs, backend, target, time_limit)
+    assert best is not None  # every region checkpointed reaches min_bytes <= target
+    for r in list(checkpointed):
+        problem, _nodes, sol = best
+        if _region_cost(problem, nodes_of(best), sol.saved, trace, r) > _EPS:
+            continue
+        trial = [x for x in checkpointed if x != r]
+        found = _solve(trace, trial, costs, backend, target, time_limit)
+        if found is not None and found[2].objective <= sol.objective * (1 + 1e-9) + _EPS:
+            checkpointed, best = trial, found
+    problem, nodes, sol = best
+    timings = {"estimate": t_estimate, "solve": time.perf_counter() - start - t_estimate}
+    plan = make_plan(
+        problem,
+        sol.saved,
+        status=sol.status,
+        gap=sol.gap,
+        solver=backend.name,
+        timings=timings,
+        **common,
+    )
+    return _eager_plan(plan, trace, problem, nodes, checkpointed, excluded)
+
+
+def _solve(
+    trace: Trace,
+    checkpointed: Sequence[int],
+    costs: CostCache,
+    backend: object,
+    target: int,
+    time_limit: float,
+) -> tuple[Problem, list[fx.Node | None], Solution] | None:
+    problem, nodes = build_problem(trace, checkpointed, costs)
+    try:
+        sol = backend.solve(problem, target, minimize="cost", time_limit=time_limit)  # type: ignore[attr-defined]
+    except InfeasibleError:
+        return None
+    return problem, nodes, sol
+
+
+def _region_cost(
+    problem: Problem, nodes: list[fx.Node | None], saved: Sequence[int], trace: Trace, r: int
+) -> float:
+    """The recompute cost the plan ``saved`` pays inside region ``r``."""
+    closure = problem.recompute_closure(saved)
+    return float(
+        sum(
+            problem.cost[v]
+            for v in closure
+            if (n := nodes[v]) is not None and trace.region_of.get(_op(n)) == r
+        )
+    )
+
+
+def nodes_of(found: tuple[Problem, list[fx.Node | None], Solution]) -> list[fx.Node | None]:
+    return found[1]
+
+
+def _eager_plan(
+    plan: Plan,
+    trace: Trace,
+    problem: Problem,
+    nodes: list[fx.Node | None],
+    checkpointed: Sequence[int],
+    excluded: dict[int, str],
+) -> EagerPlan:
+    """``plan`` with its per-region choices: the policy of each op call of each
+    checkpointed region, from the values the plan saves."""
+    plan.compiler, plan.torch_version = "eager-checkpoint", torch.__version__
+    saved_nodes = {nodes[d] for d in _indices(problem, plan.saved)}
+    by_name = {d.name: d for d in plan.decisions}
+    region_by_name = {
+        n.name: trace.region_of.get(_op(n))
+        for n in nodes
+        if n is not None and n.op != "placeholder"
+    }
+    regions = []
+    for r, region in enumerate(trace.regions):
+        if r not in checkpointed:
+            regions.append(
+                RegionChoice(region.name, region.path, False, reason=excluded.get(r, ""))
+            )
+            continue
+        policy = []
+        for op in region.nodes:
+            values = trace.outputs_of(op)
+            cache = any(v in saved_nodes for v in values) and _cacheable(op, trace)[0]
+            policy.append("save" if cache else "recompute")
+        mine = [d for d in plan.decisions if region_by_name.get(d.name) == r]
+        rng = by_name.get(f"rng_state_{r}")
+        regions.append(
+            RegionChoice(
+                module=region.name,
+                path=region.path,
+                checkpoint=True,
+                ops=list(region.ops),
+                policy=policy,  # type: ignore[arg-type]
+                saved_bytes=sum(d.bytes for d in mine if d.decision == "save")
+                + (rng.bytes if rng else 0),
+                recompute_cost=sum(d.cost for d in mine if d.decision == "recompute"),
+                recompute_flops=sum(d.flops for d in mine if d.decision == "recompute"),
+            )
+        )
+    return EagerPlan(**{k: getattr(plan, k) for k in plan.__dataclass_fields__}, regions=regions)
+
+
+def _indices(problem: Problem, names: Sequence[str]) -> list[int]:
+    where = {n: i for i, n in enumerate(problem.names)}
+    return [where[n] for n in names if n in where]
+
+
+def _op(node: fx.Node) -> fx.Node:
+    return node.args[0] if node.target is operator.getitem else node  # type: ignore[return-value]

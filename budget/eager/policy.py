@@ -1,0 +1,101 @@
+"""A region's selective-checkpoint policy, taken from a plan, for ``torch.utils.checkpoint``.
+
+torch asks the policy about every op call of a checkpointed forward, in call order, at the
+dispatch level (the calls :mod:`budget.eager.trace` recorded). :class:`RegionPolicy` answers
+from the plan's :class:`~budget.eager.plan.RegionChoice`: the k-th call gets the k-th
+choice (``MUST_SAVE`` or ``PREFER_RECOMPUTE``), after checking that it is the op the plan
+was made for. Any other op, or one call too many, raises
+:class:`~budget.errors.PlanMismatchError` naming the region, the call and both ops: a
+plan is never applied to calls it was not made for. Each forward starts counting afresh
+(``context_fn`` is called once per checkpointed call), so nothing carries over from a step
+that raised.
+
+Under ``torch.compile`` (AOTAutograd traces the region with its own, functionalized ops)
+the calls differ from eager's; there the plan's cached ops are matched by op and
+occurrence (the j-th ``addmm`` of the region) and tagged ``MUST_SAVE``, everything else
+``PREFER_RECOMPUTE``: the tags reach the compiled partitioner, which honours them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from torch.utils.checkpoint import (
+    CheckpointPolicy,
+    SelectiveCheckpointContext,
+    create_selective_checkpoint_contexts,
+)
+
+from ..compile import _torch_private as T
+from ..errors import PlanMismatchError
+from .plan import RegionChoice
+
+
+class RegionPolicy:
+    """The plan's policy for one checkpointed module; ``context_fn`` for checkpoint()."""
+
+    def __init__(self, choice: RegionChoice) -> None:
+        if len(choice.ops) != len(choice.policy):
+            raise ValueError(
+                f"region {choice.module!r}: {len(choice.ops)} ops but {len(choice.policy)} "
+                "policies in the plan"
+            )
+        self.choice = choice
+        self.ops = tuple(choice.ops)
+        self.save = tuple(p == "save" for p in choice.policy)
+        seen: Counter[str] = Counter()
+        self.by_occurrence: dict[tuple[str, int], bool] = {}
+        for op, save in zip(self.ops, self.save, strict=True):
+            self.by_occurrence[(op, seen[op])] = save
+            seen[op] += 1
+        self.calls = 0  # checkpointed forwards run with this policy (eager and compiled)
+
+    def context_fn(self) -> tuple[Any, Any]:
+        """A fresh pair of selective-checkpoint contexts for one checkpointed call."""
+        self.calls += 1
+        # torch's own check of cached values (their version counter) also fires for the
+        # output of every in-place op, whose counter goes up after the op returns: the
+        # plan never caches a value that is written after it is cached (trace), so the
+        # check is off and in-place ops (BatchNorm's num_batches_tracked.add_) can be cached.
+        return create_selective_checkpoint_contexts(_Pass(self), allow_cache_entry_mutation=True)
+
+
+def _tracing(func: Any, args: tuple, kwargs: dict) -> bool:
+    """True while torch.compile traces the region (AOTAutograd's passes run it on fake or
+    functional tensors, some without the proxy mode torch's own test looks for)."""
+    if T.sac_is_compiling(func, args, kwargs):
+        return True
+    kinds = (T.FakeTensor, T.FunctionalTensor)
+    return any(isinstance(t, kinds) for t in T.tree_leaves((args, kwargs)))
+
+
+class _Pass:
+    """The policy function of one forward: counts its op calls."""
+
+    def __init__(self, policy: RegionPolicy) -> None:
+        self.policy = policy
+        self.index = 0
+        self.seen: Counter[str] = Counter()
+
+    def __call__(
+        self, ctx: SelectiveCheckpointContext, func: Any, *args: Any, **kwargs: Any
+    ) -> CheckpointPolicy:
+        p = self.policy
+        name = str(func)
+        if _tracing(func, args, kwargs):
+            k = self.seen[name]
+            self.seen[name] += 1
+            save = p.by_occurrence.get((name, k), False)
+            return CheckpointPolicy.MUST_SAVE if save else CheckpointPolicy.PREFER_RECOMPUTE
+        k = self.index
+        self.index += 1
+        if k >= len(p.ops) or p.ops[k] != name:
+            planned = p.ops[k] if k < len(p.ops) else f"the end of the region ({len(p.ops)} calls)"
+            raise PlanMismatchError(
+                f"budget.apply: module {p.choice.module or '(the model)'!r} ran {name} as op "
+                f"call {k}, but its plan has {planned} there: the forward is not the one that "
+                "was planned (other shapes taking another path, a changed model, or another "
+                "training mode); plan it again with budget.apply"
+            )
+        return CheckpointPolicy.MUST_SAVE if p.save[k] else CheckpointPolicy.PREFER_RECOMPUTE

@@ -1,0 +1,282 @@
+"""A traced eager step -> :class:`~budget.core.problem.Problem`, for a set of checkpointed regions.
+
+What eager autograd keeps for the backward is fixed by where checkpointing applies, so the
+problem is built for a set ``checkpointed`` of candidate regions (indices into
+``trace.regions``):
+
+- outside checkpointed regions autograd keeps what it saves, as it is: those values are
+  needed and cannot be recomputed (nothing there is recomputed);
+- a checkpointed region keeps the tensors it was given (its inputs), the RNG state it
+  restores (``preserve_rng_state``; a node of its own, priced at the state's size on CPU
+  and at 0 on an accelerator) and what the selective-checkpoint policy caches; its
+  autograd saves are dropped and rebuilt in backward by running the region again up to
+  its last save (torch's early stop). Every op call up to there is either cached (save) or
+  run again (recompute): all of them are needed, and their recompute cost is what eager
+  pays;
+- an op with several outputs is cached whole: its outputs share one storage group, so
+  saving any of them counts them all;
+- in a checkpointed region, random ops are always recomputed (the restored RNG state
+  replays their draws; a cached random op would shift the draws of the random ops after
+  it), values written in place later are never cached (torch refuses to return a mutated
+  cache entry), and ops that write a tensor from outside the region, or that update
+  BatchNorm running statistics, are never recomputed (the write would happen twice).
+
+Counted this way, a plan's saved bytes are the bytes the eager step keeps alive after its
+forward (the loss aside), which is what :func:`budget.eager.measure.retained_bytes` measures.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Collection
+
+import torch
+import torch.fx as fx
+from torch.utils.checkpoint import SAC_IGNORED_OPS
+
+from ..compile.graph import graph_hash
+from ..core.problem import Problem
+from ..estimators import Estimator, NodeCost
+from ..estimators.ops import forbidden_recompute, is_mutating, is_random
+from ..estimators.values import storage_of
+from .trace import Trace
+
+_aten = torch.ops.aten
+# Ops that update BatchNorm running statistics in place without saying so in their schema.
+_RUNNING_STATS = {
+    _aten.native_batch_norm.default: 5,  # training flag position
+    _aten.cudnn_batch_norm.default: 5,
+    _aten.miopen_batch_norm.default: 5,
+}
+
+RNG_OP = "checkpoint.rng_state"
+
+
+def _updates_running_stats(node: fx.Node) -> bool:
+    pos = _RUNNING_STATS.get(node.target)  # type: ignore[call-overload]
+    if pos is None:
+        return False
+    has_stats = len(node.args) > 3 and node.args[3] is not None
+    return bool(has_stats and len(node.args) > pos and node.args[pos])
+
+
+class CostCache:
+    """Each node priced once, whatever set of regions a problem is built for."""
+
+    def __init__(self, estimator: Estimator) -> None:
+        self.estimator = estimator
+        self.costs: dict[fx.Node, NodeCost] = {}
+
+    def __call__(self, node: fx.Node) -> NodeCost:
+        if node not in self.costs:
+            self.costs[node] = self.estimator.estimate(node)
+        return self.costs[node]
+
+
+def build_problem(
+    trace: Trace, checkpointed: Collection[int], costs: CostCache
+) -> tuple[Problem, list[fx.Node | None]]:
+    """The Problem of ``trace`` with the regions ``checkpointed`` checkpointed, and the fx
+    node behind each problem index (None for the RNG-state nodes)."""
+    ckpt = set(checkpointed)
+    regions = trace.regions
+    # ---- what is kept whatever the plan: saves outside checkpointed regions, region inputs
+    held: set[fx.Node] = set()
+    for value, region, _count in trace.saves:
+        if region is None or region not in ckpt:
+            held.add(value)
+    for r in ckpt:
+        held.update(regions[r].args)
+
+    # ---- values of checkpointed regions up to their last save: cached or run again
+    def region_of(node: fx.Node) -> int | None:
+        op = node.args[0] if node.target is operator.getitem else node
+        return trace.region_of.get(op)  # type: ignore[arg-type]
+
+    def op_of(node: fx.Node) -> fx.Node:
+        return node.args[0] if node.target is operator.getitem else node  # type: ignore[return-value]
+
+    def in_prefix(node: fx.Node) -> bool:
+        r = region_of(node)
+        if r is None or r not in ckpt:
+            return False
+        last = regions[r].last_save
+        return last is not None and trace.order[op_of(node)] < last
+
+    values = [n for n in trace.graph.nodes if n.op == "call_function"]
+    nodes: list[fx.Node | None] = [*trace.inputs, *values]
+    index = {n: i for i, n in enumerate(nodes) if n is not None}
+
+    # ---- storages: per real storage; an op with several outputs in a checkpointed region
+    # is cached whole, so its new output storages form one group
+    group: dict[int, int] = {}
+    for op in trace.ops:
+        outs = op.meta.get("val")
+        r = trace.region_of.get(op)
+        if not isinstance(outs, (tuple, list)) or r is None or r not in ckpt:
+            continue
+        ins = {storage_of(a.meta.get("val")) for a in op.all_input_nodes}
+        keys = [st[0] for o in outs if (st := storage_of(o)) is not None and st not in ins]
+        for k in keys[1:]:
+            group[k] = keys[0]
+    made = set(trace.constants)
+    free = {
+        st[0]
+        for n in trace.inputs
+        if n not in made and (st := storage_of(n.meta.get("val"))) is not None
+    }
+    storage_id: dict[int, int] = {}
+    storage_bytes: list[int] = []
+    counted: set[int] = set()
+
+    def storage(val: object) -> int:
+        st = storage_of(val)
+        if st is None:
+            return -1
+        key = group.get(st[0], st[0])
+        if key not in storage_id:
+            storage_id[key] = len(storage_bytes)
+            storage_bytes.append(0)
+        if st[0] not in free and st[0] not in counted:
+            counted.add(st[0])
+            storage_bytes[storage_id[key]] += st[1]
+        return storage_id[key]
+
+    names, ops, modules, reason = [], [], [], []
+    is_input, needed, can_save, can_recompute = [], [], [], []
+    store, cost, flops, moved, notes = [], [], [], [], []
+    for n in nodes:
+        assert n is not None
+        val = n.meta.get("val")
+        names.append(n.name)
+        store.append(storage(val))
+        if n in made:  # made by the step without an op: kept when saved, never recomputed
+            ops.append("constant")
+            modules.append("")
+            is_input.append(False)
+            needed.append(n in held)
+            can_save.append(True)
+            can_recompute.append(False)
+            reason.append("made outside the dispatcher (no op to run again)")
+            cost.append(0.0)
+            flops.append(0.0)
+            moved.append(0.0)
+            notes.append("")
+            continue
+        if n.op == "placeholder":
+            ops.append("placeholder")
+            modules.append("")
+            is_input.append(True)
+            needed.append(n in held)
+            can_save.append(True)
+            can_recompute.append(False)
+            reason.append("graph input")
+            cost.append(0.0)
+            flops.append(0.0)
+            moved.append(0.0)
+            notes.append("")
+            continue
+        op = op_of(n)
+        r = region_of(n)
+        ops.append(str(n.target) if n.target is not operator.getitem else "getitem")
+        modules.append(trace.module_of.get(op, ""))
+        is_input.append(False)
+        is_tensor = isinstance(val, torch.Tensor)
+        # an op with several outputs is needed through its getitems (it holds no tensor)
+        prefix = in_prefix(n) and not isinstance(val, (tuple, list))
+        needed.append(n in held or prefix)
+        save_ok, why_not_save = is_tensor, "" if is_tensor else "not a tensor"
+        if r is not None and r in ckpt:
+            why_not = _why_not_recompute(n, op, trace, r)
+            if n in held:
+                why_not = why_not or "kept anyway (a region input, or saved outside a region)"
+            if save_ok and n not in held:
+                save_ok, why_not_save = _cacheable(op, trace)
+        else:
+            why_not = "outside checkpointed regions: autograd keeps what it saves"
+        can_save.append(save_ok)
+        can_recompute.append(not why_not)
+        reason.append(why_not or why_not_save)
+        est = costs(n) if n.target is not operator.getitem else NodeCost(0.0)
+        cost.append(est.cost)
+        flops.append(est.flops)
+        moved.append(est.bytes_moved)
+        notes.append(est.note)
+    # ---- one node per checkpointed region call: the RNG state it keeps
+    for r in sorted(ckpt):
+        nodes.append(None)
+        names.append(f"rng_state_{r}")
+        ops.append(RNG_OP)
+        modules.append(regions[r].path)
+        is_input.append(False)
+        needed.append(True)
+        can_save.append(True)
+        can_recompute.append(False)
+        reason.append("checkpointing keeps the RNG state to replay random ops")
+        store.append(len(storage_bytes))
+        storage_bytes.append(trace.rng_state_bytes)
+        cost.append(0.0)
+        flops.append(0.0)
+        moved.append(0.0)
+        notes.append("")
+    edges = [(index[a], index[n]) for n in values for a in n.all_input_nodes if a in index]
+    problem = Problem(
+        names=names,
+        ops=ops,
+        is_input=is_input,
+        needed=needed,
+        can_save=can_save,
+        can_recompute=can_recompute,
+        storage=store,
+        storage_bytes=storage_bytes,
+        cost=cost,
+        flops=flops,
+        edges=edges,
+        cost_unit=costs.estimator.unit,
+        moved=moved,
+        cost_notes=notes,
+        modules=modules,
+        reason=reason,
+        graph_hash=graph_hash(trace.graph),
+    )
+    return problem, nodes
+
+
+def _cacheable(op: fx.Node, trace: Trace) -> tuple[bool, str]:
+    """Whether the selective-checkpoint policy may cache ``op``'s outputs, and why not."""
+    if op.target in SAC_IGNORED_OPS:
+        return False, "checkpointing never caches this op"
+    if op in trace.mutated_after:
+        return False, "written in place later (a cache entry must not change)"
+    if is_random(op):
+        return False, "random: recomputed with the forward's RNG state"
+    return True, ""
+
+
+def _why_not_recompute(node: fx.Node, op: fx.Node, trace: Trace, region: int) -> str:
+    """Why ``node`` (of op ``op``, in checkpointed ``region``) must not be run again."""
+    if _updates_running_stats(op):
+        return "updates BatchNorm running statistics"
+    if is_mutating(op):
+        for a in op.all_input_nodes:
+            src = a.args[0] if a.target is operator.getitem else a
+            outside = a.op == "placeholder" or trace.region_of.get(src) != region  # type: ignore[arg-type]
+            if outside and _writes(op, a):
+                return "writes in place to a tensor from outside the region"
+        return ""
+    if is_random(op):
+        return ""  # the restored RNG state replays it
+    return forbidden_recompute(op)
+
+
+def _writes(op: fx.Node, value: fx.Node) -> bool:
+    schema = getattr(op.target, "_schema", None)
+    if schema is None:
+        return True
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        given = op.args[i] if i < len(op.args) else op.kwargs.get(arg.name)
+        if given is value or (isinstance(given, (list, tuple)) and value in given):
+            return True
+    return False

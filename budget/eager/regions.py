@@ -1,0 +1,126 @@
+"""Which modules may be checkpointed: the candidate regions of eager checkpointing.
+
+Eager checkpointing recomputes only inside a checkpointed module's forward; everything
+else autograd keeps as usual. The default candidates are the repeated blocks of a model,
+found in its ``nn.ModuleList`` and ``nn.Sequential`` containers:
+
+- a container of modules with children of their own (transformer layers, residual
+  blocks): each of its entries is a candidate;
+- a container of two leaf modules or more (``Linear, GELU, Linear, ...``): the container;
+
+outermost first: nothing inside a candidate is a candidate too. ``modules=`` overrides the
+default with qualified names (``"blocks.0"``, ``"transformer.h.3"``) or module classes
+(``GPT2Block``: every outermost module of that class). A name that is no module, a class
+nothing is an instance of, or candidates inside one another are a ValueError that names
+what there is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from torch import nn
+
+ModuleSpec = str | type
+
+
+def default_candidates(model: nn.Module) -> dict[str, nn.Module]:
+    """The default candidate regions of ``model``, by qualified name, in module order."""
+    found: dict[str, nn.Module] = {}
+
+    def visit(name: str, module: nn.Module) -> None:
+        for child_name, child in module.named_children():
+            qualified = f"{name}.{child_name}" if name else child_name
+            if isinstance(child, (nn.ModuleList, nn.Sequential)) and len(child) >= 1:
+                entries = list(child.named_children())
+                if all(not list(c.children()) for _, c in entries):
+                    if len(entries) >= 2:
+                        found[qualified] = child
+                        continue
+                else:
+                    for entry_name, entry in entries:
+                        found[f"{qualified}.{entry_name}"] = entry
+                    continue
+            visit(qualified, child)
+
+    visit("", model)
+    return found
+
+
+def select_candidates(
+    model: nn.Module, modules: Sequence[ModuleSpec] | ModuleSpec | None = None
+) -> dict[str, nn.Module]:
+    """The candidate regions: ``modules`` (names or classes) or the default ones."""
+    if modules is None:
+        found = default_candidates(model)
+        if not found:
+            raise ValueError(
+                f"{type(model).__name__} has no blocks to checkpoint (no ModuleList or "
+                "Sequential of blocks or layers): name the modules to consider with "
+                f"modules=[...]; its modules: {_some_names(model)}"
+            )
+        return found
+    specs = [modules] if isinstance(modules, (str, type)) else list(modules)
+    if not specs:
+        raise ValueError("modules= names no module: give names or module classes, or None")
+    named = dict(model.named_modules())
+    found = {}
+    for spec in specs:
+        if isinstance(spec, str):
+            if spec not in named:
+                raise ValueError(
+                    f"modules=: {type(model).__name__} has no module {spec!r}; default "
+                    f"candidates: {_names(default_candidates(model))}; its modules: "
+                    f"{_some_names(model)}"
+                )
+            found[spec] = named[spec]
+        elif isinstance(spec, type) and issubclass(spec, nn.Module):
+            matches = {n: m for n, m in named.items() if isinstance(m, spec)}
+            if not matches:
+                raise ValueError(
+                    f"modules=: no module of {type(model).__name__} is a {spec.__name__}; "
+                    f"default candidates: {_names(default_candidates(model))}"
+                )
+            found.update(_outermost(matches))
+        else:
+            raise ValueError(
+                f"modules= takes qualified module names (str) or nn.Module classes; got {spec!r}"
+            )
+    order = {n: i for i, n in enumerate(named)}
+    found = dict(sorted(found.items(), key=lambda kv: order[kv[0]]))
+    _check_disjoint(found)
+    return found
+
+
+def _outermost(matches: dict[str, nn.Module]) -> dict[str, nn.Module]:
+    names = list(matches)
+    return {
+        n: matches[n] for n in names if not any(_inside(n, other) for other in names if other != n)
+    }
+
+
+def _inside(name: str, outer: str) -> bool:
+    return outer == "" or name.startswith(outer + ".")
+
+
+def _check_disjoint(found: dict[str, nn.Module]) -> None:
+    names = list(found)
+    for n in names:
+        for other in names:
+            if n != other and _inside(n, other):
+                raise ValueError(
+                    f"modules=: {n!r} is inside {other or '(the model)'!r}: checkpointed "
+                    "modules cannot nest; name one of them"
+                )
+
+
+def _names(found: Iterable[str]) -> str:
+    names = list(found)
+    if not names:
+        return "(none)"
+    shown = ", ".join(repr(n) for n in names[:8])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > 8 else "")
+
+
+def _some_names(model: nn.Module) -> str:
+    return _names(n for n, _ in model.named_modules() if n)

@@ -1,0 +1,356 @@
+"""Trace an eager training step on fake tensors: the ops selective checkpointing sees.
+
+Eager checkpointing (``torch.utils.checkpoint`` with ``create_selective_checkpoint_contexts``)
+decides per op call, at the dispatch level below autograd: the aten ops a
+``TorchDispatchMode`` sees, with composite ops already decomposed and no compiler
+decompositions or functionalization. This module records exactly those calls, once, with
+the model's parameters, buffers and inputs swapped for fake tensors (nothing is computed,
+no buffer changes, the caller's RNG is untouched):
+
+- every op call becomes an fx node (``meta["val"]``: its fake outputs), so the estimators
+  price it as they price a compiled graph's node; a call with several tensor outputs gets a
+  ``getitem`` node per output;
+- each node knows its module (``GPT.blocks.0.attn``, as ModTracker names it), the candidate
+  region (a module whose forward may be checkpointed) it ran in, and its position among the
+  region's op calls that the selective-checkpoint policy is asked about;
+- every tensor autograd saves for the backward is recorded with the number of op calls made
+  when it was saved: checkpointing recomputes a region only up to its last save (early
+  stop), and the saves outside checkpointed regions are what autograd keeps as is;
+- every region call records the tensors it was given (checkpointing keeps them).
+
+The result is pure data over one fx graph; :mod:`budget.eager.problem` turns it into a
+Problem for a choice of checkpointed regions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch import nn
+from torch.utils.checkpoint import SAC_IGNORED_OPS
+
+from ..compile import _torch_private as T
+from ..estimators.values import storage_of
+
+
+@dataclass
+class Region:
+    """One candidate region: a module whose forward checkpointing may wrap."""
+
+    name: str  # qualified name in the model ("blocks.0"; "" for the model itself)
+    path: str  # as ModTracker names it ("GPT.blocks.0")
+    calls: int = 0  # times its forward ran in the traced step
+    ops: list[str] = field(default_factory=list)  # the op calls the policy is asked about
+    nodes: list[fx.Node] = field(default_factory=list)  # the op node behind each of ``ops``
+    start: int = 0  # op count when the region started
+    end: int = 0  # op count when it returned
+    last_save: int | None = None  # op count at its last autograd save (recompute stops there)
+    args: list[fx.Node] = field(default_factory=list)  # tensors it was given
+
+
+@dataclass
+class Trace:
+    """One traced step: its graph and what checkpointing needs to know about each node."""
+
+    graph: fx.Graph
+    inputs: list[fx.Node]  # placeholders: parameters, buffers, user inputs, constants
+    constants: list[fx.Node]  # the placeholders the step itself made (activations)
+    ops: list[fx.Node]  # op nodes, in call order (getitems not included)
+    regions: list[Region]
+    order: dict[fx.Node, int]  # op node -> its position in the call order
+    region_of: dict[fx.Node, int]  # op node -> the region it ran in (absent outside)
+    module_of: dict[fx.Node, str]  # op node -> module path
+    saves: list[tuple[fx.Node, int | None, int]]  # (value saved, saving region, op count)
+    mutated_after: dict[fx.Node, int]  # op node -> last op that writes its output's storage
+    rng_state_bytes: int  # bytes of the RNG state checkpointing keeps per region call
+    device: torch.device
+
+    def outputs_of(self, node: fx.Node) -> list[fx.Node]:
+        """The value nodes of an op: itself, or its getitems when it has several outputs."""
+        items = [u for u in node.users if u.target is operator.getitem]
+        return items if isinstance(node.meta.get("val"), (tuple, list)) else [node]
+
+
+class _Recorder(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
+    """Records each op call into an fx graph (under a FakeTensorMode below it)."""
+
+    def __init__(self, tracer: _Tracer) -> None:
+        super().__init__()
+        self.tracer = tracer
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        self.tracer.record(func, args, kwargs, out)
+        return out
+
+
+class _Tracer:
+    def __init__(self, regions: dict[nn.Module, Region], root_name: str) -> None:
+        self.graph = fx.Graph()
+        self.regions = regions
+        self.root_name = root_name
+        self.node_of: dict[int, fx.Node] = {}  # id(tensor) -> node
+        self.by_storage: dict[int, fx.Node] = {}  # storage key -> latest node writing it
+        self.keep: list[Any] = []  # the tensors behind node_of's ids, kept alive
+        self.inputs: list[fx.Node] = []
+        self.constants: list[fx.Node] = []  # made in the step outside the dispatcher
+        self.ops: list[fx.Node] = []
+        self.order: dict[fx.Node, int] = {}
+        self.region_of: dict[fx.Node, int] = {}
+        self.module_of: dict[fx.Node, str] = {}
+        self.saves: list[tuple[fx.Node, int | None, int]] = []
+        self.mutated_after: dict[fx.Node, int] = {}
+        self.producers: dict[int, list[fx.Node]] = {}  # storage key -> ops whose output has it
+        self.module_stack: list[str] = []
+        self.region: int | None = None
+        self.region_list = list(regions.values())
+
+    # ---- values -----------------------------------------------------------------------------
+
+    def _remember(self, t: torch.Tensor, node: fx.Node) -> None:
+        self.node_of[id(t)] = node
+        self.keep.append(t)
+        st = storage_of(t)
+        if st is not None:
+            self.by_storage[st[0]] = node
+
+    def placeholder(self, name: str, t: torch.Tensor) -> fx.Node:
+        node = self.graph.placeholder(name.replace(".", "_"))
+        node.meta["val"] = t
+        self.inputs.append(node)
+        self._remember(t, node)
+        return node
+
+    def node_for(self, t: torch.Tensor) -> fx.Node:
+        """The node that made ``t``: by identity, else a new constant placeholder."""
+        node = self.node_of.get(id(t))
+        if node is None:
+            node = self.constant(t)
+        return node
+
+    def constant(self, t: torch.Tensor) -> fx.Node:
+        """A tensor no recorded op made: a real tensor from outside the step (free), or
+        one the step made without going through the dispatcher (``torch.tensor(...)``:
+        fake here, real memory when the step runs)."""
+        node = self.placeholder(f"const_{len(self.inputs)}", t)
+        if isinstance(t, T.FakeTensor):
+            self.constants.append(node)
+        return node
+
+    def _arg(self, a: Any) -> Any:
+        if isinstance(a, torch.Tensor):
+            return self.node_for(a)
+        if isinstance(a, (list, tuple)):
+            return type(a)(self._arg(x) for x in a)
+        return a
+
+    # ---- op calls ---------------------------------------------------------------------------
+
+    def record(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        node = self.graph.call_function(func, self._arg(args), self._arg(kwargs))
+        node.meta["val"] = out
+        index = len(self.ops)
+        self.ops.append(node)
+        self.order[node] = index
+        self.module_of[node] = self.module_stack[-1] if self.module_stack else self.root_name
+        if self.region is not None:
+            self.region_of[node] = self.region
+            if func not in SAC_IGNORED_OPS:
+                region = self.region_list[self.region]
+                region.ops.append(str(func))
+                region.nodes.append(node)
+        for written in _written_args(func, args, kwargs):
+            st = storage_of(written)
+            for op in self.producers.get(st[0], []) if st is not None else []:
+                self.mutated_after[op] = index
+        if isinstance(out, (tuple, list)):
+            for i, o in enumerate(out):
+                if isinstance(o, torch.Tensor):
+                    item = self.graph.call_function(operator.getitem, (node, i))
+                    item.meta["val"] = o
+                    self._remember(o, item)
+                    self._produced(o, node)
+        elif isinstance(out, torch.Tensor):
+            self._remember(out, node)
+            self._produced(out, node)
+
+    def _produced(self, t: torch.Tensor, op: fx.Node) -> None:
+        st = storage_of(t)
+        if st is not None:
+            self.producers.setdefault(st[0], []).append(op)
+
+    def pack(self, t: torch.Tensor) -> torch.Tensor:
+        node = self.node_of.get(id(t))
+        if node is None:
+            st = storage_of(t)
+            node = self.by_storage.get(st[0]) if st is not None else None
+        if node is None:
+            node = self.constant(t)
+        count = len(self.ops)
+        self.saves.append((node, self.region, count))
+        if self.region is not None:
+            self.region_list[self.region].last_save = count
+        return t
+
+    # ---- modules ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def module_hooks(self, model: nn.Module) -> Iterator[None]:
+        root = type(model).__name__
+        handles = []
+        for name, m in model.named_modules():
+            path = f"{root}.{name}" if name else root
+
+            def pre(_m: nn.Module, _a: Any, path: str = path) -> None:
+                self.module_stack.append(path)
+
+            def post(_m: nn.Module, _a: Any, _o: Any) -> None:
+                if self.module_stack:
+                    self.module_stack.pop()
+
+            handles.append(m.register_forward_pre_hook(pre))
+            handles.append(m.register_forward_hook(post, prepend=True, always_call=True))
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    @contextlib.contextmanager
+    def region_markers(self) -> Iterator[None]:
+        """Wrap each candidate's forward (as checkpointing will) to mark its op calls."""
+        installed = []
+        for index, module in enumerate(self.regions):
+            had = "forward" in module.__dict__
+            original = module.forward
+
+            def marked(
+                *args: Any, _f: Callable[..., Any] = original, _i: int = index, **kwargs: Any
+            ) -> Any:
+                return self.run_region(_i, _f, args, kwargs)
+
+            module.forward = marked  # type: ignore[method-assign]
+            installed.append((module, had, original))
+        try:
+            yield
+        finally:
+            for module, had, original in installed:
+                if had:
+                    module.forward = original  # type: ignore[method-assign]
+                else:
+                    del module.forward
+
+    def run_region(self, index: int, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        region = self.region_list[index]
+        region.calls += 1
+        if self.region is not None or not torch.is_grad_enabled():
+            return fn(*args, **kwargs)  # nested or no grad: checkpointing does not apply
+        region.start = len(self.ops)
+        region.args = [
+            self.node_for(t) for t in T.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)
+        ]
+        self.region = index
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.region = None
+            region.end = len(self.ops)
+
+
+def _written_args(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors an op call writes in place, by its schema (``Tensor(a!)``)."""
+    schema = getattr(func, "_schema", None)
+    if schema is None or not schema.is_mutable:
+        return []
+    out = []
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = args[i] if i < len(args) else kwargs.get(arg.name)
+        out.extend(t for t in T.tree_leaves(value) if isinstance(t, torch.Tensor))
+    return out
+
+
+def default_loss(out: Any) -> torch.Tensor:
+    """The loss of a model's output: a scalar tensor, or the ``loss`` a Hugging Face model
+    returns when given labels."""
+    if isinstance(out, torch.Tensor) and out.numel() == 1:
+        return out
+    loss = getattr(out, "loss", None)
+    if loss is None and isinstance(out, dict):
+        loss = out.get("loss")
+    if isinstance(loss, torch.Tensor):
+        return loss
+    raise ValueError(
+        f"the model returned {type(out).__name__}, not a scalar loss: pass loss_fn= (a "
+        "function of the model's output returning the scalar loss), or step= (a function "
+        "of the example inputs that runs the model and returns it)"
+    )
+
+
+def trace_step(
+    model: nn.Module,
+    step: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    candidates: dict[str, nn.Module],
+) -> Trace:
+    """Trace ``step(*args, **kwargs)`` (which runs ``model``) on fake tensors.
+
+    ``candidates`` maps qualified module names to the modules whose forwards are candidate
+    regions. The model's parameters and buffers are swapped for fake copies for the trace;
+    nothing real is read or written.
+    """
+    root = type(model).__name__
+    regions = {
+        m: Region(name, f"{root}.{name}" if name else root) for name, m in candidates.items()
+    }
+    tracer = _Tracer(regions, root)
+    mode = T.FakeTensorMode(allow_non_fake_inputs=True)
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    with mode:
+        fake_state = {k: mode.from_tensor(v) for k, v in state.items()}
+        fake_args, fake_kwargs = T.tree_map(
+            lambda x: mode.from_tensor(x) if isinstance(x, torch.Tensor) else x, (args, kwargs)
+        )
+    for name, t in fake_state.items():
+        tracer.placeholder(name, t)
+    for i, t in enumerate(T.tree_leaves((fake_args, fake_kwargs))):
+        if isinstance(t, torch.Tensor):
+            tracer.placeholder(f"arg_{i}", t)
+    cpu_state = torch.get_rng_state()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(T.reparametrize_module(model, fake_state))
+        stack.enter_context(tracer.module_hooks(model))
+        stack.enter_context(tracer.region_markers())
+        stack.enter_context(torch.enable_grad())
+        stack.enter_context(torch.autograd.graph.saved_tensors_hooks(tracer.pack, lambda t: t))
+        stack.enter_context(mode)
+        stack.enter_context(_Recorder(tracer))
+        step(*fake_args, **fake_kwargs)
+    torch.set_rng_state(cpu_state)
+    devices = [t.device for t in fake_state.values()] + [
+        t.device for t in T.tree_leaves((fake_args, fake_kwargs)) if isinstance(t, torch.Tensor)
+    ]
+    device = devices[0] if devices else torch.device("cpu")
+    return Trace(
+        graph=tracer.graph,
+        inputs=tracer.inputs,
+        constants=tracer.constants,
+        ops=tracer.ops,
+        regions=list(regions.values()),
+        order=tracer.order,
+        region_of=tracer.region_of,
+        module_of=tracer.module_of,
+        saves=tracer.saves,
+        mutated_after=tracer.mutated_after,
+        rng_state_bytes=int(cpu_state.nbytes) if device.type == "cpu" else 0,
+        device=device,
+    )

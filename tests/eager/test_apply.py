@@ -1,0 +1,243 @@
+"""budget.apply / budget.unapply on the built-in models: bytes, FLOPs, gradients, hazards.
+
+Every figure a plan predicts is checked against the eager step measured on real tensors:
+the bytes its forward leaves allocated (budget.eager.measure.retained_bytes) and the FLOPs
+its backward adds over the unmodified model's.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from helpers.steps import grads_of
+
+import budget
+from budget.eager import EagerPlan, applied_plan
+from budget.eager.measure import measure_eager
+from budget.models import gpt, mlp, resnet
+
+
+def _gpt(dropout: float = 0.0):
+    return gpt(layers=2, d=64, heads=4, seq=32, batch=2, vocab=128, dropout=dropout)
+
+
+def _mlp():
+    return mlp(batch=8, d_in=32, d=64, layers=3, classes=10)
+
+
+def _resnet():
+    return resnet(batch=2, size=16, width=8, blocks=1)
+
+
+MODELS = {"gpt": _gpt, "gpt-dropout": lambda: _gpt(0.1), "mlp": _mlp, "resnet": _resnet}
+
+
+def _params(ex):
+    return list(ex.model.parameters())
+
+
+@pytest.fixture(scope="module")
+def baselines():
+    """The unmodified step of each model: retained bytes and backward FLOPs."""
+    out = {}
+    for name, make in MODELS.items():
+        ex = make()
+        torch.manual_seed(0)
+        out[name] = measure_eager(ex.step, *ex.args)
+    return out
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("b", [1.0, 0.5, 0.0])
+def test_measured_bytes_and_flops_are_the_plans(name, b, baselines):
+    ex = MODELS[name]()
+    plan = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=b)
+    assert isinstance(plan, EagerPlan) and applied_plan(ex.model) is plan
+    torch.manual_seed(0)
+    m = measure_eager(ex.step, *ex.args)
+    base = baselines[name]
+    assert m.retained_bytes == plan.saved_bytes <= plan.target_bytes
+    assert m.backward_flops - base.backward_flops == plan.recompute_flops
+    assert plan.max_bytes == base.retained_bytes  # budget 1: the model as it is
+    if b == 1.0:
+        assert plan.checkpointed == [] and plan.recompute_flops == 0
+    if b == 0.0:
+        assert plan.saved_bytes == plan.min_bytes < plan.max_bytes
+        assert plan.checkpointed  # the least memory needs checkpointing
+    if b == 0.5:
+        assert plan.min_bytes < plan.saved_bytes < plan.max_bytes
+
+
+@pytest.mark.parametrize("name", ["gpt-dropout", "mlp", "resnet"])
+@pytest.mark.parametrize("b", [0.5, 0.0])
+def test_gradients_equal_the_unmodified_models(name, b):
+    ex = MODELS[name]()
+    ref = copy.deepcopy(ex.model)
+    ref_ex = MODELS[name]()
+    ref_ex.model.load_state_dict(ref.state_dict())
+    want_out, want = grads_of(ref_ex.step, _params(ref_ex), *ref_ex.args, seed=3)
+    budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=b)
+    got_out, got = grads_of(ex.step, _params(ex), *ex.args, seed=3)
+    torch.testing.assert_close(got_out, want_out, rtol=0, atol=0)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-7)
+    # buffers (BatchNorm running statistics) updated once, as without checkpointing
+    for (k, v), (_, w) in zip(
+        ex.model.state_dict().items(), ref_ex.model.state_dict().items(), strict=True
+    ):
+        torch.testing.assert_close(v, w, rtol=0, atol=0, msg=k)
+
+
+def test_dropout_is_random_and_replayed_not_redrawn():
+    # The same seed gives the same gradients with checkpointing; another seed does not
+    # (so the test above could fail if recomputation drew new masks).
+    ex = _gpt(0.1)
+    budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.0)
+    region = ex.model.blocks[0].__dict__["_budget_eager"].policy.choice
+    assert any("bernoulli" in op for op in region.ops)  # dropout runs inside the region
+    _, a = grads_of(ex.step, _params(ex), *ex.args, seed=1)
+    _, b = grads_of(ex.step, _params(ex), *ex.args, seed=2)
+    assert not all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_planning_touches_nothing_real():
+    ex = _resnet()
+    before = copy.deepcopy(ex.model.state_dict())
+    rng = torch.get_rng_state()
+    budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.5)
+    assert torch.equal(torch.get_rng_state(), rng)
+    for k, v in ex.model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    assert all(p.grad is None for p in ex.model.parameters())
+
+
+def test_no_grad_evaluation_is_untouched():
+    ex = _gpt(0.1)
+    plan = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.0)
+    policies = [m.__dict__["_budget_eager"].policy for m in ex.model.blocks]
+    ex.model.eval()
+    ref = copy.deepcopy(ex.model)
+    budget.unapply(ref)
+    with torch.no_grad():
+        got = ex.model(ex.args[0])
+        want = ref(ex.args[0])
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert all(p.calls == 0 for p in policies)  # checkpointing never ran
+    ex.model.train()
+    with torch.no_grad():
+        ex.model(ex.args[0])
+    assert all(p.calls == 0 for p in policies)
+    assert plan.checkpointed == ["blocks.0", "blocks.1"]
+    ex.step(*ex.args).backward()
+    assert all(p.calls == 1 for p in policies)
+
+
+def test_state_dict_keys_do_not_change_and_unapply_restores():
+    ex = _gpt()
+    keys = list(ex.model.state_dict())
+    own = {name: dict(m.__dict__) for name, m in ex.model.named_modules()}
+    budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.0)
+    assert list(ex.model.state_dict()) == keys
+    assert "forward" in ex.model.blocks[0].__dict__
+    assert budget.unapply(ex.model) is True
+    assert list(ex.model.state_dict()) == keys
+    for name, m in ex.model.named_modules():
+        assert set(m.__dict__) == set(own[name]), name
+        assert m.forward.__func__ is type(m).forward
+    assert applied_plan(ex.model) is None
+    assert budget.unapply(ex.model) is False  # nothing left to undo
+
+
+def test_unapply_restores_a_forward_the_instance_had():
+    ex = _mlp()
+    body = ex.model.body
+    calls = []
+
+    def mine(x):
+        calls.append(1)
+        return type(body).forward(body, x)
+
+    body.forward = mine
+    budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.0, modules=["body"])
+    assert body.forward is not mine
+    ex.step(*ex.args).backward()
+    assert calls  # the checkpointed forward is the instance's own
+    budget.unapply(ex.model)
+    assert body.forward is mine
+
+
+def test_applying_again_replans_from_the_original_model():
+    ex = _gpt()
+    first = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.0)
+    second = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.0)
+    assert second.saved == first.saved and second.graph_hash == first.graph_hash
+    third = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=1.0)
+    assert third.checkpointed == []
+    assert all("_budget_eager" not in m.__dict__ for m in ex.model.modules())
+    with pytest.raises(ValueError, match="has a plan applied"):
+        budget.eager.plan(ex.model, *ex.args, step=ex.step)
+
+
+def test_a_step_that_raises_leaves_no_checkpoint_state(baselines):
+    ex = _gpt()
+    plan = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.5)
+    gelu = ex.model.blocks[1].mlp[1]
+
+    def boom(x):
+        raise RuntimeError("boom")
+
+    gelu.forward = boom
+    with pytest.raises(RuntimeError, match="boom"):
+        ex.step(*ex.args)
+    del gelu.forward
+    ref = _gpt()
+    want_out, want = grads_of(ref.step, _params(ref), *ref.args)
+    got_out, got = grads_of(ex.step, _params(ex), *ex.args)
+    torch.testing.assert_close(got_out, want_out, rtol=0, atol=0)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-7)
+    m = measure_eager(ex.step, *ex.args)
+    assert m.retained_bytes == plan.saved_bytes
+
+
+def test_a_forward_that_is_not_the_planned_one_is_refused():
+    ex = _gpt(0.1)
+    budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.0)
+    ex.model.blocks[0].attn.dropout = 0.0  # attention takes another kernel now
+    with pytest.raises(budget.PlanMismatchError, match=r"'blocks\.0' ran aten\."):
+        ex.step(*ex.args)
+
+
+def test_a_plan_round_trips_and_applies_as_made():
+    ex = _gpt(0.1)
+    plan = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.5)
+    again = EagerPlan.from_json(plan.to_json())
+    assert again == plan and again.regions[0].policy == plan.regions[0].policy
+    other = _gpt(0.1)
+    budget.apply(other.model, plan=again)
+    torch.manual_seed(0)
+    assert measure_eager(other.step, *other.args).retained_bytes == plan.saved_bytes
+    plain = plan.to_dict()
+    del plain["regions"]
+    with pytest.raises(ValueError, match="not an eager plan"):
+        EagerPlan.from_dict(plain)
+    with pytest.raises(ValueError, match="does not have"):
+        budget.apply(_mlp().model, plan=plan)
+
+
+def test_loss_fn_and_a_model_returning_its_loss():
+    ex = _mlp()
+    x, y = ex.args
+    plan = budget.apply(
+        ex.model,
+        x,
+        memory_budget=0.0,
+        loss_fn=lambda out: torch.nn.functional.cross_entropy(out, y),
+    )
+    other = _mlp()
+    same = budget.eager.plan(other.model, *other.args, step=other.step, memory_budget=0.0)
+    assert plan.saved_bytes == same.saved_bytes and plan.checkpointed == ["body"]
+    with pytest.raises(ValueError, match="not a scalar loss"):
+        budget.eager.plan(_mlp().model, x)

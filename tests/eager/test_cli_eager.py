@@ -1,0 +1,67 @@
+"""``budget solve --eager``: the eager plan on the command line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import budget
+from budget.cli.main import main
+from budget.eager import EagerPlan
+from budget.models import gpt
+
+SIZES = ["--layers", "2", "--d", "64", "--seq", "32", "--batch", "2", "--vocab", "128"]
+
+
+def test_solve_eager_prints_modules_and_per_op_choices(capsys, tmp_path):
+    out_file = tmp_path / "plan.json"
+    assert main(["solve", "--eager", "--budget", "0.5", "--json", str(out_file), *SIZES]) == 0
+    text = capsys.readouterr().out
+    saved = EagerPlan.from_json(out_file.read_text())
+    ex = gpt(layers=2, d=64, seq=32, batch=2, vocab=128)
+    expect = budget.eager.plan(ex.model, *ex.args, step=ex.step, memory_budget=0.5)
+    assert saved.saved == expect.saved and saved.checkpointed == expect.checkpointed
+    assert "eager checkpointing: 2 of 2 candidate modules checkpointed" in text
+    for r in expect.regions:
+        assert f"{r.saved_ops}/{len(r.ops)}" in text
+        assert f"recompute the other {r.recomputed_ops} of {len(r.ops)} op calls" in text
+    first = [f"{i}:" for i, p in enumerate(expect.regions[0].policy) if p == "save"][0]
+    assert f"blocks.0: save {first}" in text
+    assert f"plan file: {out_file}" in text
+    assert max(len(line) for line in text.splitlines() if str(out_file) not in line) <= 80
+
+
+def test_solve_eager_json_and_modules(capsys):
+    assert (
+        main(
+            [
+                "solve",
+                "--eager",
+                "--budget",
+                "0",
+                "--modules",
+                "blocks.1",
+                "--format",
+                "json",
+                *SIZES,
+            ]
+        )
+        == 0
+    )
+    plan = json.loads(capsys.readouterr().out)
+    assert [r["module"] for r in plan["regions"]] == ["blocks.1"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--eager", "--modules", "nope"], "has no module 'nope'"),
+        (["--modules", "blocks.0"], "--modules applies to --eager plans only"),
+        (["--eager", "--peak", "1MiB"], "--peak cannot be used with --eager"),
+        (["--eager", "--budget", "2"], "budget"),
+    ],
+)
+def test_solve_eager_errors_exit_2(capsys, argv, message):
+    assert main(["solve", *argv, *SIZES]) == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,59 @@
+"""A model with a plan applied still compiles, and its selective tags reach the partitioner."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers.steps import grads_of
+
+import budget
+from budget.models import gpt
+
+
+def _gpt(dropout: float = 0.0):
+    return gpt(layers=2, d=64, heads=4, seq=32, batch=2, vocab=128, dropout=dropout)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_compiles_with_equal_gradients():
+    ref = _gpt()
+    want_out, want = grads_of(ref.step, list(ref.model.parameters()), *ref.args)
+    ex = _gpt()
+    plan = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.5)
+    assert plan.checkpointed
+    compiled = torch.compile(ex.step, backend="aot_eager")
+    got_out, got = grads_of(compiled, list(ex.model.parameters()), *ex.args)
+    torch.testing.assert_close(got_out, want_out)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_the_plans_saves_reach_the_compiled_partitioner():
+    ex = _gpt()
+    plan = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.5)
+    saved_ops = [
+        op
+        for r in plan.regions
+        if r.checkpoint
+        for op, p in zip(r.ops, r.policy, strict=True)
+        if p == "save" and "addmm" in op
+    ]
+    assert saved_ops  # the plan caches some matmuls
+    be = budget.backend(1.0, compiler="eager")
+    torch.compile(ex.step, backend=be)(*ex.args).backward()
+    problem = be.log.problems[0]
+    tagged = [
+        op for op, why in zip(problem.ops, problem.reason, strict=True) if why == "tagged MUST_SAVE"
+    ]
+    assert sorted(tagged).count("aten.addmm.default") == len(saved_ops)
+    budget.unapply(ex.model)
+    torch._dynamo.reset()
+    be = budget.backend(1.0, compiler="eager")
+    torch.compile(ex.step, backend=be)(*ex.args).backward()
+    assert "tagged MUST_SAVE" not in be.log.problems[0].reason

@@ -1,0 +1,116 @@
+"""What budget.apply refuses, and how it says so; which modules it considers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import budget
+from budget.eager.regions import default_candidates, select_candidates
+from budget.models import Block, gpt, mlp, resnet
+
+
+def _gpt():
+    return gpt(layers=2, d=64, heads=4, seq=32, batch=2, vocab=128)
+
+
+def test_default_candidates_are_the_blocks_of_containers():
+    assert list(default_candidates(_gpt().model)) == ["blocks.0", "blocks.1"]
+    assert list(default_candidates(mlp(layers=3).model)) == ["body"]
+    assert list(default_candidates(resnet(blocks=1).model)) == [
+        "stem",
+        "layers.0",
+        "layers.1",
+        "layers.2",
+    ]
+
+
+def test_modules_by_name_and_by_class():
+    model = _gpt().model
+    assert list(select_candidates(model, ["blocks.1.mlp", "blocks.0"])) == [
+        "blocks.0",
+        "blocks.1.mlp",
+    ]
+    assert list(select_candidates(model, Block)) == ["blocks.0", "blocks.1"]
+    assert list(select_candidates(model, nn.Linear))[:2] == [
+        "blocks.0.attn.qkv",
+        "blocks.0.attn.proj",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("modules", "message"),
+    [
+        (["blocks.7"], r"no module 'blocks\.7'; default candidates: 'blocks\.0', 'blocks\.1'"),
+        ([nn.Conv2d], r"no module of GPT is a Conv2d; default candidates: 'blocks\.0'"),
+        (["blocks.0", "blocks.0.attn"], r"'blocks\.0\.attn' is inside 'blocks\.0'"),
+        ([3], r"qualified module names \(str\) or nn\.Module classes; got 3"),
+        ([], "names no module"),
+    ],
+)
+def test_bad_modules_say_what_there_is(modules, message):
+    ex = _gpt()
+    with pytest.raises(ValueError, match=message):
+        budget.apply(ex.model, *ex.args, step=ex.step, modules=modules)
+    assert "_budget_eager_plan" not in ex.model.__dict__
+
+
+def test_a_model_without_blocks_needs_modules():
+    model = nn.Linear(4, 4)
+    with pytest.raises(ValueError, match="no blocks to checkpoint.*modules="):
+        budget.apply(model, torch.randn(2, 4), loss_fn=lambda y: y.sum())
+
+
+def test_a_module_called_twice_or_never_cannot_be_a_region():
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Sequential(nn.Linear(8, 8), nn.GELU())])
+            self.unused = nn.Sequential(nn.Linear(8, 8), nn.GELU())
+
+        def forward(self, x):
+            return self.layers[0](self.layers[0](x)).sum()
+
+    model = Twice()
+    x = torch.randn(4, 8)
+    with pytest.raises(ValueError, match=r"'layers\.0' cannot be checkpointed: its forward ran 2"):
+        budget.apply(model, x, modules=["layers.0"])
+    with pytest.raises(
+        ValueError, match=r"'unused' cannot be checkpointed: its forward did not run"
+    ):
+        budget.apply(model, x, modules=["unused"])
+    plan = budget.apply(model, x, memory_budget=0.0)  # by default: left out, and said why
+    assert plan.checkpointed == []
+    assert "ran 2 times" in plan.region("layers.0").reason
+
+
+@pytest.mark.parametrize("bad", [1.5, -0.1, float("nan"), "lots"])
+def test_budgets_out_of_range_are_refused(bad):
+    ex = _gpt()
+    with pytest.raises(ValueError, match="budget"):
+        budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=bad)
+
+
+def test_a_size_below_the_least_memory_names_it():
+    ex = _gpt()
+    low = budget.eager.plan(ex.model, *ex.args, step=ex.step, memory_budget=0.0)
+    with pytest.raises(budget.BudgetTooSmallError, match=f"{low.min_bytes} bytes") as info:
+        budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=f"{low.min_bytes - 1}B")
+    assert info.value.min_bytes == low.min_bytes
+    exact = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=f"{low.min_bytes}B")
+    assert exact.saved_bytes == low.min_bytes
+
+
+def test_nothing_requiring_grad_is_refused():
+    ex = _gpt()
+    for p in ex.model.parameters():
+        p.requires_grad_(False)
+    with pytest.raises(ValueError, match="nothing in the step requires grad"):
+        budget.apply(ex.model, *ex.args, step=ex.step)
+
+
+def test_loss_fn_and_step_together_are_refused():
+    ex = _gpt()
+    with pytest.raises(ValueError, match="loss_fn= or step="):
+        budget.apply(ex.model, *ex.args, step=ex.step, loss_fn=lambda o: o.sum())
