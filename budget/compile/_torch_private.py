@@ -72,6 +72,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "aot_autograd": ("torch._dynamo.backends.common", "aot_autograd"),
     "boxed_nop": ("torch._dynamo.backends.debugging", "boxed_nop"),
     "BackendCompilerFailed": ("torch._dynamo.exc", "BackendCompilerFailed"),
+    # torch's compile counters: compile/backend.py reads its AOTAutograd cache hits
+    "counters": ("torch._dynamo.utils", "counters"),
     # Inductor: compile/backend.py
     "compile_fx": ("torch._inductor.compile_fx", "compile_fx"),
     "select_decomp_table": ("torch._inductor.compile_fx", "select_decomp_table"),
@@ -95,6 +97,7 @@ if TYPE_CHECKING:
     from torch._dynamo.backends.common import aot_autograd
     from torch._dynamo.backends.debugging import boxed_nop
     from torch._dynamo.exc import BackendCompilerFailed
+    from torch._dynamo.utils import counters
     from torch._functorch import config as functorch_config
     from torch._functorch._aot_autograd.graph_compile import is_opaque_node
     from torch._functorch.aot_autograd import make_boxed_func
@@ -212,6 +215,7 @@ __all__ = [
     "classify_nodes",
     "cleanup_recompute_tags",
     "compile_fx",
+    "counters",
     "default_partition",
     "force_save_bw_mutation_src",
     "force_save_collectives",

@@ -11,6 +11,13 @@ the saved plan made for it, or a clear error (:mod:`budget.core.plan_files`).
 Previews (:mod:`budget.compile.preview`) run the same pipeline with ``preview=True``: Inductor's
 whole pipeline up to and including the partitioner (its joint-graph passes change the
 graph, and so the plan), without generating code.
+
+Inductor compiles use torch's FX graph and AOTAutograd caches: the partitioner's
+``uuid()`` puts every setting that changes a plan into their keys, and the plans of a
+compile that AOTAutograd's cache skips come from budget's plan cache
+(:mod:`budget.compile.plan_cache`). Previews and ``compiler="eager"`` use neither (a
+preview is the partitioner's output; torch does not cache ``aot_autograd`` with eager
+compilers); with several ranks only the FX graph cache is used.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from ..core.settings import PlanLog, PlanSettings
 from ..core.sizes import parse_budget, parse_peak_budget
 from ..estimators import get_estimator
 from ..solvers import get_solver
+from . import plan_cache, ranks
 from .partition import budget_partition
 
 
@@ -77,15 +85,61 @@ class BudgetBackend:
     def _inductor(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         from ._torch_private import compile_fx, functorch_config
 
-        # Compile caches would skip the partitioner, and with it the plan users look at;
-        # their keys also ignore what the plan depends on. Every compile plans afresh.
-        patches = {"custom_partitioner_fn": _InductorPartitioner(self), "fx_graph_cache": False}
-        with functorch_config.patch(enable_autograd_cache=False):
-            if self.preview:
+        partitioner = _InductorPartitioner(self)
+        if self.preview:  # a preview is the partitioner's plan: no cache may skip it
+            patches = {"custom_partitioner_fn": partitioner, "fx_graph_cache": False}
+            with functorch_config.patch(enable_autograd_cache=False):
                 return compile_fx(
                     gm, example_inputs, inner_compile=_run_uncompiled, config_patches=patches
                 )
+        return _compile_cached(self, partitioner, gm, example_inputs)
+
+
+def _compile_cached(
+    be: BudgetBackend,
+    partitioner: _InductorPartitioner,
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+) -> Any:
+    """Compile with torch's FX graph and AOTAutograd caches (as configured; their keys
+    hold the partitioner's uuid), the plans of an AOTAutograd hit read from the plan cache.
+
+    AOTAutograd's cache skips the partitioner, so it is used only where the plans it
+    skips can be had: with the plan cache on, and in a single process (on several ranks
+    the partitioner's collectives pair up only if every rank runs it: a hit on one rank
+    and a miss on another would hang). The FX graph cache stays on in every case: it
+    caches code generated from the partitioned graphs, after planning.
+    """
+    from ._torch_private import compile_fx, counters, functorch_config
+
+    patches = {"custom_partitioner_fn": partitioner}
+    key = None
+    if ranks.world()[1] == 1 and plan_cache.enabled():
+        key = plan_cache.graph_key(gm, example_inputs, partitioner.uuid())
+    if key is None:
+        with functorch_config.patch(enable_autograd_cache=False):
             return compile_fx(gm, example_inputs, config_patches=patches)
+    cached = plan_cache.load(key)
+    first = len(be.log.plans)
+    hits = counters["aot_autograd"]["autograd_cache_hit"]
+    compiled = compile_fx(gm, example_inputs, config_patches=patches)
+    hit = counters["aot_autograd"]["autograd_cache_hit"] > hits
+    if partitioner.calls or not hit:  # planned here (or nothing to plan)
+        plan_cache.store(key, be.log.plans[first:])
+    elif cached is not None:  # torch skipped the partitioner: the plans it made before
+        for plan in cached:
+            be.log.add_plan(plan)
+    else:  # torch hit, budget has no plans for it: plan again, without generating code
+        plan_cache.stats["replans"] += 1
+        with functorch_config.patch(enable_autograd_cache=False):
+            compile_fx(
+                gm,
+                example_inputs,
+                inner_compile=_run_uncompiled,
+                config_patches={**patches, "fx_graph_cache": False},
+            )
+        plan_cache.store(key, be.log.plans[first:])
+    return compiled
 
 
 def _run_uncompiled(gm: torch.fx.GraphModule, _inputs: Sequence[Any], **_: Any) -> Any:
@@ -132,32 +186,49 @@ def _inductor_partitioner_base() -> type:
 
 
 class _InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
-    """Adapter for ``torch._inductor.config.custom_partitioner_fn``."""
+    """Adapter for ``torch._inductor.config.custom_partitioner_fn``.
+
+    Its ``uuid()`` (torch's key for a custom partitioner, in the FX graph and AOTAutograd
+    cache keys) covers budget's version and source and every setting that changes a plan
+    (:func:`budget.compile.plan_cache.settings_key`); torch pickles it as that uuid.
+    """
 
     def __init__(self, backend: BudgetBackend) -> None:
         self.backend = backend
+        self.calls = 0  # joint graphs partitioned: 0 when a compile cache skipped it
+        self._uuid: str | None = None
 
     def __call__(self, gm: torch.fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any) -> Any:
         kwargs.pop("compiler", None)
+        self.calls += 1
         be = self.backend
         return budget_partition(gm, joint_inputs, settings=be.settings, log=be.log, **kwargs)
 
     def uuid(self) -> str:
-        # Caches are bypassed (see _inductor), but should one consult this key, it must
-        # change with everything the plan depends on.
-        import hashlib
-        import json
+        if self._uuid is None:
+            self._uuid = plan_cache.settings_key(self.backend.settings)
+        return self._uuid
 
-        from .._version import __version__
+    def __reduce__(self) -> tuple[Any, ...]:
+        # torch's cache keys pickle Inductor's config, this object included: the backend
+        # it holds (its plans, on_plan) must not enter them, only what decides a plan.
+        return (_PartitionerId, (self.uuid(),))
 
-        s = self.backend.settings
-        # saved plans by their content (what they save), not just the graphs they are for
-        book = [(p.graph_hash, p.compiler, p.saved) for p in s.book.plans] if s.book else []
-        fixed = hashlib.sha256(json.dumps(book).encode()).hexdigest()[:16]
-        return (
-            f"budget-{__version__}-{s.budget.to_json()}-{s.peak_bytes}-{s.solver}-"
-            f"{s.estimator}-{s.time_limit!r}-{s.compiler}-{fixed}"
-        )
+
+class _PartitionerId(_inductor_partitioner_base()):  # type: ignore[misc]
+    """What a pickled :class:`_InductorPartitioner` becomes: its uuid, not runnable."""
+
+    def __init__(self, uuid: str) -> None:
+        self._id = uuid
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("budget's partitioner cannot run from a pickled copy")
+
+    def uuid(self) -> str:
+        return self._id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_PartitionerId, (self._id,))
 
 
 def root_error(e: BaseException) -> BaseException:

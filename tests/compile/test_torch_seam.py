@@ -73,6 +73,7 @@ LAZY = {
     "aot_autograd": "torch._dynamo.backends.common",
     "boxed_nop": "torch._dynamo.backends.debugging",
     "BackendCompilerFailed": "torch._dynamo.exc",
+    "counters": "torch._dynamo.utils",
     "compile_fx": "torch._inductor.compile_fx",
     "select_decomp_table": "torch._inductor.compile_fx",
     "OutputCode": "torch._inductor.output_code",

@@ -1,0 +1,113 @@
+"""Warm start: the first call of a compiled training step in a fresh process, cold and warm.
+
+    python bench/warmstart.py                # 12-layer GPT, d=128, batch 2, T=64, budget 0.5
+    python bench/warmstart.py --tiny         # a 1-layer GPT: a smoke test of the script
+
+For budget's backend and for torch's own partitioner (``torch.compile`` with its default
+backend, ``torch._functorch.config.activation_memory_budget`` set to the budget), in the
+same run, each side in its own temporary cache directories (``TORCHINDUCTOR_CACHE_DIR``
+and ``BUDGET_CACHE_DIR``): a cold process (empty directories), then a warm one (what the
+cold one left). Each process times its first call, ``step(*args).backward()`` (dynamo,
+AOTAutograd, planning, Inductor, one step), and reports torch's cache counters and
+budget's plan-cache counters, so a warm run that missed shows as one. Prints a markdown
+table: seconds per side and the ratios budget / torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+GPT = {"layers": 12, "d": 128, "batch": 2, "seq": 64}
+TINY = {"layers": 1, "d": 32, "batch": 2, "seq": 16, "vocab": 64, "heads": 2}
+
+
+def child(side: str, budget_fraction: float, sizes: dict[str, int]) -> None:
+    """One process: compile the step, time its first call, print a JSON line."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from budget.models import get_builtin
+
+    ex = get_builtin("gpt", **sizes)
+    if side == "budget":
+        import budget
+        from budget.compile import plan_cache
+
+        be = budget.backend(budget_fraction)
+        start = time.perf_counter()
+        torch.compile(ex.step, backend=be)(*ex.args).backward()
+        seconds = time.perf_counter() - start
+        extra = {"plan_cache": dict(plan_cache.stats), "plans": len(be.plans)}
+    else:
+        with torch._functorch.config.patch(activation_memory_budget=budget_fraction):
+            start = time.perf_counter()
+            torch.compile(ex.step)(*ex.args).backward()
+            seconds = time.perf_counter() - start
+        extra = {}
+    out = {
+        "seconds": seconds,
+        "aot_autograd": {k: v for k, v in counters["aot_autograd"].items() if "cache" in k},
+        "fx_graph": {k: v for k, v in counters["inductor"].items() if "fxgraph_cache" in k},
+        **extra,
+    }
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def run(side: str, budget_fraction: float, sizes: dict[str, int], cache: str) -> dict:
+    env = {
+        **os.environ,
+        "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
+        "BUDGET_CACHE_DIR": os.path.join(cache, "budget"),
+    }
+    cmd = [sys.executable, __file__, "--child", side, "--budget", str(budget_fraction)]
+    cmd += ["--sizes", json.dumps(sizes)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT ") :])
+    raise RuntimeError(f"{side} child failed:\n{done.stdout}\n{done.stderr}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--budget", type=float, default=0.5)
+    ap.add_argument("--tiny", action="store_true", help="a 1-layer GPT (smoke test)")
+    ap.add_argument("--child", choices=["budget", "torch"], help=argparse.SUPPRESS)
+    ap.add_argument("--sizes", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child, args.budget, json.loads(args.sizes))
+        return 0
+    import torch
+
+    sizes = TINY if args.tiny else GPT
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cpus")
+    print(f"built-in gpt {sizes}, budget {args.budget:g}\n")
+    results: dict[tuple[str, str], dict] = {}
+    for side in ("budget", "torch"):
+        with tempfile.TemporaryDirectory(prefix=f"warmstart-{side}-") as cache:
+            for start in ("cold", "warm"):
+                results[side, start] = r = run(side, args.budget, sizes, cache)
+                print(f"{side} {start}: {json.dumps(r)}", file=sys.stderr, flush=True)
+    print("| start | budget s | torch s | budget / torch |")
+    print("|---|---:|---:|---:|")
+    for start in ("cold", "warm"):
+        b, t = results["budget", start]["seconds"], results["torch", start]["seconds"]
+        print(f"| {start} | {b:.2f} | {t:.2f} | {b / t:.2f}x |")
+    warm = results["budget", "warm"]
+    hit = warm["aot_autograd"].get("autograd_cache_hit", 0)
+    print(
+        f"\nbudget warm: AOTAutograd cache hits {hit}, FX graph cache hits "
+        f"{warm['fx_graph'].get('fxgraph_cache_hit', 0)}, plan cache {warm['plan_cache']}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
