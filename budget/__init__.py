@@ -32,6 +32,7 @@ _LAZY = {
     "InfeasibleError": ".errors",
     "SolverTimeout": ".errors",
     "PlanMismatchError": ".errors",
+    "PreviewError": ".errors",
     "load_plans": ".core.plan_files",
     "save_plans": ".core.plan_files",
     "available_solvers": ".solvers",
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
         BudgetTooSmallError,
         InfeasibleError,
         PlanMismatchError,
+        PreviewError,
         SolverTimeout,
     )
     from .estimators import available_estimators
@@ -74,6 +76,7 @@ __all__ = [
     "MemoryBudget",
     "Plan",
     "PlanMismatchError",
+    "PreviewError",
     "Problem",
     "__version__",
     "apply",

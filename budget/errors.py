@@ -41,6 +41,11 @@ class PlanMismatchError(BudgetError, ValueError):
     """A saved plan does not fit the graph being compiled; it is refused, never applied."""
 
 
+class PreviewError(BudgetError, ValueError):
+    """A step a preview cannot trace on fake tensors (data-dependent Python in eager code
+    between graphs); training can still plan it."""
+
+
 class TargetError(BudgetError, ValueError):
     """A CLI TARGET that cannot be loaded: a bad string, a missing file, a factory that raises."""
 

@@ -47,10 +47,18 @@ def solve_report(
             if len(units) == 1
             else "mixed units"
         )
+        kept = sum(p.kept_input_bytes for p in plans)
+        outside = (
+            f"\n  after graph breaks, {format_bytes(kept)} of activations of the code between "
+            "graphs are kept for the backward, outside the plans (and what eager code between "
+            "graphs saves itself is not planned)"
+            if kept or any(p.graph_break for p in plans)
+            else ""
+        )
         parts.append(
             f"step ({len(plans)} graphs): saved "
             f"{format_bytes(sum(p.saved_bytes for p in plans))}, recompute {cost}, "
-            f"{format_flops(sum(p.recompute_flops for p in plans))}"
+            f"{format_flops(sum(p.recompute_flops for p in plans))}{outside}"
         )
     if timings:
         items = [f"{k} {format_seconds(v)}" for k, v in timings.items()]

@@ -183,9 +183,20 @@ def boykov_kolmogorov_cuts() -> Iterator[None]:
         nx.minimum_cut = original
 
 
+def frame_code() -> Any:
+    """The code object of the frame dynamo is compiling now (a ``torch_dynamo_resume_in_...``
+    function after a graph break), None outside a dynamo compile."""
+    from torch._guards import TracingContext
+
+    context = TracingContext.try_get()
+    codes = getattr(context, "traced_code", None) or []
+    return codes[0] if codes else None
+
+
 __all__ = [
     # budget's own
     "boykov_kolmogorov_cuts",
+    "frame_code",
     "memory_events",
     # loaded with torch
     "FakeTensorMode",

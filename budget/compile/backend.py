@@ -46,6 +46,7 @@ class BudgetBackend:
         self.settings = settings  # frozen: what decides the plans
         self.log = log  # what was planned, graph by graph
         self.preview = preview  # plan only: no code is generated (Inductor)
+        self._step_code: Any = None  # the code of the first frame compiled: the step's
 
     @property
     def compiler(self) -> str:
@@ -60,9 +61,24 @@ class BudgetBackend:
         return functools.partial(budget_partition, settings=self.settings, log=self.log)
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+        from ._torch_private import frame_code
+
+        # The first frame compiled is the step's own; any other (the rest of a frame after
+        # a graph break, a function eager code calls) takes values of code before it.
+        code = frame_code()
+        if self._step_code is None:
+            self._step_code = code
+        made, later = len(self.log.plans), code is not self._step_code
         if self.compiler == "inductor":
-            return self._inductor(gm, example_inputs)
-        return self._eager(gm, example_inputs)
+            compiled = self._inductor(gm, example_inputs)
+        else:
+            compiled = self._eager(gm, example_inputs)
+        ended = graph_break(gm)
+        for plan in self.log.plans[made:]:  # this graph's plan (none without a backward)
+            plan.graph_break = ended
+            if not later:  # its inputs are the step's own: the user holds them anyway
+                plan.kept_input_bytes = 0
+        return compiled
 
     def _eager(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         from ._torch_private import (
@@ -229,6 +245,22 @@ class _PartitionerId(_inductor_partitioner_base()):  # type: ignore[misc]
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_PartitionerId, (self._id,))
+
+
+def graph_break(gm: torch.fx.GraphModule) -> str:
+    """Why dynamo ended this graph before the end of the step ("" if it did not): its
+    reason and the user's line, as ``torch._dynamo.explain`` reports them."""
+    reason = getattr(gm, "compile_subgraph_reason", None)
+    if reason is None or not getattr(reason, "graph_break", False):
+        return ""
+    stack = getattr(reason, "user_stack", None) or []
+    where = ""
+    if stack:
+        frame = stack[-1]
+        path = frame.filename.rsplit("site-packages/", 1)[-1]  # the package's own path
+        where = f" at {path}:{frame.lineno} in {frame.name}"
+    first = str(reason.reason).strip().splitlines()[0] if str(reason.reason).strip() else "?"
+    return f"{first}{where}"
 
 
 def root_error(e: BaseException) -> BaseException:

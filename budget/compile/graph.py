@@ -165,3 +165,22 @@ def build_problem(
         graph_hash=graph_hash(graph),
     )
     return problem, nodes
+
+
+def kept_inputs(fw: fx.GraphModule, num_fwd_outputs: int, static: set[str]) -> int:
+    """Bytes of the forward's inputs, parameters and buffers (``static``) aside, that it
+    hands the backward: the step's inputs, or, in a graph after a graph break, activations
+    of the code before it, kept alive for the backward whatever the plan."""
+    inputs = {}  # storage -> bytes of the non-static inputs (a saved view keeps its base)
+    for node in fw.graph.nodes:
+        if node.op == "placeholder" and node.name not in static:
+            s = storage_of(node.meta.get("val"))
+            if s is not None:
+                inputs[s[0]] = s[1]
+    output = next(n for n in reversed(fw.graph.nodes) if n.op == "output")
+    kept = {}
+    for node in output.args[0][num_fwd_outputs:]:
+        s = storage_of(node.meta.get("val")) if isinstance(node, fx.Node) else None
+        if s is not None and s[0] in inputs:
+            kept[s[0]] = inputs[s[0]]
+    return sum(kept.values())

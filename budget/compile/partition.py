@@ -31,7 +31,7 @@ from ..errors import BudgetTooSmallError, SolverTimeout
 from ..estimators import get_estimator
 from . import _torch_private as T
 from . import ranks
-from .graph import build_problem, graph_hash
+from .graph import build_problem, graph_hash, kept_inputs
 from .layout import copied_inputs, copied_inputs_bound
 from .peak import predict_peak
 
@@ -132,7 +132,15 @@ def _partition(
         )
     _set_dist_from_bw(graph, node_info)
     if settings.book is not None:
-        return _apply_saved_plan(joint_module, node_info, num_fwd_outputs, settings, log, t0)
+        return _apply_saved_plan(
+            joint_module,
+            node_info,
+            num_fwd_outputs,
+            settings,
+            log,
+            t0,
+            static_lifetime_input_indices,
+        )
     with T.boykov_kolmogorov_cuts():
         reference = T.choose_saved_values_set(graph, node_info, memory_budget=1.0)
     t1 = time.perf_counter()
@@ -141,7 +149,14 @@ def _partition(
     t2 = time.perf_counter()
     log.problems.append(problem)
     timings = {"classify": t1 - t0, "estimate": t2 - t1}
-    partitions = _Partitions(joint_module, nodes, node_info, num_fwd_outputs, settings)
+    partitions = _Partitions(
+        joint_module,
+        nodes,
+        node_info,
+        num_fwd_outputs,
+        settings,
+        static_lifetime_input_indices or [],
+    )
     rank, size = ranks.world()
     if size > 1:  # one plan on every rank: rank 0's
         ranks.agree_on_graph(problem.graph_hash)
@@ -290,6 +305,7 @@ def _apply_saved_plan(
     settings: PlanSettings,
     log: PlanLog,
     t0: float,
+    static_lifetime_input_indices: list[int] | None,
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     """Partition by the saved plan made for this graph (no solve, no torch min-cut)."""
     assert settings.book is not None
@@ -309,7 +325,14 @@ def _apply_saved_plan(
     timings = {"classify": t1 - t0, "estimate": t2 - t1}
     spec = getattr(estimator, "spec", estimator.name)
     plan = _remake(problem, saved_plan, spec, settings.book.source, timings, t2)
-    partitions = _Partitions(joint_module, nodes, node_info, num_fwd_outputs, settings)
+    partitions = _Partitions(
+        joint_module,
+        nodes,
+        node_info,
+        num_fwd_outputs,
+        settings,
+        static_lifetime_input_indices or [],
+    )
     return _finish(partitions, plan, log)
 
 
@@ -335,10 +358,13 @@ class _Partitions:
         node_info: T.NodeInfo,
         num_fwd_outputs: int,
         settings: PlanSettings,
+        static_lifetime_input_indices: Sequence[int] = (),
     ) -> None:
         self.joint_module, self.nodes, self.node_info = joint_module, nodes, node_info
         self.num_fwd_outputs, self.settings = num_fwd_outputs, settings
-        self._made: dict[tuple[str, ...], tuple[fx.GraphModule, fx.GraphModule, Any, int]] = {}
+        self._made: dict[tuple[str, ...], tuple[fx.GraphModule, fx.GraphModule, Any, int, int]] = {}
+        # parameters and buffers (dynamo's static inputs): resident, not the step's values
+        self.static_inputs = {node_info.inputs[i].name for i in static_lifetime_input_indices}
 
     def graphs(self, plan: Plan) -> tuple[fx.GraphModule, fx.GraphModule]:
         """Partition by ``plan`` (once per saved set), predict the step's peak into the
@@ -351,6 +377,7 @@ class _Partitions:
             saved += list(self.node_info.inputs)
             fw, bw = extract(self.joint_module, saved, self.node_info, self.num_fwd_outputs)
             copies = copied_inputs(fw, self.num_fwd_outputs, self.settings.compiler)
+            kept = kept_inputs(fw, self.num_fwd_outputs, self.static_inputs)
             prediction = predict_peak(
                 fw,
                 bw,
@@ -358,8 +385,8 @@ class _Partitions:
                 num_user_outputs=self.num_fwd_outputs,
                 copied=frozenset(copies),
             )
-            self._made[key] = (fw, bw, prediction, sum(copies.values()))
-        fw, bw, prediction, copied = self._made[key]
+            self._made[key] = (fw, bw, prediction, sum(copies.values()), kept)
+        fw, bw, prediction, copied, plan.kept_input_bytes = self._made[key]
         plan.peak_bytes, plan.timeline = prediction.peak_bytes, list(prediction.timeline)
         # the copies this forward makes, in place of the planner's bound (never above it)
         plan.saved_bytes += copied - plan.copied_input_bytes

@@ -14,14 +14,24 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from ..core.plan import Plan
 from ..core.plan_files import PlanSource
 from ..core.problem import Problem
 from ..core.sizes import parse_budget
+from ..errors import PreviewError
 from ._torch_private import BackendCompilerFailed, FakeTensorMode, tree_map
 from .backend import BudgetBackend
 from .backend import backend as make_backend
+
+# torch's errors for Python that needs a fake tensor's values (a branch on a data-dependent
+# size, .item() used as a number, an op whose output size it cannot bound)
+_DATA_DEPENDENT = {
+    "GuardOnDataDependentSymNode",
+    "DataDependentOutputException",
+    "DynamicOutputShapeException",
+}
 
 
 def _trace(
@@ -44,16 +54,28 @@ def _trace(
         if not be.settings.sweep:
             raise ValueError("budgets must name at least one budget")
     compiled = torch.compile(fn, backend=be, dynamic=False)
-    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+    # A shape environment lets eager code between graphs run data-dependent ops (nonzero,
+    # masked_select: a MoE's routing) on fake tensors, as training runs them for real.
+    with FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv()) as mode:
 
         def fake(x: Any) -> Any:
-            return mode.from_tensor(x) if isinstance(x, torch.Tensor) else x
+            return mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else x
 
         args, kwargs = tree_map(fake, (example_args, example_kwargs))
         try:
             compiled(*args, **kwargs)
         except BackendCompilerFailed as e:  # show our own error, not dynamo's wrapper
             raise e.inner_exception from None
+        except Exception as e:
+            if type(e).__name__ not in _DATA_DEPENDENT:
+                raise
+            raise PreviewError(
+                "the step cannot be previewed on fake tensors: code outside the compiled "
+                f"graphs depends on tensor values ({type(e).__name__}: "
+                f"{str(e).strip().splitlines()[0]}). Training plans it as it compiles: "
+                "torch.compile(model, backend=budget.backend(...)) and read backend.plans "
+                "(or on_plan=) after the first step"
+            ) from e
     if not be.plans:
         raise ValueError(
             "no training graph was captured: nothing in the step requires grad "

@@ -70,6 +70,14 @@ class Plan:
     # (Inductor's channels-last convolution inputs and weights: budget.compile.layout),
     # counted in saved_bytes, min_bytes and max_bytes; 0 where there are none
     copied_input_bytes: int = 0
+    # in a graph of any frame but the step's own first one (after a graph break): bytes of
+    # its inputs (parameters and buffers aside) its backward reads, i.e. activations of the
+    # code before it, alive for the backward, that no plan of this graph can free (0 in
+    # the step's first frame, whose inputs are the user's)
+    kept_input_bytes: int = 0
+    # why dynamo ended this graph early, where ("" if the graph ran to the step's end):
+    # what comes after it runs eagerly or in another graph, outside this plan
+    graph_break: str = ""
     version: int = PLAN_FORMAT_VERSION
 
     @property

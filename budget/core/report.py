@@ -120,6 +120,11 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
             f"             of which {format_bytes(plan.copied_input_bytes)}: Inductor's "
             "channels-last copies of conv inputs"
         )
+    if plan.kept_input_bytes:
+        lines.append(
+            f"  inputs     {format_bytes(plan.kept_input_bytes)} kept for the backward: "
+            "activations of the code before this graph, outside the plan"
+        )
     if plan.peak_bytes is not None:
         bound = (
             f", peak budget {format_bytes(plan.peak_target_bytes)}"
@@ -130,6 +135,8 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
             f"  peak       {format_bytes(plan.peak_bytes)} predicted (forward + backward){bound}"
         )
     lines.append(f"  recompute  {_cost_line(plan)}")
+    if plan.graph_break:
+        lines.append(f"  ends at    a graph break: {plan.graph_break}")
     lines.append(f"  solver     {plan.solver}: {format_status(plan)}; estimator {plan.estimator}")
     if plan.timings:
         items = [f"{k} {format_seconds(v)}" for k, v in plan.timings.items()]

@@ -88,7 +88,7 @@ LAZY = {
     "FakeTensor": "torch._subclasses.fake_tensor",
     "FunctionalTensor": "torch._subclasses.functional_tensor",
 }
-OWN = {"boykov_kolmogorov_cuts", "memory_events"}  # budget's own helpers
+OWN = {"boykov_kolmogorov_cuts", "frame_code", "memory_events"}  # budget's own helpers
 # exports named differently from torch's private originals
 ALIASES = {"reparametrize_module": "_reparametrize_module", "sac_is_compiling": "_is_compiling"}
 

@@ -1,0 +1,109 @@
+"""Graph breaks: each plan says where its graph ended and what a later graph keeps of the
+code before it (budget.compile.backend.graph_break, Plan.kept_input_bytes)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import budget
+from budget.compile.measure import saved_bytes
+
+
+class TwoGraphs(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(64, 64, bias=False)
+        self.b = torch.nn.Linear(64, 64, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x).relu()  # graph 1: 64x64 float32 = 16 KiB
+        torch._dynamo.graph_break()
+        return self.b(h).sin().sum()  # graph 2 keeps h (its input) for mm's backward
+
+
+def test_plans_name_the_break_and_what_the_next_graph_keeps():
+    torch.manual_seed(0)
+    model, x = TwoGraphs(), torch.randn(64, 64)
+    plans = budget.plans(model, x, memory_budget=0.0, compiler="eager")
+    assert len(plans) == 2
+    assert "graph_break" in plans[0].graph_break
+    assert "test_graph_breaks.py" in plans[0].graph_break
+    assert plans[1].graph_break == ""
+    assert plans[0].kept_input_bytes == 0  # x: the step's own input, held by the user
+    assert plans[1].kept_input_bytes == 64 * 64 * 4  # h, an activation of graph 1
+    assert plans[0].graph_break in str(plans[0])
+    assert "16.00 KiB kept for the backward" in str(plans[1])
+
+
+def test_measured_bytes_are_the_plans_and_the_kept_inputs():
+    torch.manual_seed(0)
+    model, x = TwoGraphs(), torch.randn(64, 64)
+    for b in (1.0, 0.0):
+        torch._dynamo.reset()
+        be = budget.backend(b, compiler="eager")
+        step = torch.compile(model, backend=be)
+        measured = saved_bytes(step, x, exclude=list(model.parameters())).saved_bytes
+        planned = sum(p.saved_bytes for p in be.plans)
+        assert measured == planned + be.plans[1].kept_input_bytes, b
+
+
+class EagerExperts(torch.nn.Module):
+    """A MoE layer whose routing runs eagerly between graphs, with a data-dependent op."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = torch.nn.Linear(16, 4)
+        self.up = torch.nn.Linear(16, 16)
+        self.experts = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(4))
+
+    @torch._dynamo.disable
+    def route(self, x: torch.Tensor, top: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            idx = (top == e).nonzero().squeeze(1)
+            out = out.index_add(0, idx, expert(x[idx]))
+        return out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.up(x).relu()
+        return self.route(h, self.gate(h).argmax(-1)).pow(2).sum()
+
+
+def test_a_preview_runs_data_dependent_eager_code_between_graphs():
+    torch.manual_seed(0)
+    model, x = EagerExperts(), torch.randn(32, 16)
+    preview = budget.plans(model, x, memory_budget=0.5, compiler="eager")
+    be = budget.backend(0.5, compiler="eager")
+    torch._dynamo.reset()
+    step = torch.compile(model, backend=be)
+    measured = saved_bytes(step, x, exclude=list(model.parameters())).saved_bytes
+    assert [p.saved for p in preview] == [p.saved for p in be.plans]
+    assert len(be.plans) == 2 and "disable()" in be.plans[0].graph_break
+    # the last graph keeps the routed activations (32x16 float32) for pow's backward; the
+    # experts' own saves are eager code no plan covers: measured above the plans
+    assert be.plans[1].kept_input_bytes == 32 * 16 * 4
+    assert measured > sum(p.saved_bytes + p.kept_input_bytes for p in be.plans)
+
+
+class BranchOnData(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(16, 16)
+
+    @torch._dynamo.disable
+    def pick(self, h: torch.Tensor) -> torch.Tensor:
+        idx = (h > 0).nonzero()
+        if idx.shape[0] > 10:  # Python branching on a data-dependent size
+            return h * 2
+        return h
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pick(self.a(x)).pow(2).sum()
+
+
+def test_a_preview_that_needs_tensor_values_says_so_and_what_to_do():
+    model, x = BranchOnData(), torch.randn(8, 16)
+    torch.compile(model, backend=budget.backend(0.5, compiler="eager"))(x).backward()  # trains
+    with pytest.raises(budget.PreviewError, match="depends on tensor values.*backend.plans"):
+        budget.plans(model, x, memory_budget=0.5, compiler="eager")
