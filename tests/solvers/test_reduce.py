@@ -145,5 +145,7 @@ def test_gpt_joint_graph_same_optimum_with_and_without_reduction():
     for b in (0.1, 0.3, 0.5, 0.7, 0.9):
         t = target_bytes(parse_budget(b), ends)
         x, y = plain.solve(p, t), wrapped.solve(p, t)
-        assert (x.objective, p.saved_bytes(x.saved)) == (y.objective, p.saved_bytes(y.saved))
+        # costs are seconds: the two sums may differ in the last bits (summation order)
+        assert x.objective == pytest.approx(y.objective, rel=1e-9, abs=0)
+        assert p.saved_bytes(x.saved) == p.saved_bytes(y.saved)
         assert x.status == y.status == "optimal"

@@ -1,0 +1,123 @@
+"""The real-model suite: transformers language models of each kind, timm and torchvision
+vision models, from small configs with random weights (tests/helpers/real_models.py).
+
+For each model, budget and compiler: gradients equal to the unplanned step's (dropout
+off), measured saved activation bytes (saved_tensors_hooks; parameters, buffers and inputs
+excluded) equal to the plans' prediction and at or under target; and ``budget solve
+FILE.py:FACTORY`` on each model.
+
+CI runs a default subset (every model with the eager compiler at one budget, Inductor on
+one model per family); the whole grid is marked ``full``:
+
+    python -m pytest -q -m full tests/test_real_models.py     # about N minutes
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers.real_models import FACTORIES, make  # first: it makes torchvision importable
+
+pytest.importorskip("transformers")
+pytest.importorskip("timm")
+
+import budget  # noqa: E402
+from budget.cli.main import main as cli_main  # noqa: E402
+from budget.compile.measure import saved_bytes  # noqa: E402
+
+ALL = list(FACTORIES)
+# under Inductor by default: a decoder with a graph break, a convnet (layout copies);
+# tests/compile/test_layout.py has a ViT-style patch embedding and a depthwise block
+INDUCTOR_DEFAULT = ["gpt2", "timm:resnet10t"]
+
+
+def _grads(model: torch.nn.Module, step, args) -> list[torch.Tensor | None]:
+    model.zero_grad(set_to_none=True)
+    step(*args).backward()
+    return [p.grad.clone() if p.grad is not None else None for p in model.parameters()]
+
+
+# torch's own pipeline for each compiler: the unplanned step budget's must equal
+TORCH_BACKEND = {"eager": "aot_eager_decomp_partition", "inductor": "inductor"}
+
+
+def _check(name: str, b: float, compiler: str) -> None:
+    m = make(name)
+    torch._dynamo.reset()
+    reference = _grads(m.model, torch.compile(m.step, backend=TORCH_BACKEND[compiler]), m.args)
+    torch._dynamo.reset()
+    be = budget.backend(b, compiler=compiler)
+    step = torch.compile(m.step, backend=be)
+    exclude = list(m.model.parameters()) + list(m.model.buffers())
+    measured = saved_bytes(step, *m.args, exclude=exclude)
+    measured.output.backward()  # the measured step's graph, freed
+    assert be.plans, name
+    planned = sum(p.saved_bytes for p in be.plans)
+    assert planned <= sum(p.target_bytes for p in be.plans), (name, b, compiler)
+    if len(be.plans) == 1:
+        assert measured.saved_bytes == planned, (name, b, compiler, measured.saved_bytes, planned)
+    else:  # after a graph break, later graphs keep activations of the code before them
+        assert all(p.graph_break for p in be.plans[:-1]), name
+        kept = sum(p.kept_input_bytes for p in be.plans[1:])
+        assert planned <= measured.saved_bytes <= planned + kept, (name, measured, planned, kept)
+    got = _grads(m.model, step, m.args)
+    for (pname, _), g, r in zip(m.model.named_parameters(), got, reference, strict=True):
+        if r is None:
+            assert g is None, pname
+            continue
+        torch.testing.assert_close(
+            g, r, atol=1e-5, rtol=1e-4, msg=lambda s, n=pname: f"{name} {n}: {s}"
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ALL)
+def test_eager_compiler_default(name):
+    _check(name, 0.5, "eager")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", INDUCTOR_DEFAULT)
+def test_inductor_default(name):
+    _check(name, 0.5, "inductor")
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("compiler", ["eager", "inductor"])
+@pytest.mark.parametrize("b", [1.0, 0.2, 0.0])
+@pytest.mark.parametrize("name", ALL)
+def test_full_grid(name, b, compiler):
+    _check(name, b, compiler)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("name", sorted(set(ALL) - set(INDUCTOR_DEFAULT)))
+def test_full_inductor_half(name):
+    _check(name, 0.5, "inductor")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gpt2", "t5", "timm:convnext_atto", "torchvision:resnet18"])
+def test_cli_solves_a_user_file(name, tmp_path, capsys):
+    helpers = str(__import__("helpers").__path__[0].rsplit("/", 1)[0])
+    (tmp_path / "model.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {helpers!r})\n"
+        "from helpers.real_models import make as _make\n\n"
+        "def make():\n"
+        f"    m = _make({name!r})\n"
+        "    return m.step, m.args\n"
+    )
+    out = tmp_path / "plan.json"
+    code = cli_main(
+        ["solve", f"{tmp_path / 'model.py'}:make", "--budget", "0.5", "--json", str(out)]
+    )
+    assert code == 0, capsys.readouterr().err
+    plans = budget.load_plans(out)
+    m = make(name)
+    expected = budget.plans(m.step, *m.args, memory_budget=0.5)
+    assert [p.saved for p in plans] == [p.saved for p in expected]
+    assert [p.saved_bytes for p in plans] == [p.saved_bytes for p in expected]
+    assert all(p.saved_bytes <= p.target_bytes for p in plans)
+    text = capsys.readouterr().out
+    assert "saved" in text and "peak" in text
