@@ -201,17 +201,15 @@ def first_call(make: Callable[[], Any], b: float, ours: bool) -> float:
     ex = make()
     torch._dynamo.reset()
     t = time.perf_counter()
-    if ours:
-        f = torch.compile(ex.step, backend=budget.backend(b))
+    # cold on both sides: no compile cache (FX graph, AOTAutograd; budget's backend keeps
+    # the user's settings, and without AOTAutograd's cache it always plans); a warm start
+    # is bench/warmstart.py's
+    with (
+        torch._functorch.config.patch(activation_memory_budget=b, enable_autograd_cache=False),
+        torch._inductor.config.patch(fx_graph_cache=False),
+    ):
+        f = torch.compile(ex.step, backend=budget.backend(b)) if ours else torch.compile(ex.step)
         f(*ex.args).backward()
-    else:
-        # cold, like budget's compiles (which bypass the compile caches, see README)
-        with (
-            torch._functorch.config.patch(activation_memory_budget=b, enable_autograd_cache=False),
-            torch._inductor.config.patch(fx_graph_cache=False),
-        ):
-            f = torch.compile(ex.step)
-            f(*ex.args).backward()
     return time.perf_counter() - t
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers.real_models import FACTORIES, make  # first: it makes torchvision importable
+from helpers.real_models import FACTORIES, gpt2_dropout, make  # first: torchvision importable
 
 pytest.importorskip("transformers")
 pytest.importorskip("timm")
@@ -121,3 +121,24 @@ def test_cli_solves_a_user_file(name, tmp_path, capsys):
     assert all(p.saved_bytes <= p.target_bytes for p in plans)
     text = capsys.readouterr().out
     assert "saved" in text and "peak" in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "compiler", ["eager", pytest.param("inductor", marks=pytest.mark.full)]
+)
+def test_dropout_gradients_equal_torchs_partitioner_under_the_same_seed(compiler):
+    def grads(backend, seed):
+        torch.manual_seed(0)
+        m = gpt2_dropout()
+        torch._dynamo.reset()
+        step = torch.compile(m.step, backend=backend)
+        torch.manual_seed(seed)
+        return _grads(m.model, step, m.args)
+
+    torch_side = grads(TORCH_BACKEND[compiler], seed=7)
+    ours = grads(budget.backend(0.0, compiler=compiler), seed=7)
+    for g, r in zip(ours, torch_side, strict=True):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-4)
+    other = grads(budget.backend(0.0, compiler=compiler), seed=8)  # the masks matter
+    assert any(not torch.allclose(g, r) for g, r in zip(other, torch_side, strict=True))

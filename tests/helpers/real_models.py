@@ -80,6 +80,17 @@ def gpt2() -> RealModel:
     return _lm("gpt2", "decoder", GPT2LMHeadModel(cfg), 128)
 
 
+def gpt2_dropout() -> RealModel:
+    """GPT-2 with its three dropouts at 0.1: random ops in the step."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(
+        vocab_size=128, n_positions=64, n_embd=64, n_layer=2, n_head=4, bos_token_id=0,
+        eos_token_id=0, resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1,
+    )  # fmt: skip
+    return _lm("gpt2-dropout", "decoder", GPT2LMHeadModel(cfg), 128)
+
+
 def llama() -> RealModel:
     from transformers import LlamaConfig, LlamaForCausalLM
 
