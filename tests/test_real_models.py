@@ -124,9 +124,7 @@ def test_cli_solves_a_user_file(name, tmp_path, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "compiler", ["eager", pytest.param("inductor", marks=pytest.mark.full)]
-)
+@pytest.mark.parametrize("compiler", ["eager", pytest.param("inductor", marks=pytest.mark.full)])
 def test_dropout_gradients_equal_torchs_partitioner_under_the_same_seed(compiler):
     def grads(backend, seed):
         torch.manual_seed(0)
