@@ -8,13 +8,8 @@ both ranks' data (the mean of the two per-rank gradients).
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
-import sys
-
 import pytest
+from helpers.ranks import run_ranks
 
 RANK = r"""
 import faulthandler, json, os, sys
@@ -111,33 +106,6 @@ dist.destroy_process_group()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _run(wrapper: str) -> list[dict]:
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
-    env["WORLD_SIZE"] = "2"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", RANK, wrapper],
-            env={**env, "RANK": str(r)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for r in range(2)
-    ]
-    done = [proc.communicate(timeout=300) for proc in procs]
-    outs = []
-    for proc, (out, err) in zip(procs, done, strict=True):
-        assert proc.returncode == 0, err[-3000:]
-        outs.append(json.loads(out.strip().splitlines()[-1]))
-    return outs
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "wrapper",
@@ -150,7 +118,7 @@ def _run(wrapper: str) -> list[dict]:
     ],
 )
 def test_every_rank_trains_with_rank_0s_plans(wrapper):
-    r0, r1 = _run(wrapper)
+    r0, r1 = run_ranks(RANK, wrapper)
     assert r0["plans"], r0
     assert r0["plans"] == r1["plans"]  # every graph: the same graph, the same saved set
     assert len(r0["plans"]) > 1  # DDP: split at its buckets; FSDP2: one graph per block

@@ -5,12 +5,9 @@ settings, end with rank 0's plan on both; ranks compiling different graphs are r
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 
 import pytest
+from helpers.ranks import run_ranks
 
 import budget
 from budget.models import get_builtin
@@ -41,32 +38,8 @@ dist.destroy_process_group()
 SETTINGS = [{"estimator": "flops", "time_limit": 60}, {"estimator": "unit", "time_limit": 5}]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run_ranks(gpts: list[dict]) -> list[dict]:
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
-    env["WORLD_SIZE"] = "2"
-    arg = json.dumps({"gpt": gpts, "settings": SETTINGS})
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", RANK, arg],
-            env={**env, "RANK": str(r)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for r in range(2)
-    ]
-    outs = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err[-2000:]
-        outs.append(json.loads(out.strip().splitlines()[-1]))
-    return outs
+    return run_ranks(RANK, json.dumps({"gpt": gpts, "settings": SETTINGS}))
 
 
 @pytest.mark.slow
