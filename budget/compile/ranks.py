@@ -17,13 +17,19 @@ from typing import Any
 
 from ..core.plan import Plan
 from ..errors import BudgetError, PlanMismatchError
-from ._torch_private import _disable_current_modes
+from ._torch_private import _disable_current_modes, no_python_dispatcher
 
 
 def _outside_tracing(collective: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-    """Run a collective on real tensors: planning runs inside the compiler's (and the
-    preview's) fake-tensor mode, where the tensors a collective makes would be fake."""
-    with _disable_current_modes():
+    """Run a collective on real tensors, outside torch's Python dispatcher.
+
+    Planning runs inside the compiler's (and the preview's) fake-tensor mode, where the
+    tensors a collective makes would be fake. And AOTAutograd traces with the Python
+    dispatcher on, which routes the collective's C++ call back through Python: it would
+    hold the GIL while gloo's enqueue waits for the work-queue mutex, which gloo's worker
+    thread holds while freeing the previous collective's tensors, which needs the GIL.
+    That deadlock hung about 1 run in 30 of two ranks (both in broadcast_object_list)."""
+    with _disable_current_modes(), no_python_dispatcher():
         collective(*args, **kwargs)
 
 

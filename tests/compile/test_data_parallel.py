@@ -109,13 +109,7 @@ dist.destroy_process_group()
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "wrapper",
-    [
-        # Not run by default: about 1 run in 10 hangs with rank 0 waiting in share_plan's
-        # broadcast (the other rank's stack was not caught yet), or hung at exit before the
-        # barrier was added. `python -m pytest -m full tests/compile/test_data_parallel.py`.
-        pytest.param("ddp", marks=pytest.mark.full),
-        "fsdp2",
-    ],
+    ["ddp", "fsdp2"],
 )
 def test_every_rank_trains_with_rank_0s_plans(wrapper):
     r0, r1 = run_ranks(RANK, wrapper)
