@@ -47,11 +47,13 @@ def draw_sweep(
         plans = [p for p in plans if p.peak_bytes is not None]
     if not plans:
         return
-    divisor, unit_label = scale or cost_scale([p.recompute_cost for p in plans], plans[0].cost_unit)
+    divisor, unit_label = scale or cost_scale(
+        [p.total_recompute_cost for p in plans], plans[0].cost_unit
+    )
     labels: dict[tuple[float, float], list[str]] = {}
     for p in plans:  # plans with the same bytes and cost share a point and a label
         nbytes = p.peak_bytes if x == "peak" else p.saved_bytes
-        point = ((nbytes or 0) / 2**20, p.recompute_cost / divisor)
+        point = ((nbytes or 0) / 2**20, p.total_recompute_cost / divisor)
         labels.setdefault(point, []).append(budget_cell(p.budget))
     points = sorted(labels, key=lambda xy: (xy[0], -xy[1]))
     ax.plot(
@@ -88,7 +90,7 @@ def save_sweep_plot(
     fig = Figure(figsize=(12 if with_peak else 7, 4.5), layout="constrained")
     axes = fig.subplots(1, 2 if with_peak else 1, squeeze=False)[0]
     several = len(sweeps) > 1
-    scale = cost_scale([p.recompute_cost for p in everything], everything[0].cost_unit)
+    scale = cost_scale([p.total_recompute_cost for p in everything], everything[0].cost_unit)
     for ax, x in zip(axes, ("saved", "peak"), strict=False):
         for i, plans in enumerate(sweeps):
             label = f"graph {i + 1} ({plans[0].graph_hash})" if several and plans else None

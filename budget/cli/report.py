@@ -43,7 +43,7 @@ def solve_report(
     if len(plans) > 1:
         units = {p.cost_unit for p in plans}
         cost = (
-            format_cost(sum(p.recompute_cost for p in plans), plans[0].cost_unit)
+            format_cost(sum(p.total_recompute_cost for p in plans), plans[0].cost_unit)
             if len(units) == 1
             else "mixed units"
         )
@@ -58,7 +58,7 @@ def solve_report(
         parts.append(
             f"step ({len(plans)} graphs): saved "
             f"{format_bytes(sum(p.saved_bytes for p in plans))}, recompute {cost}, "
-            f"{format_flops(sum(p.recompute_flops for p in plans))}{outside}"
+            f"{format_flops(sum(p.recompute_flops + p.again_flops for p in plans))}{outside}"
         )
     if timings:
         items = [f"{k} {format_seconds(v)}" for k, v in timings.items()]
@@ -104,8 +104,8 @@ def sweep_table(sweeps: Sequence[Sequence[Plan]], target: str = "") -> str:
             + (f", compiler {first.compiler}" if first.compiler else "")
         )
         unit = first.cost_unit
-        scale = cost_scale([p.recompute_cost for p in plans], unit)
-        flop_scale = cost_scale([p.recompute_flops for p in plans], "flop")
+        scale = cost_scale([p.total_recompute_cost for p in plans], unit)
+        flop_scale = cost_scale([p.recompute_flops + p.again_flops for p in plans], "flop")
         with_flops = unit != "flop"
         with_peak = any(p.peak_bytes is not None for p in plans)
         better = dominating_peaks(plans)
@@ -123,9 +123,10 @@ def sweep_table(sweeps: Sequence[Sequence[Plan]], target: str = "") -> str:
             if with_peak:
                 peak = "-" if p.peak_bytes is None else format_bytes(p.peak_bytes)
                 row += f" {peak + ('!' if i in better else ''):>10}"
-            row += f" {format_cost(p.recompute_cost, unit, scale):>11}"
+            row += f" {format_cost(p.total_recompute_cost, unit, scale):>11}"
             if with_flops:
-                row += f" {format_cost(p.recompute_flops, 'flop', flop_scale):>12}"
+                flops = p.recompute_flops + p.again_flops
+                row += f" {format_cost(flops, 'flop', flop_scale):>12}"
             status = p.status if p.status != "feasible" else format_status(p).replace(", gap", "")
             rows.append(f"{row}  {status}")
         for i, j in better.items():
@@ -152,10 +153,10 @@ def dominating_peaks(plans: Sequence[Plan]) -> dict[int, int]:
             for j, q in enumerate(plans)
             if q.peak_bytes is not None
             and q.peak_bytes < p.peak_bytes
-            and q.recompute_cost <= p.recompute_cost
+            and q.total_recompute_cost <= p.total_recompute_cost
         ]
         if rivals:
-            out[i] = min(rivals, key=lambda j: (plans[j].peak_bytes, plans[j].recompute_cost))
+            out[i] = min(rivals, key=lambda j: (plans[j].peak_bytes, plans[j].total_recompute_cost))
     return out
 
 
@@ -171,6 +172,8 @@ SWEEP_CSV_COLUMNS = (
     "recompute_cost",
     "cost_unit",
     "recompute_flops",
+    "again_cost",
+    "again_flops",
     "status",
     "gap",
     "solver",
@@ -198,6 +201,8 @@ def sweep_csv(sweeps: Sequence[Sequence[Plan]]) -> str:
                     repr(p.recompute_cost),
                     p.cost_unit,
                     repr(p.recompute_flops),
+                    repr(p.again_cost),
+                    repr(p.again_flops),
                     p.status,
                     "" if p.gap is None else repr(p.gap),
                     p.solver,

@@ -15,7 +15,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -33,7 +34,8 @@ from . import _torch_private as T
 from . import ranks
 from .graph import build_problem, graph_hash, kept_inputs
 from .layout import copied_inputs, copied_inputs_bound
-from .peak import predict_peak
+from .peak import PeakPrediction, predict_peak
+from .schedule import lower_peak
 
 
 def prepare_joint(joint_module: fx.GraphModule) -> fx.GraphModule:
@@ -156,6 +158,7 @@ def _partition(
         num_fwd_outputs,
         settings,
         static_lifetime_input_indices or [],
+        reference,
     )
     rank, size = ranks.world()
     if size > 1:  # one plan on every rank: rank 0's
@@ -246,7 +249,7 @@ def _plan_for_peak(
     tried: dict[tuple[str, ...], Plan] = {}
     fits: list[Plan] = []
     for p in candidates:
-        if fits and p.recompute_cost > fits[0].recompute_cost:
+        if fits and p.recompute_cost > min(f.total_recompute_cost for f in fits):
             break  # cheapest first: what is left recomputes more
         if tuple(p.saved) in tried:  # neighbouring fractions often give the same plan
             continue
@@ -254,16 +257,24 @@ def _plan_for_peak(
         partitions.graphs(p)
         if (p.peak_bytes or 0) <= settings.peak_bytes:
             fits.append(p)
+    if not fits:  # recompute values again, down to the target itself (cheapest first)
+        for p in sorted(tried.values(), key=lambda p: (p.recompute_cost, p.saved_bytes)):
+            if fits and p.recompute_cost > min(f.total_recompute_cost for f in fits):
+                break
+            partitions.graphs(p, limit=settings.peak_bytes)
+            if (p.peak_bytes or 0) <= settings.peak_bytes:
+                fits.append(p)
     if not fits:
         lowest = min(p.peak_bytes or 0 for p in tried.values())
         raise BudgetTooSmallError(
             f"peak memory budget {format_bytes(settings.peak_bytes)} "
             f"({settings.peak_bytes} bytes) is below the lowest predicted peak of the "
             f"{len(tried)} plans tried for this graph within memory budget "
-            f"{settings.budget}: {format_bytes(lowest)} ({lowest} bytes)",
+            f"{settings.budget}, recomputing values again where that helps: "
+            f"{format_bytes(lowest)} ({lowest} bytes)",
             lowest_peak_bytes=lowest,
         )
-    best = min(fits, key=lambda p: (p.peak_bytes or 0, p.saved_bytes))
+    best = min(fits, key=lambda p: (p.total_recompute_cost, p.peak_bytes or 0, p.saved_bytes))
     best.peak_target_bytes = settings.peak_bytes
     best.timings = {**timings, "peak search": time.perf_counter() - start}
     return best
@@ -349,7 +360,12 @@ def _finish(
 class _Partitions:
     """The forward and backward graphs of the plans of one joint graph, each saved set
     partitioned once (sweeps and peak searches meet the same plan at several budgets),
-    with the predicted peak and the layout copies written into every plan asked for."""
+    with the predicted peak and the layout copies written into every plan asked for.
+
+    A plan whose predicted peak is above the b=1 plan's (``reference``: torch's choice at
+    b=1, found here when not given) has its backward rescheduled to recompute values again
+    rather than hold them (:mod:`budget.compile.schedule`): no plan peaks above b=1's for
+    want of a schedule."""
 
     def __init__(
         self,
@@ -359,44 +375,107 @@ class _Partitions:
         num_fwd_outputs: int,
         settings: PlanSettings,
         static_lifetime_input_indices: Sequence[int] = (),
+        reference: Sequence[fx.Node] | None = None,
     ) -> None:
         self.joint_module, self.nodes, self.node_info = joint_module, nodes, node_info
         self.num_fwd_outputs, self.settings = num_fwd_outputs, settings
-        self._made: dict[tuple[str, ...], tuple[fx.GraphModule, fx.GraphModule, Any, int, int]] = {}
+        self._made: dict[tuple[tuple[str, ...], int | None], _Made] = {}
         # parameters and buffers (dynamo's static inputs): resident, not the step's values
         self.static_inputs = {node_info.inputs[i].name for i in static_lifetime_input_indices}
+        self._reference = reference
+        self._reference_peak: int | None = None
 
-    def graphs(self, plan: Plan) -> tuple[fx.GraphModule, fx.GraphModule]:
-        """Partition by ``plan`` (once per saved set), predict the step's peak into the
-        plan, with the pipeline's provenance, and return the graphs."""
-        plan.compiler, plan.torch_version = self.settings.compiler, torch.__version__
-        key = tuple(plan.saved)
-        if key not in self._made:
-            saved_names = set(plan.saved)
-            saved = [n for n in self.nodes if n.name in saved_names]
-            saved += list(self.node_info.inputs)
-            fw, bw = extract(self.joint_module, saved, self.node_info, self.num_fwd_outputs)
-            copies = copied_inputs(fw, self.num_fwd_outputs, self.settings.compiler)
-            kept = kept_inputs(fw, self.num_fwd_outputs, self.static_inputs)
-            prediction = predict_peak(
+    def _extract(self, saved_names: set[str], recomputed: frozenset[str]) -> _Made:
+        saved = [n for n in self.nodes if n.name in saved_names]
+        saved += list(self.node_info.inputs)
+        fw, bw = extract(self.joint_module, saved, self.node_info, self.num_fwd_outputs)
+        copies = copied_inputs(fw, self.num_fwd_outputs, self.settings.compiler)
+        kept = kept_inputs(fw, self.num_fwd_outputs, self.static_inputs)
+
+        def predict(backward: fx.GraphModule, names: frozenset[str]) -> PeakPrediction:
+            return predict_peak(
                 fw,
-                bw,
-                frozenset(plan.recomputed),
+                backward,
+                names,
                 num_user_outputs=self.num_fwd_outputs,
                 copied=frozenset(copies),
             )
-            self._made[key] = (fw, bw, prediction, sum(copies.values()), kept)
-        fw, bw, prediction, copied, plan.kept_input_bytes = self._made[key]
-        plan.peak_bytes, plan.timeline = prediction.peak_bytes, list(prediction.timeline)
+
+        return _Made(fw, bw, predict(bw, recomputed), sum(copies.values()), kept, predict)
+
+    def reference_peak(self) -> int:
+        """The predicted peak of the b=1 plan (torch's saved set at b=1)."""
+        if self._reference_peak is None:
+            if self._reference is None:
+                with T.boykov_kolmogorov_cuts():
+                    self._reference = T.choose_saved_values_set(
+                        self.joint_module.graph, self.node_info, memory_budget=1.0
+                    )
+            names = {n.name for n in self._reference}
+            made = self._extract(names, frozenset())
+            self._reference_peak = made.prediction.peak_bytes
+        return self._reference_peak
+
+    def graphs(self, plan: Plan, limit: int | None = None) -> tuple[fx.GraphModule, fx.GraphModule]:
+        """Partition by ``plan`` (once per saved set and limit), predict the step's peak
+        into the plan, with the pipeline's provenance, and return the graphs. The backward
+        recomputes values again while that lowers a predicted peak above ``limit``; by
+        default the b=1 plan's peak, or the plan's peak budget where that is lower (so a
+        plan chosen for a peak budget partitions the same again, from a file or a rank)."""
+        plan.compiler, plan.torch_version = self.settings.compiler, torch.__version__
+        recomputed = frozenset(plan.recomputed)
+        goal = None
+        if recomputed:
+            goal = limit
+            if goal is None:
+                goal = self.reference_peak()
+                if plan.peak_target_bytes is not None:
+                    goal = min(goal, plan.peak_target_bytes)
+        key = (tuple(plan.saved), goal)
+        if key not in self._made:
+            made = self._extract(set(plan.saved), recomputed)
+            if goal is not None and made.prediction.peak_bytes > goal:
+                lowered = lower_peak(
+                    made.bw,
+                    recomputed,
+                    goal,
+                    made.predict,
+                    {d.name: d.cost for d in plan.decisions},
+                    fw_steps=len(made.fw.graph.nodes),
+                )
+                if lowered is not None:
+                    made.prediction, made.again = lowered.prediction, lowered.again
+            self._made[key] = made
+        made = self._made[key]
+        plan.peak_bytes, plan.timeline = made.prediction.peak_bytes, list(made.prediction.timeline)
+        by_name = {d.name: d for d in plan.decisions}
+        plan.recomputed_again = list(made.again)
+        plan.again_cost = sum(by_name[n].cost for n in made.again if n in by_name)
+        plan.again_flops = sum(by_name[n].flops for n in made.again if n in by_name)
+        plan.kept_input_bytes = made.kept
         # the copies this forward makes, in place of the planner's bound (never above it)
-        plan.saved_bytes += copied - plan.copied_input_bytes
-        plan.copied_input_bytes = copied
+        plan.saved_bytes += made.copied - plan.copied_input_bytes
+        plan.copied_input_bytes = made.copied
         if plan.saved_bytes > plan.target_bytes and plan.status != "reference":
             raise RuntimeError(
                 f"internal error: {plan.saved_bytes} bytes saved with layout copies, over "
                 f"the target of {plan.target_bytes}"
             )
-        return fw, bw
+        return made.fw, made.bw
+
+
+@dataclass
+class _Made:
+    """One saved set's graphs, their predicted peak, copies, kept inputs, and the extra
+    recomputations of its rescheduled backward."""
+
+    fw: fx.GraphModule
+    bw: fx.GraphModule
+    prediction: PeakPrediction
+    copied: int
+    kept: int
+    predict: Callable[[fx.GraphModule, frozenset[str]], PeakPrediction]
+    again: list[str] = field(default_factory=list)
 
 
 def extract(

@@ -39,6 +39,11 @@ class PeakPrediction:
 
     peak_bytes: int
     timeline: list[LivePoint]
+    # where the peak is: the index of its node in the forward's nodes then the backward's
+    # (the first such node where several reach it), and the live bytes after every node
+    # in that order (placeholders and outputs included, unlike the timeline)
+    peak_step: int = 0
+    live: list[int] | None = None
 
 
 def _storages(node: fx.Node) -> list[tuple[int, int]]:
@@ -123,7 +128,8 @@ def predict_peak(
 
     live: dict[Key, int] = {}
     timeline: list[LivePoint] = []
-    current = peak = 0
+    current = peak = peak_step = 0
+    live_after: list[int] = []
     freed_at: dict[int, list[Key]] = {}
     for k, i in last.items():
         freed_at.setdefault(i, []).append(k)
@@ -138,8 +144,10 @@ def predict_peak(
         ):
             kind = "recompute" if phase == "backward" and node.name in recomputed else phase
             timeline.append(LivePoint(node.name, kind, current))  # type: ignore[arg-type]
-        peak = max(peak, current)
+        live_after.append(current)
+        if current > peak:
+            peak, peak_step = current, i
         for k in freed_at.get(i, []):
             if k in live:
                 current -= live.pop(k)
-    return PeakPrediction(peak, timeline)
+    return PeakPrediction(peak, timeline, peak_step, live_after)

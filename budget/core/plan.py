@@ -13,8 +13,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-PLAN_FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # version 1: no peak_bytes, no timeline
+PLAN_FORMAT_VERSION = 3
+# version 1: no peak_bytes, no timeline; version 2: no recomputed_again, again_cost/flops
+READABLE_VERSIONS = (1, 2, 3)
 Choice = Literal["save", "recompute", "input"]
 
 
@@ -78,7 +79,18 @@ class Plan:
     # why dynamo ended this graph early, where ("" if the graph ran to the step's end):
     # what comes after it runs eagerly or in another graph, outside this plan
     graph_break: str = ""
+    # forward values the backward recomputes a second time (or more) rather than hold them
+    # across its peak (budget.compile.schedule), one name per extra recomputation, and what
+    # those cost: on top of recompute_cost and recompute_flops, which count each once
+    recomputed_again: list[str] = field(default_factory=list)
+    again_cost: float = 0.0
+    again_flops: float = 0.0
     version: int = PLAN_FORMAT_VERSION
+
+    @property
+    def total_recompute_cost(self) -> float:
+        """What the backward recomputes, in the plan's cost unit, extra recomputations in."""
+        return self.recompute_cost + self.again_cost
 
     @property
     def saved(self) -> list[str]:

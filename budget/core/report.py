@@ -135,6 +135,12 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
             f"  peak       {format_bytes(plan.peak_bytes)} predicted (forward + backward){bound}"
         )
     lines.append(f"  recompute  {_cost_line(plan)}")
+    if plan.recomputed_again:
+        lines.append(
+            f"  again      {len(plan.recomputed_again)} recomputations of "
+            f"{len(set(plan.recomputed_again))} values a second time, so as not to peak above "
+            f"the b=1 plan: +{_with_unit(plan.again_cost, plan.cost_unit)}"
+        )
     if plan.graph_break:
         lines.append(f"  ends at    a graph break: {plan.graph_break}")
     lines.append(f"  solver     {plan.solver}: {format_status(plan)}; estimator {plan.estimator}")

@@ -21,6 +21,7 @@ import budget
 from budget.cli.main import main
 from budget.compile.backend import root_error
 from budget.compile.measure import measure_step
+from budget.core.plan import PLAN_FORMAT_VERSION
 from budget.core.plan_files import dumps_plans, load_plans, loads_plans
 from budget.models import get_builtin
 
@@ -142,7 +143,7 @@ def test_plan_files_with_several_graphs(tmp_path):
     path = tmp_path / "plans.json"
     budget.save_plans(plans, path)
     data = json.loads(path.read_text())
-    assert data["version"] == 2 and len(data["plans"]) == 2
+    assert data["version"] == PLAN_FORMAT_VERSION and len(data["plans"]) == 2
     assert load_plans(path) == plans
     with pytest.raises(ValueError, match="holds 2 plans .* budget.load_plans"):
         budget.Plan.from_json(path.read_text())

@@ -1,0 +1,225 @@
+"""Recompute a value again rather than hold it: lower the peak of a partitioned backward.
+
+A plan recomputes each value it does not save once, in the backward, just before its first
+reader (torch's ``reordering_to_mimic_autograd_engine``). With little saved that is not
+enough to keep the peak down: at b=0 (only the inputs saved) the last layer's gradient
+needs the whole forward recomputed, and each recomputed value then stays alive until its
+own layer's gradient reads it, so the backward holds the whole forward again and the step
+peaks as high as saving everything, or higher (bench/README.md, "Peak memory").
+Checkmate's answer is to recompute a value more than once: free it after its early
+readers and recompute it, from what is alive then, just before its late ones.
+
+:func:`lower_peak` does that greedily on the backward graph, against the peak model of
+:mod:`budget.compile.peak`: at the step where the predicted peak is, it takes a recomputed
+value that is alive there but not read there, rewires its readers after that step to a
+fresh recomputation placed just before the first of them (recomputing, in turn, whatever
+that needs and would no longer be alive), and keeps the change when the peak (or, at
+equal peak, the bytes above the limit summed over the steps) went down. Cheapest
+recomputation per byte first; it stops at the limit, when no change helps, or after
+``max_rounds`` changes. Only pure ops are recomputed again (no random, mutating or
+communicating op, no higher-order op), so the values, and the gradients, are unchanged.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import torch.fx as fx
+
+from ..core.plan import LivePoint
+from ..estimators.ops import is_collective, is_mutating, is_random
+from ..estimators.values import storage_of, tensors
+from ._torch_private import OpOverload, tree_map
+from .peak import PeakPrediction
+
+Predict = Callable[[fx.GraphModule, frozenset[str]], PeakPrediction]
+
+
+@dataclass
+class Lowered:
+    """What :func:`lower_peak` did to the backward."""
+
+    prediction: PeakPrediction
+    # the forward value behind each extra recomputation (one name per new node)
+    again: list[str] = field(default_factory=list)
+    # the names of the new nodes (recomputations, for the timeline's phases)
+    new_nodes: list[str] = field(default_factory=list)
+
+
+def _clonable(node: fx.Node) -> bool:
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:
+        return True
+    return (
+        isinstance(node.target, OpOverload)
+        and not is_mutating(node)
+        and not is_random(node)
+        and not is_collective(node)
+    )
+
+
+def _raws(node: fx.Node) -> list[int]:
+    return [s[0] for s in map(storage_of, tensors(node.meta.get("val"))) if s is not None]
+
+
+def _fresh_val(clone: fx.Node) -> object:
+    """The clone's value as a new fake tensor of its own storage (a view of a cloned base
+    shares the clone's), computed from its arguments' values under their fake mode."""
+    args = tree_map(lambda a: a.meta["val"] if isinstance(a, fx.Node) else a, clone.args)
+    kwargs = tree_map(lambda a: a.meta["val"] if isinstance(a, fx.Node) else a, clone.kwargs)
+    if clone.target is operator.getitem:
+        return operator.getitem(*args)
+    mode = next(
+        (t.fake_mode for t in tensors(clone.meta.get("val")) if hasattr(t, "fake_mode")), None
+    )
+    if mode is None:
+        raise ValueError(f"{clone.name}: no fake tensor to recompute it on")
+    with mode:
+        return clone.target(*args, **kwargs)  # type: ignore[operator]
+
+
+class _Rewrite:
+    """One candidate change, applied to the graph and undoable."""
+
+    def __init__(self) -> None:
+        self.inserted: list[fx.Node] = []
+        self.rewired: list[tuple[fx.Node, fx.Node, fx.Node]] = []  # user, old, new
+
+    def undo(self, graph: fx.Graph) -> None:
+        for user, old, new in reversed(self.rewired):
+            user.replace_input_with(new, old)
+        for node in reversed(self.inserted):
+            graph.erase_node(node)
+
+
+def _plan_clones(
+    value: fx.Node,
+    start: int,
+    late: set[fx.Node],
+    pos: dict[fx.Node, int],
+    recomputed: frozenset[str],
+    holders: dict[int, list[fx.Node]],
+) -> list[fx.Node] | None:
+    """The nodes to recompute again (in graph order) so that ``value`` can be had at
+    position ``start`` for the readers ``late``; None when one of them cannot be."""
+
+    def alive(node: fx.Node) -> bool:
+        if node.op == "placeholder" or node.name not in recomputed:
+            return True  # inputs and backward values: reading them later only extends them
+        if node is value:
+            return False
+        readers = [u for u in node.users if u not in late]
+        readers += [u for raw in _raws(node) for h in holders.get(raw, []) for u in h.users]
+        return any(pos[u] >= start and u not in late for u in readers)
+
+    need: dict[fx.Node, None] = {}
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if node in need:
+            continue
+        if not _clonable(node):
+            return None
+        need[node] = None
+        stack += [a for a in node.all_input_nodes if not alive(a)]
+    return sorted(need, key=lambda n: pos[n])
+
+
+def _apply(
+    graph: fx.Graph,
+    clones: list[fx.Node],
+    value: fx.Node,
+    late: list[fx.Node],
+    origin: dict[str, str],
+) -> _Rewrite:
+    rewrite = _Rewrite()
+    env: dict[fx.Node, fx.Node] = {}
+    with graph.inserting_before(late[0]):
+        for node in clones:
+            new = graph.node_copy(node, lambda a: env.get(a, a))
+            rewrite.inserted.append(new)
+            new.meta = {**node.meta, "val": _fresh_val(new)}
+            env[node] = new
+            origin[new.name] = origin.get(node.name, node.name)
+    for user in late:
+        user.replace_input_with(value, env[value])
+        rewrite.rewired.append((user, value, env[value]))
+    return rewrite
+
+
+def _excess(prediction: PeakPrediction, limit: int) -> int:
+    return sum(max(0, b - limit) for b in prediction.live or [])
+
+
+def lower_peak(
+    bw: fx.GraphModule,
+    recomputed: frozenset[str],
+    limit: int,
+    predict: Predict,
+    cost: Mapping[str, float],
+    *,
+    fw_steps: int,
+    max_rounds: int = 500,
+) -> Lowered | None:
+    """Recompute values of ``bw`` again until the predicted peak is at most ``limit``.
+
+    ``recomputed``: the names of ``bw``'s nodes that recompute forward values (the only
+    ones recomputed again). ``predict(bw, recomputed)``: the step's peak with this backward.
+    ``cost``: each recomputed node's cost (by its name in ``bw``). ``fw_steps``: how many of
+    the prediction's steps are the forward's. Changes ``bw`` in place and returns what it
+    did, or returns None with ``bw`` unchanged when no change lowered the peak.
+    """
+    graph = bw.graph
+    origin: dict[str, str] = {}
+    kept: list[_Rewrite] = []
+    best = predict(bw, recomputed)
+    start_peak = best.peak_bytes
+    for _ in range(max_rounds):
+        if best.peak_bytes <= limit or best.peak_step < fw_steps:
+            break  # low enough, or the peak is in the forward, which this cannot lower
+        nodes = list(graph.nodes)
+        pos = {n: i for i, n in enumerate(nodes)}
+        at = nodes[best.peak_step - fw_steps]
+        holders: dict[int, list[fx.Node]] = {}
+        for n in nodes:
+            for raw in _raws(n):
+                holders.setdefault(raw, []).append(n)
+        options = []
+        for value in nodes[: pos[at]]:
+            if value.name not in recomputed or at in value.users:
+                continue
+            late = sorted((u for u in value.users if pos[u] > pos[at]), key=pos.__getitem__)
+            size = sum(s[1] for s in map(storage_of, tensors(value.meta.get("val"))) if s)
+            if not late or size == 0:
+                continue
+            clones = _plan_clones(value, pos[late[0]], set(late), pos, recomputed, holders)
+            if clones is not None:
+                price = sum(cost.get(origin.get(c.name, c.name), 0.0) for c in clones)
+                options.append((price / size, pos[value], value, clones, late))
+        options.sort(key=lambda o: (o[0], o[1]))
+        for *_, value, clones, late in options[:8]:
+            rewrite = _apply(graph, clones, value, late, origin)
+            names = recomputed | {n.name for n in rewrite.inserted}
+            trial = predict(bw, names)
+            if (trial.peak_bytes, _excess(trial, limit)) < (best.peak_bytes, _excess(best, limit)):
+                best, recomputed = trial, names
+                kept.append(rewrite)
+                break
+            rewrite.undo(graph)
+        else:
+            break  # no change helps
+    if best.peak_bytes >= start_peak:  # at best spread the same peak thinner: not worth it
+        for rewrite in reversed(kept):
+            rewrite.undo(graph)
+        return None
+    bw.recompile()
+    new = [n.name for rewrite in kept for n in rewrite.inserted]
+    # the timeline names each recomputation by the forward value it makes again
+    best.timeline = [
+        LivePoint(origin.get(p.node, p.node), p.phase, p.live_bytes) if p.node in origin else p
+        for p in best.timeline
+    ]
+    return Lowered(best, [origin[n] for n in new], new)
