@@ -65,6 +65,25 @@ def _raws(node: fx.Node) -> list[int]:
     return [s[0] for s in map(storage_of, tensors(node.meta.get("val"))) if s is not None]
 
 
+def _freed_at(
+    value: fx.Node,
+    at: int,
+    late: set[fx.Node],
+    pos: dict[fx.Node, int],
+    holders: dict[int, list[fx.Node]],
+) -> int:
+    """Bytes of ``value``'s storages that no node reads at or after position ``at`` once
+    its ``late`` readers read a recomputation instead (what the change frees there)."""
+    freed = 0
+    for s in map(storage_of, tensors(value.meta.get("val"))):
+        if s is None:
+            continue
+        readers = (u for h in holders.get(s[0], []) for u in h.users)
+        if not any(pos[u] >= at and u not in late for u in readers):
+            freed += s[1]
+    return freed
+
+
 def _fresh_val(clone: fx.Node) -> object:
     """The clone's value as a new fake tensor of its own storage (a view of a cloned base
     shares the clone's), computed from its arguments' values under their fake mode."""
@@ -141,7 +160,11 @@ def _apply(
         for node in clones:
             new = graph.node_copy(node, lambda a: env.get(a, a))
             rewrite.inserted.append(new)
-            new.meta = {**node.meta, "val": _fresh_val(new)}
+            try:
+                new.meta = {**node.meta, "val": _fresh_val(new)}
+            except Exception:  # an op fake tensors cannot run: not this candidate
+                rewrite.undo(graph)
+                raise
             env[node] = new
             origin[new.name] = origin.get(node.name, node.name)
     for user in late:
@@ -192,8 +215,10 @@ def lower_peak(
             if value.name not in recomputed or at in value.users:
                 continue
             late = sorted((u for u in value.users if pos[u] > pos[at]), key=pos.__getitem__)
-            size = sum(s[1] for s in map(storage_of, tensors(value.meta.get("val"))) if s)
-            if not late or size == 0:
+            if not late:
+                continue
+            size = _freed_at(value, pos[at], set(late), pos, holders)
+            if size == 0:  # another reader keeps its storage alive through the peak
                 continue
             clones = _plan_clones(value, pos[late[0]], set(late), pos, recomputed, holders)
             if clones is not None:
@@ -201,7 +226,10 @@ def lower_peak(
                 options.append((price / size, pos[value], value, clones, late))
         options.sort(key=lambda o: (o[0], o[1]))
         for *_, value, clones, late in options[:8]:
-            rewrite = _apply(graph, clones, value, late, origin)
+            try:
+                rewrite = _apply(graph, clones, value, late, origin)
+            except Exception:
+                continue
             names = recomputed | {n.name for n in rewrite.inserted}
             trial = predict(bw, names)
             if (trial.peak_bytes, _excess(trial, limit)) < (best.peak_bytes, _excess(best, limit)):
@@ -218,8 +246,11 @@ def lower_peak(
     bw.recompile()
     new = [n.name for rewrite in kept for n in rewrite.inserted]
     # the timeline names each recomputation by the forward value it makes again
+    names = set(new)  # a clone's name can be a forward node's too: only its own points
     best.timeline = [
-        LivePoint(origin.get(p.node, p.node), p.phase, p.live_bytes) if p.node in origin else p
+        LivePoint(origin[p.node], p.phase, p.live_bytes)
+        if p.phase == "recompute" and p.node in names
+        else p
         for p in best.timeline
     ]
     return Lowered(best, [origin[n] for n in new], new)
