@@ -39,6 +39,10 @@ def _grads(model: torch.nn.Module, step, args) -> list[torch.Tensor | None]:
 
 # torch's own pipeline for each compiler: the unplanned step budget's must equal
 TORCH_BACKEND = {"eager": "aot_eager_decomp_partition", "inductor": "inductor"}
+# Inductor fuses and reorders reductions differently for different partitions: on
+# MobileNetV3 at b=0 torch's own Inductor step and budget's each differ from plain eager by
+# up to 3.6e-5 (budget's b=1 step by 4.8e-5), and from each other by 2.4e-5.
+TOLERANCE = {"eager": dict(atol=1e-5, rtol=1e-4), "inductor": dict(atol=5e-5, rtol=1e-3)}
 
 
 def _check(name: str, b: float, compiler: str) -> None:
@@ -66,7 +70,7 @@ def _check(name: str, b: float, compiler: str) -> None:
             assert g is None, pname
             continue
         torch.testing.assert_close(
-            g, r, atol=1e-5, rtol=1e-4, msg=lambda s, n=pname: f"{name} {n}: {s}"
+            g, r, **TOLERANCE[compiler], msg=lambda s, n=pname: f"{name} {n}: {s}"
         )
 
 

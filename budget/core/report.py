@@ -136,10 +136,13 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
         )
     lines.append(f"  recompute  {_cost_line(plan)}")
     if plan.recomputed_again:
+        extra = _with_unit(plan.again_cost, plan.cost_unit)
+        if plan.cost_unit != "flop":
+            extra += f", {_with_unit(plan.again_flops, 'flop')}"
         lines.append(
-            f"  again      {len(plan.recomputed_again)} recomputations of "
-            f"{len(set(plan.recomputed_again))} values a second time, so as not to peak above "
-            f"the b=1 plan: +{_with_unit(plan.again_cost, plan.cost_unit)}"
+            f"  again      {len(plan.recomputed_again)} more recomputations of "
+            f"{len(set(plan.recomputed_again))} values, rather than holding them through the "
+            f"peak: +{extra}"
         )
     if plan.graph_break:
         lines.append(f"  ends at    a graph break: {plan.graph_break}")

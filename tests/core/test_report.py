@@ -148,3 +148,16 @@ def test_a_version_1_plan_still_reads_without_a_peak():
     old = Plan.from_dict({**data, "version": 1})
     assert old.peak_bytes is None and old.timeline == [] and old.version == PLAN_FORMAT_VERSION
     assert "peak " not in str(old)
+
+
+def test_extra_recomputations_get_a_line_with_their_cost():
+    from dataclasses import replace
+
+    plain = make_plan()
+    assert "again" not in str(plain)
+    plan = replace(
+        plain, recomputed_again=["a", "b", "a"], again_cost=2e-3, again_flops=3e9, cost_unit="s"
+    )
+    line = next(ln for ln in str(plan).splitlines() if ln.strip().startswith("again"))
+    assert "3 more recomputations of 2 values" in line
+    assert "2.000 ms" in line and "3.000 GFLOP" in line
