@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -121,22 +122,31 @@ def _compile_cached(
     hold the partitioner's uuid), the plans of an AOTAutograd hit read from the plan cache.
 
     AOTAutograd's cache skips the partitioner, so it is used only where the plans it
-    skips can be had: with the plan cache on, and in a single process (on several ranks
-    the partitioner's collectives pair up only if every rank runs it: a hit on one rank
-    and a miss on another would hang). The FX graph cache stays on in every case: it
-    caches code generated from the partitioned graphs, after planning.
+    skips can be had: with the plan cache on. On several ranks the partitioner's
+    collectives pair up only if every rank runs it, so the ranks first agree (one
+    collective) on whether each holds the same cached plans for this graph: if so, torch's
+    cache is on and a rank that misses it applies the cached plans, with no collective; if
+    not, they plan together with torch's cache off, and cache the plans for the next start.
+    The FX graph cache stays on in every case: it caches code generated from the
+    partitioned graphs, after planning.
     """
     from ._torch_private import compile_fx, counters, functorch_config
 
     patches = {"custom_partitioner_fn": partitioner}
-    key = None
-    if ranks.world()[1] == 1 and plan_cache.enabled():
-        key = plan_cache.graph_key(gm, example_inputs, partitioner.uuid())
-    if key is None:
+    if not plan_cache.enabled():
         with functorch_config.patch(enable_autograd_cache=False):
             return compile_fx(gm, example_inputs, config_patches=patches)
+    key = plan_cache.graph_key(gm, example_inputs, partitioner.uuid())
     cached = plan_cache.load(key)
     first = len(be.log.plans)
+    if ranks.world()[1] > 1:
+        if not ranks.all_hold(plan_cache.plans_digest(cached)):  # plan together
+            with functorch_config.patch(enable_autograd_cache=False):
+                compiled = compile_fx(gm, example_inputs, config_patches=patches)
+            plan_cache.store(key, be.log.plans[first:])
+            return compiled
+        assert cached is not None
+        partitioner.book = PlanBook(cached, "the plan cache")
     hits = counters["aot_autograd"]["autograd_cache_hit"]
     compiled = compile_fx(gm, example_inputs, config_patches=patches)
     hit = counters["aot_autograd"]["autograd_cache_hit"] > hits
@@ -213,12 +223,16 @@ class _InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
         self.backend = backend
         self.calls = 0  # joint graphs partitioned: 0 when a compile cache skipped it
         self._uuid: str | None = None
+        # plans to apply instead of planning (on several ranks, the plan cache's, which
+        # every rank holds the same): no solve, no collective
+        self.book: PlanBook | None = None
 
     def __call__(self, gm: torch.fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any) -> Any:
         kwargs.pop("compiler", None)
         self.calls += 1
         be = self.backend
-        return budget_partition(gm, joint_inputs, settings=be.settings, log=be.log, **kwargs)
+        settings = be.settings if self.book is None else replace(be.settings, book=self.book)
+        return budget_partition(gm, joint_inputs, settings=settings, log=be.log, **kwargs)
 
     def uuid(self) -> str:
         if self._uuid is None:

@@ -227,6 +227,15 @@ def _read(path: Path, key: str) -> list[Plan] | None:
         return None  # missing or corrupt: plan again
 
 
+def plans_digest(plans: Sequence[Plan] | None) -> str | None:
+    """What decides the graphs of ``plans`` (graph, saved set, peak budget of each), as a
+    short hash: ranks compare it to know they hold the same plans (None: no plans)."""
+    if plans is None:
+        return None
+    what = [[p.graph_hash, p.saved, p.peak_target_bytes] for p in plans]
+    return _sha(json.dumps(what))
+
+
 def store(key: str, plans: Sequence[Plan]) -> None:
     """Write ``plans`` under ``key`` (atomically: a reader sees the old entry or the new)."""
     path = entry_path(key)

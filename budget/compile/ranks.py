@@ -57,6 +57,16 @@ def agree_on_graph(graph_hash: str) -> None:
         )
 
 
+def all_hold(digest: str | None) -> bool:
+    """True on every rank when every rank passes the same ``digest`` and none passes None
+    (each holds the same cached plans for the graph at hand)."""
+    import torch.distributed as dist
+
+    digests: list[str | None] = [None] * dist.get_world_size()
+    _outside_tracing(dist.all_gather_object, digests, digest)
+    return None not in digests and len(set(digests)) == 1
+
+
 def share_plan(plan: Plan | BaseException | None) -> Plan:
     """Rank 0's ``plan``, on every rank (the other ranks pass None). When rank 0 could not
     plan, it passes its error: the other ranks raise too, instead of waiting forever."""

@@ -236,7 +236,9 @@ def test_the_graph_key_follows_the_graph_its_inputs_and_the_settings():
     [
         ((0, 1), "dir", True),  # one process, plan cache on: AOTAutograd's cache as torch has it
         ((0, 1), "", False),  # plan cache off: a hit would leave no plan
-        ((1, 2), "dir", False),  # several ranks: each must run the partitioner's collectives
+        # several ranks that do not all hold cached plans (none here): each must run the
+        # partitioner's collectives; the plans are cached for the next start
+        ((1, 2), "dir", False),
     ],
 )
 def test_autograd_cache_only_where_its_hits_keep_their_plans(
@@ -255,6 +257,8 @@ def test_autograd_cache_only_where_its_hits_keep_their_plans(
 
     monkeypatch.setattr(T, "compile_fx", fake_compile_fx)
     monkeypatch.setattr(B.ranks, "world", lambda: world)
+    # the other ranks hold what this one holds (a real job: tests/compile/test_ranks.py)
+    monkeypatch.setattr(B.ranks, "all_hold", lambda digest: digest is not None)
     monkeypatch.setenv("BUDGET_CACHE_DIR", str(tmp_path) if cache else "")
     gm = torch.fx.symbolic_trace(lambda x: x.sin().sum())
     budget.backend(0.5)(gm, [torch.randn(3, requires_grad=True)])
@@ -264,7 +268,7 @@ def test_autograd_cache_only_where_its_hits_keep_their_plans(
     assert seen["fx_graph_cache"] == "as configured"  # on by default, in every case
     assert seen["partitioner"].uuid().startswith("budget-")
     written = list((tmp_path / "plans").glob("*.json")) if cache else []
-    assert len(written) == (1 if autograd_cache else 0)  # the (empty) plans of the compile
+    assert len(written) == (1 if cache else 0)  # the (empty) plans of the compile
 
 
 def test_previews_use_no_compile_cache(monkeypatch):
@@ -282,3 +286,52 @@ def test_previews_use_no_compile_cache(monkeypatch):
     be.preview = True
     be(torch.fx.symbolic_trace(lambda x: x.sin().sum()), [torch.randn(3)])
     assert seen == {"autograd_cache": False, "fx_graph_cache": False}
+
+
+RANK_CHILD = r"""
+import json, os, sys
+opts = json.loads(sys.argv[1])
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = opts["inductor"]
+os.environ["BUDGET_CACHE_DIR"] = opts["budget"]
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch._dynamo.utils import counters
+import budget
+
+rank = int(os.environ["RANK"])
+dist.init_process_group("gloo", init_method="env://")
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
+x = torch.randn(8, 16)
+# the ranks plan with different estimators: only rank 0's plan can be on both
+be = budget.backend(0.3, estimator=["flops", "unit"][rank])
+torch.compile(lambda x: model(x).square().sum(), backend=be)(x).backward()
+print(json.dumps({
+    "hits": counters["aot_autograd"]["autograd_cache_hit"],
+    "plans": [[p.graph_hash, p.saved] for p in be.plans],
+    "timings": [sorted(p.timings) for p in be.plans],
+}), flush=True)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_ranks_start_warm_through_torchs_cache_with_rank_0s_plans(tmp_path):
+    """Two gloo ranks sharing cache directories, started three times. First: they plan
+    together (rank 0 solves), torch's AOTAutograd cache off, plans cached. Second: every
+    rank holds the same cached plans, so torch's cache is on; it has no entries yet, and
+    each rank applies the cached plans (no solve). Third: torch's cache hits on both ranks.
+    Every start, both ranks have rank 0's plans of the first."""
+    from helpers.ranks import run_ranks
+
+    arg = json.dumps({"inductor": str(tmp_path / "inductor"), "budget": str(tmp_path / "b")})
+    starts = [run_ranks(RANK_CHILD, arg) for _ in range(3)]
+    first = starts[0][0]["plans"]
+    assert first and all(r["plans"] == first for start in starts for r in start)
+    assert [r["hits"] for r in starts[0]] == [0, 0]
+    assert all("solve" in t for t in starts[0][0]["timings"])  # rank 0 solved
+    assert [r["hits"] for r in starts[1]] == [0, 0]
+    assert all("solve" not in t and "apply" in t for r in starts[1] for t in r["timings"])
+    assert all(r["hits"] >= 1 for r in starts[2]), starts[2]
