@@ -434,7 +434,12 @@ class _Partitions:
         key = (tuple(plan.saved), goal)
         if key not in self._made:
             made = self._extract(set(plan.saved), recomputed)
-            if goal is not None and made.prediction.peak_bytes > goal:
+            # Under Inductor with channels-last convolutions (layout copies) the measured
+            # step does not follow a rescheduled backward: on the bench convnet a plan
+            # predicted at 24.83 MiB measured 37.11 (the eager compiler: 28.04 / 30.74).
+            # Until that is understood, such graphs are not rescheduled.
+            blind = self.settings.compiler == "inductor" and made.copied > 0
+            if goal is not None and made.prediction.peak_bytes > goal and not blind:
                 lowered = lower_peak(
                     made.bw,
                     recomputed,
