@@ -61,8 +61,9 @@ def _clonable(node: fx.Node) -> bool:
     )
 
 
-def _raws(node: fx.Node) -> list[int]:
-    return [s[0] for s in map(storage_of, tensors(node.meta.get("val"))) if s is not None]
+def _storages(node: fx.Node) -> list[tuple[int, int]]:
+    """(raw storage, bytes) of each tensor ``node`` makes."""
+    return [s for s in map(storage_of, tensors(node.meta.get("val"))) if s is not None]
 
 
 def _freed_at(
@@ -71,13 +72,12 @@ def _freed_at(
     late: set[fx.Node],
     pos: dict[fx.Node, int],
     holders: dict[int, list[fx.Node]],
+    storages: dict[fx.Node, list[tuple[int, int]]],
 ) -> int:
     """Bytes of ``value``'s storages that no node reads at or after position ``at`` once
     its ``late`` readers read a recomputation instead (what the change frees there)."""
     freed = 0
-    for s in map(storage_of, tensors(value.meta.get("val"))):
-        if s is None:
-            continue
+    for s in storages[value]:
         readers = (u for h in holders.get(s[0], []) for u in h.users)
         if not any(pos[u] >= at and u not in late for u in readers):
             freed += s[1]
@@ -121,6 +121,7 @@ def _plan_clones(
     pos: dict[fx.Node, int],
     recomputed: frozenset[str],
     holders: dict[int, list[fx.Node]],
+    storages: dict[fx.Node, list[tuple[int, int]]],
 ) -> list[fx.Node] | None:
     """The nodes to recompute again (in graph order) so that ``value`` can be had at
     position ``start`` for the readers ``late``; None when one of them cannot be."""
@@ -131,7 +132,7 @@ def _plan_clones(
         if node is value:
             return False
         readers = [u for u in node.users if u not in late]
-        readers += [u for raw in _raws(node) for h in holders.get(raw, []) for u in h.users]
+        readers += [u for s in storages[node] for h in holders.get(s[0], []) for u in h.users]
         return any(pos[u] >= start and u not in late for u in readers)
 
     need: dict[fx.Node, None] = {}
@@ -206,9 +207,10 @@ def lower_peak(
         nodes = list(graph.nodes)
         pos = {n: i for i, n in enumerate(nodes)}
         at = nodes[best.peak_step - fw_steps]
+        storages = {n: _storages(n) for n in nodes}
         holders: dict[int, list[fx.Node]] = {}
         for n in nodes:
-            for raw in _raws(n):
+            for raw, _ in storages[n]:
                 holders.setdefault(raw, []).append(n)
         options = []
         for value in nodes[: pos[at]]:
@@ -217,10 +219,12 @@ def lower_peak(
             late = sorted((u for u in value.users if pos[u] > pos[at]), key=pos.__getitem__)
             if not late:
                 continue
-            size = _freed_at(value, pos[at], set(late), pos, holders)
+            size = _freed_at(value, pos[at], set(late), pos, holders, storages)
             if size == 0:  # another reader keeps its storage alive through the peak
                 continue
-            clones = _plan_clones(value, pos[late[0]], set(late), pos, recomputed, holders)
+            clones = _plan_clones(
+                value, pos[late[0]], set(late), pos, recomputed, holders, storages
+            )
             if clones is not None:
                 price = sum(cost.get(origin.get(c.name, c.name), 0.0) for c in clones)
                 options.append((price / size, pos[value], value, clones, late))
