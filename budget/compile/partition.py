@@ -392,6 +392,8 @@ class _Partitions:
         copies = copied_inputs(fw, self.num_fwd_outputs, self.settings.compiler)
         kept = kept_inputs(fw, self.num_fwd_outputs, self.static_inputs)
 
+        memo: dict[fx.Node, list[tuple[int, int]]] = {}  # node values never change here
+
         def predict(backward: fx.GraphModule, names: frozenset[str]) -> PeakPrediction:
             return predict_peak(
                 fw,
@@ -399,6 +401,7 @@ class _Partitions:
                 names,
                 num_user_outputs=self.num_fwd_outputs,
                 copied=frozenset(copies),
+                memo=memo,
             )
 
         return _Made(fw, bw, predict(bw, recomputed), sum(copies.values()), kept, predict)

@@ -46,12 +46,19 @@ class PeakPrediction:
     live: list[int] | None = None
 
 
-def _storages(node: fx.Node) -> list[tuple[int, int]]:
+Memo = dict[fx.Node, list[tuple[int, int]]]
+
+
+def _storages(node: fx.Node, memo: Memo | None = None) -> list[tuple[int, int]]:
+    if memo is not None and node in memo:
+        return memo[node]
     out = []
     for t in tensors(node.meta.get("val")):
         s = storage_of(t)
         if s is not None:
             out.append(s)
+    if memo is not None:
+        memo[node] = out
     return out
 
 
@@ -59,7 +66,9 @@ Key = tuple[str, int]  # (graph, fake storage): a recomputed value shares its fo
 # fake tensor, but is a storage of its own
 
 
-def _keys(nodes: list[fx.Node], graph: str, given: dict[int, Key]) -> dict[fx.Node, list[Key]]:
+def _keys(
+    nodes: list[fx.Node], graph: str, given: dict[int, Key], memo: Memo | None = None
+) -> dict[fx.Node, list[Key]]:
     """Each node's storages as keys. A value shares a storage with an input when the raw
     storage is the same (a view, a getitem): it takes that input's key; otherwise its
     storage is new, keyed in ``graph``. Placeholders take ``given`` keys (the storages
@@ -69,7 +78,7 @@ def _keys(nodes: list[fx.Node], graph: str, given: dict[int, Key]) -> dict[fx.No
         inherited = {key[1]: key for arg in node.all_input_nodes for key in out.get(arg, [])}
         if node.op == "placeholder":
             inherited = given
-        out[node] = [inherited.get(raw, (graph, raw)) for raw, _ in _storages(node)]
+        out[node] = [inherited.get(raw, (graph, raw)) for raw, _ in _storages(node, memo)]
     return out
 
 
@@ -80,6 +89,7 @@ def predict_peak(
     *,
     num_user_outputs: int = 1,
     copied: frozenset[str] = frozenset(),
+    memo: Memo | None = None,
 ) -> PeakPrediction:
     """The peak of running ``fw`` then ``bw`` (see the module docstring).
 
@@ -89,15 +99,17 @@ def predict_peak(
     ``copied``: names of the forward's inputs the compiler copies to another layout as the
     forward starts and hands the backward as copies (:mod:`budget.compile.layout`): not
     resident, allocated at the forward's start, freed after the backward's last read.
+    ``memo``: each node's storages, kept between calls on graphs whose nodes' values do not
+    change (the rescheduler predicts the same graphs again and again).
     """
     fw_nodes = list(fw.graph.nodes)
     bw_nodes = list(bw.graph.nodes) if bw is not None else []
     steps = [(n, "forward") for n in fw_nodes] + [(n, "backward") for n in bw_nodes]
-    fw_keys = _keys(fw_nodes, "fw", {})
+    fw_keys = _keys(fw_nodes, "fw", {}, memo)
     # The backward's inputs are forward storages (saved values, parameters) or tangents.
     handed_over = {key[1]: key for keys in fw_keys.values() for key in keys}
-    bw_keys = _keys(bw_nodes, "bw", handed_over)
-    sizes = {raw: nbytes for n in fw_nodes + bw_nodes for raw, nbytes in _storages(n)}
+    bw_keys = _keys(bw_nodes, "bw", handed_over, memo)
+    sizes = {raw: nbytes for n in fw_nodes + bw_nodes for raw, nbytes in _storages(n, memo)}
 
     def keys(node: fx.Node, phase: str) -> list[Key]:
         return (fw_keys if phase == "forward" else bw_keys)[node]
