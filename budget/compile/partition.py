@@ -34,7 +34,7 @@ from . import _torch_private as T
 from . import ranks
 from .graph import build_problem, graph_hash, kept_inputs
 from .layout import copied_inputs, copied_inputs_bound
-from .peak import PeakPrediction, predict_peak
+from .peak import Memo, PeakPrediction, predict_peak
 from .schedule import lower_peak
 
 
@@ -81,6 +81,12 @@ def gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def b1_saved_set(graph: fx.Graph, node_info: T.NodeInfo) -> list[fx.Node]:
+    """torch's saved set at memory budget 1 (its min-cut): the b=1 end of every plan."""
+    with T.boykov_kolmogorov_cuts():
+        return T.choose_saved_values_set(graph, node_info, memory_budget=1.0)
 
 
 def budget_partition(
@@ -143,8 +149,7 @@ def _partition(
             t0,
             static_lifetime_input_indices,
         )
-    with T.boykov_kolmogorov_cuts():
-        reference = T.choose_saved_values_set(graph, node_info, memory_budget=1.0)
+    reference = b1_saved_set(graph, node_info)
     t1 = time.perf_counter()
     problem, nodes = build_problem(graph, node_info, get_estimator(settings.estimator), reference)
     problem.fixed_bytes = copied_inputs_bound(graph, node_info, settings.compiler)
@@ -392,7 +397,7 @@ class _Partitions:
         copies = copied_inputs(fw, self.num_fwd_outputs, self.settings.compiler)
         kept = kept_inputs(fw, self.num_fwd_outputs, self.static_inputs)
 
-        memo: dict[fx.Node, list[tuple[int, int]]] = {}  # node values never change here
+        memo: Memo = {}  # node values never change here
 
         def predict(backward: fx.GraphModule, names: frozenset[str]) -> PeakPrediction:
             return predict_peak(
@@ -410,10 +415,7 @@ class _Partitions:
         """The predicted peak of the b=1 plan (torch's saved set at b=1)."""
         if self._reference_peak is None:
             if self._reference is None:
-                with T.boykov_kolmogorov_cuts():
-                    self._reference = T.choose_saved_values_set(
-                        self.joint_module.graph, self.node_info, memory_budget=1.0
-                    )
+                self._reference = b1_saved_set(self.joint_module.graph, self.node_info)
             names = {n.name for n in self._reference}
             made = self._extract(names, frozenset())
             self._reference_peak = made.prediction.peak_bytes

@@ -49,7 +49,8 @@ class PeakPrediction:
 Memo = dict[fx.Node, list[tuple[int, int]]]
 
 
-def _storages(node: fx.Node, memo: Memo | None = None) -> list[tuple[int, int]]:
+def node_storages(node: fx.Node, memo: Memo | None = None) -> list[tuple[int, int]]:
+    """(raw storage, bytes) of each tensor ``node`` makes (kept in ``memo`` when given)."""
     if memo is not None and node in memo:
         return memo[node]
     out = []
@@ -78,7 +79,7 @@ def _keys(
         inherited = {key[1]: key for arg in node.all_input_nodes for key in out.get(arg, [])}
         if node.op == "placeholder":
             inherited = given
-        out[node] = [inherited.get(raw, (graph, raw)) for raw, _ in _storages(node, memo)]
+        out[node] = [inherited.get(raw, (graph, raw)) for raw, _ in node_storages(node, memo)]
     return out
 
 
@@ -109,7 +110,7 @@ def predict_peak(
     # The backward's inputs are forward storages (saved values, parameters) or tangents.
     handed_over = {key[1]: key for keys in fw_keys.values() for key in keys}
     bw_keys = _keys(bw_nodes, "bw", handed_over, memo)
-    sizes = {raw: nbytes for n in fw_nodes + bw_nodes for raw, nbytes in _storages(n, memo)}
+    sizes = {raw: nbytes for n in fw_nodes + bw_nodes for raw, nbytes in node_storages(n, memo)}
 
     def keys(node: fx.Node, phase: str) -> list[Key]:
         return (fw_keys if phase == "forward" else bw_keys)[node]

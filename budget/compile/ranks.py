@@ -42,12 +42,18 @@ def world() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def agree_on_graph(graph_hash: str) -> None:
-    """Raise on every rank when the ranks are not compiling the same graph."""
+def _gather(value: str | None) -> list[str | None]:
+    """Every rank's ``value``, on every rank (rank order)."""
     import torch.distributed as dist
 
-    hashes: list[str | None] = [None] * dist.get_world_size()
-    _outside_tracing(dist.all_gather_object, hashes, graph_hash)
+    values: list[str | None] = [None] * dist.get_world_size()
+    _outside_tracing(dist.all_gather_object, values, value)
+    return values
+
+
+def agree_on_graph(graph_hash: str) -> None:
+    """Raise on every rank when the ranks are not compiling the same graph."""
+    hashes = _gather(graph_hash)
     if len(set(hashes)) > 1:
         by_rank = ", ".join(f"rank {r}: {h}" for r, h in enumerate(hashes))
         raise PlanMismatchError(
@@ -60,10 +66,7 @@ def agree_on_graph(graph_hash: str) -> None:
 def all_hold(digest: str | None) -> bool:
     """True on every rank when every rank passes the same ``digest`` and none passes None
     (each holds the same cached plans for the graph at hand)."""
-    import torch.distributed as dist
-
-    digests: list[str | None] = [None] * dist.get_world_size()
-    _outside_tracing(dist.all_gather_object, digests, digest)
+    digests = _gather(digest)
     return None not in digests and len(set(digests)) == 1
 
 

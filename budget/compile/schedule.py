@@ -30,9 +30,9 @@ import torch.fx as fx
 
 from ..core.plan import LivePoint
 from ..estimators.ops import is_collective, is_mutating, is_random
-from ..estimators.values import storage_of, tensors
+from ..estimators.values import tensors
 from ._torch_private import OpOverload, tree_map
-from .peak import PeakPrediction
+from .peak import Memo, PeakPrediction, node_storages
 
 Predict = Callable[[fx.GraphModule, frozenset[str]], PeakPrediction]
 
@@ -44,8 +44,6 @@ class Lowered:
     prediction: PeakPrediction
     # the forward value behind each extra recomputation (one name per new node)
     again: list[str] = field(default_factory=list)
-    # the names of the new nodes (recomputations, for the timeline's phases)
-    new_nodes: list[str] = field(default_factory=list)
 
 
 def _clonable(node: fx.Node) -> bool:
@@ -59,11 +57,6 @@ def _clonable(node: fx.Node) -> bool:
         and not is_random(node)
         and not is_collective(node)
     )
-
-
-def _storages(node: fx.Node) -> list[tuple[int, int]]:
-    """(raw storage, bytes) of each tensor ``node`` makes."""
-    return [s for s in map(storage_of, tensors(node.meta.get("val"))) if s is not None]
 
 
 def _freed_at(
@@ -98,6 +91,10 @@ def _fresh_val(clone: fx.Node) -> object:
         raise ValueError(f"{clone.name}: no fake tensor to recompute it on")
     with mode:
         return clone.target(*args, **kwargs)  # type: ignore[operator]
+
+
+class _Unrunnable(Exception):
+    """A clone whose op fake tensors cannot run: its candidate is skipped."""
 
 
 class _Rewrite:
@@ -163,9 +160,9 @@ def _apply(
             rewrite.inserted.append(new)
             try:
                 new.meta = {**node.meta, "val": _fresh_val(new)}
-            except Exception:  # an op fake tensors cannot run: not this candidate
+            except Exception as e:  # an op fake tensors cannot run: not this candidate
                 rewrite.undo(graph)
-                raise
+                raise _Unrunnable(f"{node.name}: {e}") from e
             env[node] = new
             origin[new.name] = origin.get(node.name, node.name)
     for user in late:
@@ -199,6 +196,7 @@ def lower_peak(
     graph = bw.graph
     origin: dict[str, str] = {}
     kept: list[_Rewrite] = []
+    memo: Memo = {}  # no node's value changes here: its storages are read once
     best = predict(bw, recomputed)
     start_peak = best.peak_bytes
     for _ in range(max_rounds):
@@ -207,7 +205,7 @@ def lower_peak(
         nodes = list(graph.nodes)
         pos = {n: i for i, n in enumerate(nodes)}
         at = nodes[best.peak_step - fw_steps]
-        storages = {n: _storages(n) for n in nodes}
+        storages = {n: node_storages(n, memo) for n in nodes}
         holders: dict[int, list[fx.Node]] = {}
         for n in nodes:
             for raw, _ in storages[n]:
@@ -232,7 +230,7 @@ def lower_peak(
         for *_, value, clones, late in options[:8]:
             try:
                 rewrite = _apply(graph, clones, value, late, origin)
-            except Exception:
+            except _Unrunnable:
                 continue
             names = recomputed | {n.name for n in rewrite.inserted}
             trial = predict(bw, names)
@@ -257,4 +255,4 @@ def lower_peak(
         else p
         for p in best.timeline
     ]
-    return Lowered(best, [origin[n] for n in new], new)
+    return Lowered(best, [origin[n] for n in new])
