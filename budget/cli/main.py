@@ -187,11 +187,15 @@ def _solve_eager(args: argparse.Namespace) -> int:
 
     if not args.eager:
         raise UsageError("--modules applies to --eager plans only")
-    given = [f for f in ("plan", "peak", "timeline") if getattr(args, f) is not None]
-    if given:
-        flags = ", ".join(f"--{f}" for f in given)
-        raise UsageError(f"{flags} cannot be used with --eager (compiled plans only)")
+    if args.plan is not None:
+        raise UsageError(
+            "--plan cannot be used with --eager (compiled plans only; an eager plan file is "
+            "applied with budget.apply(model, plan=EagerPlan.from_json(text)))"
+        )
     memory_budget = parse_budget_arg(args.budget)
+    peak = parse_peak_arg(args.peak)
+    if args.timeline:
+        check_png(args.timeline, "--timeline")
     if args.depth < 1:
         raise UsageError(f"--depth must be at least 1; got {args.depth}")
     if args.top < 0:
@@ -216,6 +220,7 @@ def _solve_eager(args: argparse.Namespace) -> int:
             *example,
             step=step,
             memory_budget=memory_budget,
+            peak_memory_budget=peak,
             modules=modules,
             solver=args.solver,
             estimator=args.estimator,
@@ -225,6 +230,14 @@ def _solve_eager(args: argparse.Namespace) -> int:
     done = time.perf_counter()
     if args.json:
         _write("--json", args.json, lambda: Path(args.json).write_text(plan.to_json() + "\n"))
+    if args.timeline:
+        from .plots import save_timeline_plot
+
+        _write(
+            "--timeline",
+            args.timeline,
+            lambda: save_timeline_plot([plan], args.timeline, title=description),
+        )
     if args.format == "json":
         print(plan.to_json())
         return 0
@@ -236,6 +249,8 @@ def _solve_eager(args: argparse.Namespace) -> int:
         "total": done - start,
     }
     print(eager_solve_report(plan, description, depth=args.depth, top=args.top, timings=timings))
+    if args.timeline:
+        print(f"\ntimeline: {args.timeline}")
     if args.json:
         print(f"\nplan file: {args.json} (budget.apply(model, plan=EagerPlan.from_json(text)))")
     return 0

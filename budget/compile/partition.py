@@ -24,7 +24,7 @@ import torch.fx as fx
 
 from ..core.plan import Plan
 from ..core.plan_files import saved_indices
-from ..core.planner import make_plan, solve_problem, solve_sweep
+from ..core.planner import PEAK_GRID, make_plan, solve_problem, solve_sweep
 from ..core.problem import Problem
 from ..core.settings import PlanLog, PlanSettings
 from ..core.sizes import MemoryBudget, format_bytes, parse_budget
@@ -216,11 +216,6 @@ def _solve(
         time_limit=settings.time_limit,
         timings=timings,
     )
-
-
-# Saved-memory fractions tried for a peak budget: peak is not monotone in saved memory
-# (saving less can mean recomputing more at once), so a grid rather than a bisection.
-PEAK_GRID = tuple(k / 20 for k in range(21))
 
 
 def _plan_for_peak(

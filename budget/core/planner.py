@@ -34,6 +34,11 @@ class Ends:
     low: Solution  # the cheapest plan among those saving min_bytes
 
 
+# Saved-memory fractions tried for a peak budget: peak is not monotone in saved memory
+# (saving less can mean recomputing more at once), so a grid rather than a bisection.
+PEAK_GRID = tuple(k / 20 for k in range(21))
+
+
 def solve_ends(problem: Problem, backend: Solver, time_limit: float) -> Ends:
     reference = problem.reference_saved
     if problem.check(reference):  # should not happen; fall back to solving for b=1

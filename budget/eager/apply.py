@@ -24,11 +24,12 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..config import config, validate_option
-from ..core.sizes import parse_budget
+from ..core.sizes import parse_budget, parse_peak_budget
 from ..estimators import get_estimator
 from ..solvers import get_solver
+from .peak import simulate
 from .plan import EagerPlan, RegionChoice
-from .planner import plan_trace
+from .planner import plan_for_peak, plan_trace
 from .policy import RegionPolicy
 from .regions import ModuleSpec, select_candidates
 from .trace import default_loss, trace_step
@@ -67,6 +68,7 @@ def plan(
     model: nn.Module,
     *example_inputs: Any,
     memory_budget: float | str | None = None,
+    peak_memory_budget: str | None = None,
     loss_fn: Callable[[Any], torch.Tensor] | None = None,
     step: Callable[..., Any] | None = None,
     modules: Sequence[ModuleSpec] | ModuleSpec | None = None,
@@ -80,7 +82,8 @@ def plan(
     The step is ``loss_fn(model(*example_inputs, **example_kwargs))`` (default loss: the
     output itself when it is a scalar, else its ``loss``, as Hugging Face models return it
     when given labels), or ``step(*example_inputs, **example_kwargs)`` when given (a
-    function that runs ``model`` and returns the loss).
+    function that runs ``model`` and returns the loss). Every plan carries its predicted
+    peak (``peak_bytes``, ``timeline``: :mod:`budget.eager.peak`).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"budget.apply takes an nn.Module; got {type(model).__name__}")
@@ -92,6 +95,8 @@ def plan(
     budget = parse_budget(
         config.activation_memory_budget if memory_budget is None else memory_budget
     )
+    peak = config.peak_memory_budget if peak_memory_budget is None else peak_memory_budget
+    peak_bytes = None if peak is None else parse_peak_budget(peak)
     solver_name = get_solver(solver or config.solver).name
     estimator_spec = get_estimator(estimator or config.estimator).spec
     limit = config.time_limit if time_limit is None else validate_option("time_limit", time_limit)
@@ -121,14 +126,21 @@ def plan(
                     "(a region is one call of a module's forward per step)"
                 )
             excluded[r] = why
-    return plan_trace(
-        trace,
-        budget,
-        solver=solver_name,
-        estimator=estimator_spec,
-        time_limit=limit,
-        excluded=excluded,
-    )
+
+    def predict(p: EagerPlan) -> None:
+        install(model, p)
+        try:
+            found = simulate(model, run, example_inputs, example_kwargs)
+        finally:
+            unapply(model)
+        p.peak_bytes, p.timeline = found.peak_bytes, found.timeline
+
+    opts = {"solver": solver_name, "estimator": estimator_spec, "time_limit": limit}
+    if peak_bytes is not None:
+        return plan_for_peak(trace, budget, peak_bytes, predict, excluded=excluded, **opts)  # type: ignore[arg-type]
+    made = plan_trace(trace, budget, excluded=excluded, **opts)  # type: ignore[arg-type]
+    predict(made)
+    return made
 
 
 _make_plan = plan
@@ -138,6 +150,7 @@ def apply(
     model: nn.Module,
     *example_inputs: Any,
     memory_budget: float | str | None = None,
+    peak_memory_budget: str | None = None,
     loss_fn: Callable[[Any], torch.Tensor] | None = None,
     step: Callable[..., Any] | None = None,
     modules: Sequence[ModuleSpec] | ModuleSpec | None = None,
@@ -152,19 +165,28 @@ def apply(
     ``memory_budget`` is a fraction in [0, 1] of the saved activation memory eager
     checkpointing can reach (1.0: nothing checkpointed; 0.0: the least memory with every
     candidate module checkpointed), or a size (``"512MiB"``); default
-    ``budget.config.activation_memory_budget``. ``modules``: the candidate modules
+    ``budget.config.activation_memory_budget``. ``peak_memory_budget`` (a size; default
+    ``budget.config.peak_memory_budget``): the plan with the least recompute, within the
+    memory budget, whose predicted peak of the step (forward and backward, above the
+    parameters, inputs and gradients) is at most that. ``modules``: the candidate modules
     (qualified names or classes; default: the blocks of the model's ModuleLists and
     Sequentials). ``plan``: apply this plan (made for this model) instead of planning.
     A model that has a plan applied is restored first (:func:`unapply`).
     """
     if plan is not None and example_inputs:
         raise ValueError("pass example inputs to plan, or plan= to apply a plan, not both")
+    if plan is not None and (memory_budget is not None or peak_memory_budget is not None):
+        raise ValueError(
+            "pass a budget (memory_budget, peak_memory_budget) or plan=, not both: a plan "
+            "was made for its own budget"
+        )
     unapply(model)
     if plan is None:
         plan = _make_plan(
             model,
             *example_inputs,
             memory_budget=memory_budget,
+            peak_memory_budget=peak_memory_budget,
             loss_fn=loss_fn,
             step=step,
             modules=modules,

@@ -15,6 +15,12 @@ plan recomputes nothing that costs anything is tried without checkpointing (auto
 keeps what it saves there, and the solver re-plans the rest at the same target), and kept
 so when the step's recompute cost does not grow. Each plan is an exact optimum for its
 set of checkpointed regions; over sets of regions the search is greedy.
+
+A peak memory budget (:func:`plan_for_peak`) is met as on the compiled path: the plans of
+the memory budget and of the fractions of ``PEAK_GRID`` below it, cheapest first, each
+distinct plan's peak predicted (:mod:`budget.eager.peak`) until one fits. Eager
+checkpointing cannot recompute a value twice, so there is no rescheduling stage: a target
+under every grid plan's peak raises BudgetTooSmallError naming the lowest.
 """
 
 from __future__ import annotations
@@ -22,14 +28,14 @@ from __future__ import annotations
 import math
 import operator
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 import torch.fx as fx
 
 from ..core.plan import Plan
-from ..core.planner import make_plan
+from ..core.planner import PEAK_GRID, make_plan
 from ..core.problem import Problem
 from ..core.sizes import MemoryBudget, format_bytes
 from ..errors import BudgetTooSmallError, InfeasibleError
@@ -124,6 +130,58 @@ def plan_trace(
         **common,
     )
     return _eager_plan(plan, trace, problem, nodes, checkpointed, excluded)
+
+
+def plan_for_peak(
+    trace: Trace,
+    budget: MemoryBudget,
+    peak_bytes: int,
+    predict: Callable[[EagerPlan], None],
+    *,
+    solver: str,
+    estimator: str,
+    time_limit: float,
+    excluded: dict[int, str] | None = None,
+) -> EagerPlan:
+    """The eager plan with the least recompute whose predicted peak is at most
+    ``peak_bytes``, among the plans at ``budget`` and at the fractions of ``PEAK_GRID``
+    below it (ties: the lower peak). ``predict(plan)`` sets a plan's ``peak_bytes`` and
+    ``timeline``; it runs cheapest first, once per distinct plan, until one fits."""
+    start = time.perf_counter()
+    cap = budget.fraction
+    budgets = [budget, *(MemoryBudget(fraction=f) for f in PEAK_GRID if cap is None or f < cap)]
+    opts = {"solver": solver, "estimator": estimator, "time_limit": time_limit}
+    plans = [plan_trace(trace, b, excluded=excluded, **opts) for b in budgets]  # type: ignore[arg-type]
+    limit = plans[0].target_bytes  # the memory budget's own target
+    candidates = sorted(
+        (p for p in plans if p.saved_bytes <= limit),
+        key=lambda p: (p.recompute_cost, p.saved_bytes),
+    )
+    tried: dict[tuple[tuple[str, ...], tuple[str, ...]], EagerPlan] = {}
+    fits: list[EagerPlan] = []
+    for p in candidates:
+        if fits and p.recompute_cost > min(f.recompute_cost for f in fits):
+            break  # cheapest first: what is left recomputes more
+        key = (tuple(p.checkpointed), tuple(p.saved))
+        if key in tried:  # neighbouring fractions often give the same plan
+            continue
+        tried[key] = p
+        predict(p)
+        if (p.peak_bytes or 0) <= peak_bytes:
+            fits.append(p)
+    if not fits:
+        lowest = min(p.peak_bytes or 0 for p in tried.values())
+        raise BudgetTooSmallError(
+            f"peak memory budget {format_bytes(peak_bytes)} ({peak_bytes} bytes) is below "
+            f"the lowest predicted peak of the {len(tried)} eager plans tried within memory "
+            f"budget {budget}: {format_bytes(lowest)} ({lowest} bytes); smaller candidate "
+            "modules (modules=) may reach lower",
+            lowest_peak_bytes=lowest,
+        )
+    best = min(fits, key=lambda p: (p.recompute_cost, p.peak_bytes or 0, p.saved_bytes))
+    best.peak_target_bytes = peak_bytes
+    best.timings = {**best.timings, "peak search": time.perf_counter() - start}
+    return best
 
 
 def _solve(

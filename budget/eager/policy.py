@@ -18,7 +18,10 @@ occurrence (the j-th ``addmm`` of the region) and tagged ``MUST_SAVE``, everythi
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 from torch.utils.checkpoint import (
@@ -61,9 +64,27 @@ class RegionPolicy:
         return create_selective_checkpoint_contexts(_Pass(self), allow_cache_entry_mutation=True)
 
 
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def fake_run() -> Iterator[None]:
+    """Policies answer as in an eager step although the tensors are fake: for
+    :mod:`budget.eager.peak`, which runs the step with the plan applied on fake tensors
+    (op calls are then checked one by one, as in a real step)."""
+    before = getattr(_local, "fake_run", False)
+    _local.fake_run = True
+    try:
+        yield
+    finally:
+        _local.fake_run = before
+
+
 def _tracing(func: Any, args: tuple, kwargs: dict) -> bool:
     """True while torch.compile traces the region (AOTAutograd's passes run it on fake or
     functional tensors, some without the proxy mode torch's own test looks for)."""
+    if getattr(_local, "fake_run", False):
+        return False
     if T.sac_is_compiling(func, args, kwargs):
         return True
     kinds = (T.FakeTensor, T.FunctionalTensor)

@@ -58,10 +58,30 @@ def test_solve_eager_json_and_modules(capsys):
     [
         (["--eager", "--modules", "nope"], "has no module 'nope'"),
         (["--modules", "blocks.0"], "--modules applies to --eager plans only"),
-        (["--eager", "--peak", "1MiB"], "--peak cannot be used with --eager"),
+        (["--eager", "--plan", "p.json"], "--plan cannot be used with --eager"),
+        (["--eager", "--peak", "0.5"], "--peak"),
+        (["--eager", "--peak", "1KiB"], "lowest predicted peak"),
         (["--eager", "--budget", "2"], "budget"),
     ],
 )
 def test_solve_eager_errors_exit_2(capsys, argv, message):
     assert main(["solve", *argv, *SIZES]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_solve_eager_peak_budget_and_timeline(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    ex = gpt(layers=2, d=64, seq=32, batch=2, vocab=128)
+    plans = [
+        budget.eager.plan(ex.model, *ex.args, step=ex.step, memory_budget=b) for b in (1.0, 0.0)
+    ]
+    target = (plans[0].peak_bytes + plans[1].peak_bytes) // 2
+    png = tmp_path / "t.png"
+    argv = ["solve", "--eager", "--peak", f"{target}B", "--timeline", str(png), "--format"]
+    assert main([*argv, "json", *SIZES]) == 0
+    plan = EagerPlan.from_json(capsys.readouterr().out)
+    assert plan.peak_bytes <= target and plan.peak_target_bytes == target
+    assert plan.recompute_cost < plans[1].recompute_cost  # not simply everything recomputed
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main([*argv, "table", *SIZES]) == 0
+    assert "predicted (forward + backward), peak budget" in capsys.readouterr().out

@@ -1,0 +1,140 @@
+"""Eager plans' predicted peaks and peak memory budgets, against the step measured on real
+tensors (budget.compile.measure.measure_peak: torch.profiler's memory events on CPU)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import budget
+import budget.eager
+from budget.compile.measure import measure_peak
+from budget.models import gpt, mlp, resnet
+
+
+def _gpt(dropout: float = 0.0):
+    return gpt(layers=2, d=64, heads=4, seq=32, batch=2, vocab=128, dropout=dropout)
+
+
+def _mlp():
+    return mlp(batch=8, d_in=32, d=64, layers=3, classes=10)
+
+
+def _resnet():
+    return resnet(batch=2, size=16, width=8, blocks=1)
+
+
+EXACT = {"gpt": _gpt, "gpt-dropout": lambda: _gpt(0.1), "mlp": _mlp}
+
+
+def _measured(ex) -> int:
+    ex.model.zero_grad(set_to_none=True)
+    torch.manual_seed(0)
+    peak = measure_peak(ex.step, *ex.args)
+    ex.model.zero_grad(set_to_none=True)
+    return peak
+
+
+@pytest.mark.parametrize("name", list(EXACT))
+@pytest.mark.parametrize("b", [1.0, 0.5, 0.0])
+def test_predicted_peak_is_the_measured_one(name, b):
+    ex = EXACT[name]()
+    plan = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=b)
+    assert plan.peak_bytes == _measured(ex)
+    phases = {p.phase for p in plan.timeline}
+    # checkpointed modules run their forward again inside the backward
+    assert ("recompute" in phases) == (plan.recompute_flops > 0)
+    assert {"forward", "backward"} <= phases
+
+
+def test_convnet_prediction_is_within_5_percent_and_not_under():
+    """CPU convolutions allocate workspace inside the kernel, which fake tensors do not
+    show; the prediction adds a conservative estimate of it (budget.eager.peak)."""
+    ex = _resnet()
+    for b in (1.0, 0.0):
+        plan = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=b)
+        measured = _measured(ex)
+        assert measured <= plan.peak_bytes <= 1.05 * measured
+        budget.unapply(ex.model)
+
+
+def test_prediction_changes_nothing_real():
+    ex = _resnet()  # BatchNorm buffers: a real step would update them
+    state = copy.deepcopy(ex.model.state_dict())
+    rng = torch.get_rng_state()
+    budget.eager.plan(ex.model, *ex.args, step=ex.step, memory_budget=0.0)
+    assert all(p.grad is None for p in ex.model.parameters())
+    assert torch.equal(torch.get_rng_state(), rng)
+    for k, v in ex.model.state_dict().items():
+        assert torch.equal(v, state[k]), k
+    assert budget.eager.applied_plan(ex.model) is None
+    assert "forward" not in ex.model.layers[0].__dict__  # nothing left installed
+
+
+@pytest.fixture(scope="module")
+def gpt_fractions():
+    """The built-in GPT's eager plans at a grid of fractions, each measured."""
+    ex = _gpt()
+    out = []
+    for b in (1.0, 0.8, 0.6, 0.4, 0.2, 0.0):
+        plan = budget.eager.plan(ex.model, *ex.args, step=ex.step, memory_budget=b)
+        budget.apply(ex.model, step=ex.step, plan=plan)
+        out.append((b, plan, _measured(ex)))
+        budget.unapply(ex.model)
+    return out
+
+
+def test_peak_budget_is_met_as_measured_at_no_more_recompute(gpt_fractions):
+    peaks = sorted({m for _, _, m in gpt_fractions})
+    target = (peaks[0] + peaks[-1]) // 2
+    ex = _gpt()
+    plan = budget.apply(ex.model, *ex.args, step=ex.step, peak_memory_budget=f"{target}B")
+    assert plan.peak_target_bytes == target
+    assert _measured(ex) <= target
+    fitting = [p.recompute_cost for _, p, m in gpt_fractions if m <= target]
+    assert plan.recompute_cost <= min(fitting) + 1e-12
+
+
+def test_unreachable_peak_budget_names_the_lowest(gpt_fractions):
+    lowest = min(m for _, _, m in gpt_fractions)
+    ex = _gpt()
+    with pytest.raises(budget.BudgetTooSmallError, match="lowest predicted peak") as err:
+        budget.apply(ex.model, *ex.args, step=ex.step, peak_memory_budget=f"{lowest // 2}B")
+    assert err.value.lowest_peak_bytes <= lowest
+    assert budget.eager.applied_plan(ex.model) is None
+
+
+def test_peak_and_memory_budgets_both_hold(gpt_fractions):
+    (_, reference, _), *_ = gpt_fractions
+    ex = _gpt()
+    size = reference.max_bytes // 2
+    plan = budget.eager.plan(
+        ex.model,
+        *ex.args,
+        step=ex.step,
+        memory_budget=f"{size}B",
+        peak_memory_budget=f"{reference.peak_bytes}B",
+    )
+    assert plan.saved_bytes <= size
+    assert plan.peak_bytes <= reference.peak_bytes
+
+
+def test_config_peak_budget_applies(gpt_fractions):
+    lowest = min(m for _, _, m in gpt_fractions)
+    ex = _gpt()
+    with (
+        budget.config.patch(peak_memory_budget=f"{lowest // 2}B"),
+        pytest.raises(budget.BudgetTooSmallError),
+    ):
+        budget.eager.plan(ex.model, *ex.args, step=ex.step)
+
+
+def test_bad_peak_budgets_are_refused():
+    ex = _mlp()
+    with pytest.raises(ValueError, match="peak memory budget must be"):
+        budget.eager.plan(ex.model, *ex.args, step=ex.step, peak_memory_budget=0.5)
+    plan = budget.eager.plan(ex.model, *ex.args, step=ex.step, memory_budget=0.5)
+    with pytest.raises(ValueError, match="not both"):
+        budget.apply(ex.model, step=ex.step, plan=plan, peak_memory_budget="1GiB")
