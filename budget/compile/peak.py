@@ -14,8 +14,9 @@ lives from the node that makes it to the last node that reads it, and no longer:
 
 The peak is the largest sum of live storages after any node has made its outputs and
 before anything it was the last reader of is freed. This is what the graphs ask for:
-exact for ``compiler="eager"``, which runs them op by op (what a kernel allocates inside
-itself, like a CPU convolution's im2col columns, is not seen). Inductor fuses pointwise
+exact for ``compiler="eager"``, which runs them op by op, but for what a kernel allocates
+and frees inside itself: CPU convolutions, where that is large, add an estimate of it at
+their step (:func:`budget.estimators.memory.workspace_bytes`). Inductor fuses pointwise
 ops, whose intermediates then never exist, so it peaks lower than predicted (by how
 much: bench/README.md). The prediction is an upper bound there on purpose: a model of
 Inductor's fusion (a pointwise value with one fusible reader is never materialised) was
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 import torch.fx as fx
 
 from ..core.plan import LivePoint
+from ..estimators.memory import workspace_bytes
 from ..estimators.values import storage_of, tensors
 
 
@@ -158,9 +160,18 @@ def predict_peak(
             kind = "recompute" if phase == "backward" and node.name in recomputed else phase
             timeline.append(LivePoint(node.name, kind, current))  # type: ignore[arg-type]
         live_after.append(current)
-        if current > peak:
-            peak, peak_step = current, i
+        at = current + _workspace(node)
+        if at > peak:
+            peak, peak_step = at, i
         for k in freed_at.get(i, []):
             if k in live:
                 current -= live.pop(k)
     return PeakPrediction(peak, timeline, peak_step, live_after)
+
+
+def _workspace(node: fx.Node) -> int:
+    """What ``node``'s kernel allocates and frees inside itself (CPU convolutions)."""
+    if node.op != "call_function":
+        return 0
+    args = [a.meta.get("val") if isinstance(a, fx.Node) else a for a in node.args]
+    return workspace_bytes(node.target, args, node.meta.get("val"))

@@ -60,9 +60,11 @@ class Plan:
     # the compile pipeline whose joint graph was planned ("inductor" or "eager"): the graph,
     # and so the plan, differ between them ("" in plans from before this field)
     compiler: str = ""
-    # the predicted peak of the step above what is resident before it (budget.compile.peak),
-    # and the live bytes after each node of the forward and backward graphs; None and []
-    # in plans made without the graphs (plan files of format version 1)
+    # the predicted peak of the step above what is resident before it (budget.compile.peak;
+    # eager plans: budget.eager.peak), and the live bytes after each node of the forward and
+    # backward graphs (eager plans: each op call); the peak can exceed the timeline's
+    # maximum by a kernel's own workspace (CPU convolutions). None and [] in plans made
+    # without the graphs (plan files of format version 1)
     peak_bytes: int | None = None
     timeline: list[LivePoint] = field(default_factory=list)
     # the peak memory budget the plan was chosen for, in bytes (None: no peak budget)

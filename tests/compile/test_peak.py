@@ -53,9 +53,10 @@ def test_eager_prediction_equals_measurement(name, opts, b):
 
 @pytest.mark.parametrize("b", [1.0, 0.0])
 def test_eager_prediction_of_a_convnet_misses_only_kernel_workspace(b):
-    """A known blind spot: CPU convolutions allocate workspace inside the kernel (im2col
-    columns) that no graph value shows, so a convnet measures above its prediction; by
-    less than 20% at this size (bench/peak.py has the figures)."""
+    """A known blind spot: CPU convolutions allocate workspace inside the kernel that no
+    graph value shows. The peak model adds an estimate of it (workspace_bytes), which
+    falls short on tiny convolutions like these: a convnet this small measures above its
+    prediction, by less than 20% (on bench/peak.py's convnet the estimate is over)."""
     ex = get_builtin("resnet", **SMALL_RESNET)
     step, be = _compiled(ex, "eager", memory_budget=b)
     measured = measure_peak(step, *ex.args)
