@@ -5,9 +5,12 @@ checkpoints the chosen modules in place, each with a per-op save/recompute polic
 from the plan; ``budget.unapply(model)`` restores the model. The layers:
 
 - :mod:`.regions`: which modules may be checkpointed (the candidates);
+- :mod:`.fake`:    the model and inputs swapped for fake tensors (the fake runs below);
 - :mod:`.trace`:   the step traced on fake tensors, as selective checkpointing sees it;
+- :mod:`.reads`:   values the step reads from tensor data (data-dependent Python);
 - :mod:`.problem`: the trace -> a Problem, for a set of checkpointed regions;
 - :mod:`.planner`: budget semantics and the choice of regions -> :class:`EagerPlan`;
+- :mod:`.peak`:    a plan's predicted peak: the step run on fake tensors with it applied;
 - :mod:`.policy`:  a region's policy for ``torch.utils.checkpoint``;
 - :mod:`.apply`:   apply / unapply;
 - :mod:`.measure`: what an eager step really keeps after its forward;

@@ -130,7 +130,7 @@ def plan(
     def predict(p: EagerPlan) -> None:
         install(model, p)
         try:
-            found = simulate(model, run, example_inputs, example_kwargs)
+            found = simulate(model, run, example_inputs, example_kwargs, trace)
         finally:
             unapply(model)
         p.peak_bytes, p.timeline = found.peak_bytes, found.timeline

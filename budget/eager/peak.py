@@ -16,7 +16,7 @@ parameters' gradients, present as after a first step (the convention of
 :func:`budget.compile.measure.measure_peak`, which measures the same quantity on a real
 step). What an op allocates inside its kernel and frees before returning is not seen on
 fake tensors; CPU convolutions, where it is large (oneDNN's copies of the operands), add
-a conservative estimate (:func:`workspace_bytes`): on the built-in ResNet the prediction
+a conservative estimate (:func:`budget.estimators.memory.workspace_bytes`): on the built-in ResNet the prediction
 is then 0.9-4.6% over the measured peak (exact on models without convolutions). CUDA
 workspaces and allocator rounding are not modelled.
 """
@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
@@ -36,7 +36,11 @@ from torch import nn
 
 from ..compile import _torch_private as T
 from ..core.plan import LivePoint
+from ..estimators.memory import workspace_bytes
+from .fake import fake_step
 from .policy import fake_run
+from .reads import reads_as_traced
+from .trace import Trace
 
 
 @dataclass
@@ -103,61 +107,16 @@ class _Live(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
         return out
 
 
-_aten = torch.ops.aten
-
-
-def _nbytes(t: Any) -> int:
-    return int(t.untyped_storage().nbytes()) if isinstance(t, torch.Tensor) else 0
-
-
-def workspace_bytes(func: Any, args: tuple, out: Any) -> int:
-    """Bytes a CPU convolution allocates inside its kernel and frees before returning
-    (oneDNN's copies of its operands in blocked layouts), which its outputs do not show.
-    Measured per op with torch.profiler on convolutions of 3 to 256 channels: forward
-    ``input + weight`` (exact in 8 of 11 shapes; ``output + weight`` when that is more, as
-    for a 3-channel stem), backward ``input + grad_output + weight`` (within 30%); other
-    ops and devices: 0."""
-    if func not in (_aten.convolution.default, _aten.convolution_backward.default):
-        return 0
-    if not isinstance(args[0], torch.Tensor) or args[0].device.type != "cpu":
-        return 0
-    if func is _aten.convolution.default:
-        x, w = args[0], args[1]
-        return max(_nbytes(x), _nbytes(out)) + _nbytes(w)
-    grad_out, x, w = args[0], args[1], args[2]
-    return _nbytes(grad_out) + _nbytes(x) + _nbytes(w)
-
-
-@contextlib.contextmanager
-def fake_step(
-    model: nn.Module, args: tuple, kwargs: dict[str, Any]
-) -> Iterator[tuple[Any, tuple, dict[str, Any], dict[str, torch.Tensor]]]:
-    """``model`` with fake parameters and buffers, and fake copies of the inputs:
-    yields (the fake mode, args, kwargs, the fake state by name). Nothing real is read
-    or written; the CPU RNG state is restored on exit."""
-    mode = T.FakeTensorMode(allow_non_fake_inputs=True)
-    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-    with mode:
-        fake_state = {k: mode.from_tensor(v) for k, v in state.items()}
-        fake_args, fake_kwargs = T.tree_map(
-            lambda x: mode.from_tensor(x) if isinstance(x, torch.Tensor) else x, (args, kwargs)
-        )
-    rng = torch.get_rng_state()
-    try:
-        with T.reparametrize_module(model, fake_state):
-            yield mode, fake_args, fake_kwargs, fake_state
-    finally:
-        torch.set_rng_state(rng)
-
-
 def simulate(
     model: nn.Module,
     run: Callable[..., torch.Tensor],
     args: tuple,
     kwargs: dict[str, Any],
+    trace: Trace | None = None,
 ) -> EagerPeak:
     """The peak of ``run(*args, **kwargs).backward()`` as ``model`` is now (with or without
-    a plan applied), on fake tensors."""
+    a plan applied), on fake tensors. ``trace``: the step's trace, whose reads of tensor
+    data (data-dependent Python) the run is given, so that it takes the same path."""
     live = _Live()
     get_rng_state = torch.get_rng_state
 
@@ -166,19 +125,20 @@ def simulate(
         live.count(state.untyped_storage())
         return state
 
-    with fake_step(model, args, kwargs) as (mode, fake_args, fake_kwargs, fake_state):
-        with mode:
-            for t in fake_state.values():
+    with fake_step(model, args, kwargs) as fake:
+        with fake.mode:
+            for t in fake.state.values():
                 if t.requires_grad:  # resident before the step, as after a first step
                     t.grad = torch.zeros_like(t)
         with (
             fake_run(),
             torch.enable_grad(),
             mock.patch.object(torch, "get_rng_state", counted_rng_state),
-            mode,
+            fake.mode,
+            reads_as_traced(trace.reads) if trace is not None else contextlib.nullcontext(),
             live,
         ):
-            loss = run(*fake_args, **fake_kwargs)
+            loss = run(*fake.args, **fake.kwargs)
             seed = torch.ones_like(loss)  # backward()'s own seed, made before it starts
             live.backward = True
             loss.backward(seed)

@@ -17,8 +17,9 @@ so when the step's recompute cost does not grow. Each plan is an exact optimum f
 set of checkpointed regions; over sets of regions the search is greedy.
 
 A peak memory budget (:func:`plan_for_peak`) is met as on the compiled path: the plans of
-the memory budget and of the fractions of ``PEAK_GRID`` below it, cheapest first, each
-distinct plan's peak predicted (:mod:`budget.eager.peak`) until one fits. Eager
+the memory budget and of the fractions of ``PEAK_GRID`` below it, from the largest down
+(the cheapest first), each distinct plan's peak predicted (:mod:`budget.eager.peak`)
+until one fits. Eager
 checkpointing cannot recompute a value twice, so there is no rescheduling stage: a target
 under every grid plan's peak raises BudgetTooSmallError naming the lowest.
 """
@@ -61,25 +62,26 @@ def plan_trace(
     estimator: str,
     time_limit: float,
     excluded: dict[int, str] | None = None,
+    costs: CostCache | None = None,
 ) -> EagerPlan:
     """The eager plan of ``trace`` at ``budget``; ``excluded``: regions that may not be
-    checkpointed, and why."""
+    checkpointed, and why; ``costs``: priced nodes and built problems to reuse (the plans
+    of one trace at several budgets, made with the same estimator and solver)."""
     start = time.perf_counter()
     excluded = dict(excluded or {})
-    costs = CostCache(get_estimator(estimator))
+    costs = costs or CostCache(get_estimator(estimator))
     backend = get_solver(solver)
     usable = [r for r in range(len(trace.regions)) if r not in excluded]
 
-    plain, plain_nodes = build_problem(trace, (), costs)
+    plain, plain_nodes = _problem(trace, (), costs)
     plain_saved = _forced(plain)
     max_bytes = plain.saved_bytes(plain_saved)
     t_estimate = time.perf_counter() - start
-    if usable:
-        full, _ = build_problem(trace, usable, costs)
+    if usable and costs.min_bytes is None:
+        full, _ = _problem(trace, usable, costs)
         low = backend.solve(full, None, minimize="bytes", time_limit=time_limit)
-        min_bytes = min(int(low.objective), max_bytes)
-    else:
-        min_bytes = max_bytes
+        costs.min_bytes = min(int(low.objective), max_bytes)
+    min_bytes = costs.min_bytes if usable and costs.min_bytes is not None else max_bytes
     if budget.fraction is not None:
         target = min_bytes + math.floor(budget.fraction * max(0, max_bytes - min_bytes))
     else:
@@ -146,22 +148,27 @@ def plan_for_peak(
     """The eager plan with the least recompute whose predicted peak is at most
     ``peak_bytes``, among the plans at ``budget`` and at the fractions of ``PEAK_GRID``
     below it (ties: the lower peak). ``predict(plan)`` sets a plan's ``peak_bytes`` and
-    ``timeline``; it runs cheapest first, once per distinct plan, until one fits."""
+    ``timeline``, once per distinct plan.
+
+    Plans are made and predicted from the largest fraction down, and the walk stops at the
+    first plan that recomputes more than one that fits: a smaller target never costs
+    less for a given set of checkpointed modules (the set itself is chosen greedily, so
+    this is the grid's cheapest fit up to that choice)."""
     start = time.perf_counter()
     cap = budget.fraction
-    budgets = [budget, *(MemoryBudget(fraction=f) for f in PEAK_GRID if cap is None or f < cap)]
-    opts = {"solver": solver, "estimator": estimator, "time_limit": time_limit}
-    plans = [plan_trace(trace, b, excluded=excluded, **opts) for b in budgets]  # type: ignore[arg-type]
-    limit = plans[0].target_bytes  # the memory budget's own target
-    candidates = sorted(
-        (p for p in plans if p.saved_bytes <= limit),
-        key=lambda p: (p.recompute_cost, p.saved_bytes),
-    )
+    below = sorted((f for f in PEAK_GRID if cap is None or f < cap), reverse=True)
+    costs = CostCache(get_estimator(estimator))
+    opts = {"solver": solver, "estimator": estimator, "time_limit": time_limit, "costs": costs}
+    limit: int | None = None  # the memory budget's own target
     tried: dict[tuple[tuple[str, ...], tuple[str, ...]], EagerPlan] = {}
     fits: list[EagerPlan] = []
-    for p in candidates:
+    for b in [budget, *(MemoryBudget(fraction=f) for f in below)]:
+        p = plan_trace(trace, b, excluded=excluded, **opts)  # type: ignore[arg-type]
+        limit = p.target_bytes if limit is None else limit
+        if p.saved_bytes > limit:
+            continue
         if fits and p.recompute_cost > min(f.recompute_cost for f in fits):
-            break  # cheapest first: what is left recomputes more
+            break  # what is left recomputes more
         key = (tuple(p.checkpointed), tuple(p.saved))
         if key in tried:  # neighbouring fractions often give the same plan
             continue
@@ -192,12 +199,21 @@ def _solve(
     target: int,
     time_limit: float,
 ) -> tuple[Problem, list[fx.Node | None], Solution] | None:
-    problem, nodes = build_problem(trace, checkpointed, costs)
+    problem, nodes = _problem(trace, checkpointed, costs)
     try:
         sol = backend.solve(problem, target, minimize="cost", time_limit=time_limit)  # type: ignore[attr-defined]
     except InfeasibleError:
         return None
     return problem, nodes, sol
+
+
+def _problem(
+    trace: Trace, checkpointed: Sequence[int], costs: CostCache
+) -> tuple[Problem, list[fx.Node | None]]:
+    key = tuple(sorted(checkpointed))
+    if key not in costs.problems:
+        costs.problems[key] = build_problem(trace, checkpointed, costs)
+    return costs.problems[key]
 
 
 def _region_cost(

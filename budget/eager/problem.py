@@ -61,11 +61,15 @@ def _updates_running_stats(node: fx.Node) -> bool:
 
 
 class CostCache:
-    """Each node priced once, whatever set of regions a problem is built for."""
+    """Each node priced once, whatever set of regions a problem is built for; and each
+    problem built once per set of checkpointed regions (``problems``: the planner's memo,
+    shared by the plans of one trace)."""
 
     def __init__(self, estimator: Estimator) -> None:
         self.estimator = estimator
         self.costs: dict[fx.Node, NodeCost] = {}
+        self.problems: dict[tuple[int, ...], tuple[Problem, list[fx.Node | None]]] = {}
+        self.min_bytes: int | None = None  # the least saved memory, once solved
 
     def __call__(self, node: fx.Node) -> NodeCost:
         if node not in self.costs:

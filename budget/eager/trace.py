@@ -18,6 +18,10 @@ no buffer changes, the caller's RNG is untouched):
   stop), and the saves outside checkpointed regions are what autograd keeps as is;
 - every region call records the tensors it was given (checkpointing keeps them).
 
+A step may read tensor values in Python (``if mask.all():``), which fake tensors do not
+have: such a read gets the value the real step reads (:mod:`budget.eager.reads`), so the
+trace takes the real step's branch; the values are kept in ``Trace.reads``.
+
 The result is pure data over one fx graph; :mod:`budget.eager.problem` turns it into a
 Problem for a choice of checkpointed regions.
 """
@@ -37,6 +41,8 @@ from torch.utils.checkpoint import SAC_IGNORED_OPS
 
 from ..compile import _torch_private as T
 from ..estimators.values import storage_of
+from .fake import fake_step
+from .reads import real_value, transformers_reads_values
 
 
 @dataclass
@@ -70,6 +76,7 @@ class Trace:
     mutated_after: dict[fx.Node, int]  # op node -> last op that writes its output's storage
     rng_state_bytes: int  # bytes of the RNG state checkpointing keeps per region call
     device: torch.device
+    reads: list[tuple[str, Any]] = field(default_factory=list)  # (op, value) read from data
 
     def outputs_of(self, node: fx.Node) -> list[fx.Node]:
         """The value nodes of an op: itself, or its getitems when it has several outputs."""
@@ -86,7 +93,14 @@ class _Recorder(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except T.DataDependentOutputException:
+            # a Python value read from tensor data (``bool(t)``, ``.item()``, ``equal``)
+            out = real_value(self.tracer, func, args, kwargs)
+            if out is None:
+                raise
+            self.tracer.reads.append((str(func), out))
         self.tracer.record(func, args, kwargs, out)
         return out
 
@@ -108,6 +122,9 @@ class _Tracer:
         self.saves: list[tuple[fx.Node, int | None, int]] = []
         self.mutated_after: dict[fx.Node, int] = {}
         self.producers: dict[int, list[fx.Node]] = {}  # storage key -> ops whose output has it
+        self.writers: dict[int, list[fx.Node]] = {}  # storage key -> ops writing it, in order
+        self.real: dict[fx.Node, torch.Tensor] = {}  # placeholder -> its real tensor
+        self.reads: list[tuple[str, Any]] = []  # (op, value) of each read of tensor data
         self.module_stack: list[str] = []
         self.region: int | None = None
         self.region_list = list(regions.values())
@@ -121,11 +138,17 @@ class _Tracer:
         if st is not None:
             self.by_storage[st[0]] = node
 
-    def placeholder(self, name: str, t: torch.Tensor) -> fx.Node:
+    def placeholder(self, name: str, t: torch.Tensor, real: torch.Tensor | None = None) -> fx.Node:
+        """A graph input: ``t`` (fake, or a real tensor from outside the step) and the real
+        tensor behind it, when there is one (for :func:`budget.eager.reads.real_value`)."""
         node = self.graph.placeholder(name.replace(".", "_"))
         node.meta["val"] = t
         self.inputs.append(node)
         self._remember(t, node)
+        if real is None and not isinstance(t, T.FakeTensor):
+            real = t
+        if real is not None:
+            self.real[node] = real
         return node
 
     def node_for(self, t: torch.Tensor) -> fx.Node:
@@ -144,17 +167,17 @@ class _Tracer:
             self.constants.append(node)
         return node
 
-    def _arg(self, a: Any) -> Any:
+    def arg(self, a: Any) -> Any:
         if isinstance(a, torch.Tensor):
             return self.node_for(a)
         if isinstance(a, (list, tuple)):
-            return type(a)(self._arg(x) for x in a)
+            return type(a)(self.arg(x) for x in a)
         return a
 
     # ---- op calls ---------------------------------------------------------------------------
 
     def record(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-        node = self.graph.call_function(func, self._arg(args), self._arg(kwargs))
+        node = self.graph.call_function(func, self.arg(args), self.arg(kwargs))
         node.meta["val"] = out
         index = len(self.ops)
         self.ops.append(node)
@@ -170,6 +193,8 @@ class _Tracer:
             st = storage_of(written)
             for op in self.producers.get(st[0], []) if st is not None else []:
                 self.mutated_after[op] = index
+            if st is not None:
+                self.writers.setdefault(st[0], []).append(node)
         if isinstance(out, (tuple, list)):
             for i, o in enumerate(out):
                 if isinstance(o, torch.Tensor):
@@ -313,29 +338,25 @@ def trace_step(
         m: Region(name, f"{root}.{name}" if name else root) for name, m in candidates.items()
     }
     tracer = _Tracer(regions, root)
-    mode = T.FakeTensorMode(allow_non_fake_inputs=True)
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-    with mode:
-        fake_state = {k: mode.from_tensor(v) for k, v in state.items()}
-        fake_args, fake_kwargs = T.tree_map(
-            lambda x: mode.from_tensor(x) if isinstance(x, torch.Tensor) else x, (args, kwargs)
-        )
-    for name, t in fake_state.items():
-        tracer.placeholder(name, t)
-    for i, t in enumerate(T.tree_leaves((fake_args, fake_kwargs))):
-        if isinstance(t, torch.Tensor):
-            tracer.placeholder(f"arg_{i}", t)
     cpu_state = torch.get_rng_state()
     with contextlib.ExitStack() as stack:
-        stack.enter_context(T.reparametrize_module(model, fake_state))
+        fake = stack.enter_context(fake_step(model, args, kwargs))
+        fake_state, fake_args, fake_kwargs = fake.state, fake.args, fake.kwargs
+        for name, t in fake_state.items():
+            tracer.placeholder(name, t, state[name])
+        real_leaves = T.tree_leaves((args, kwargs))
+        for i, t in enumerate(T.tree_leaves((fake_args, fake_kwargs))):
+            if isinstance(t, torch.Tensor):
+                tracer.placeholder(f"arg_{i}", t, real_leaves[i])
         stack.enter_context(tracer.module_hooks(model))
         stack.enter_context(tracer.region_markers())
         stack.enter_context(torch.enable_grad())
         stack.enter_context(torch.autograd.graph.saved_tensors_hooks(tracer.pack, lambda t: t))
-        stack.enter_context(mode)
+        stack.enter_context(transformers_reads_values())
+        stack.enter_context(fake.mode)
         stack.enter_context(_Recorder(tracer))
         step(*fake_args, **fake_kwargs)
-    torch.set_rng_state(cpu_state)
     devices = [t.device for t in fake_state.values()] + [
         t.device for t in T.tree_leaves((fake_args, fake_kwargs)) if isinstance(t, torch.Tensor)
     ]
@@ -353,4 +374,5 @@ def trace_step(
         mutated_after=tracer.mutated_after,
         rng_state_bytes=int(cpu_state.nbytes) if device.type == "cpu" else 0,
         device=device,
+        reads=tracer.reads,
     )

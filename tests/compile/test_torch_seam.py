@@ -35,6 +35,7 @@ SEAM = ROOT / "budget" / "compile" / "_torch_private.py"
 # Every torch name the seam exports -> the module it comes from (the module itself for
 # functorch_config). Loaded with torch itself:
 EAGER = {
+    "DataDependentOutputException": "torch._subclasses.fake_tensor",
     "FakeTensorMode": "torch._subclasses.fake_tensor",
     "HigherOrderOperator": "torch._ops",
     "OpOverload": "torch._ops",

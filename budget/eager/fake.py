@@ -1,0 +1,48 @@
+"""A model and its example inputs swapped for fake tensors, for a run that computes nothing.
+
+Both fake runs of an eager step use it: the trace (:mod:`budget.eager.trace`) and the
+peak prediction with a plan applied (:mod:`budget.eager.peak`). Parameters and buffers
+are replaced by fake copies for the duration (tied parameters stay tied, so nothing is
+left on a real one, not even a gradient), and the CPU RNG state is restored on exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..compile import _torch_private as T
+
+
+@dataclass
+class FakeStep:
+    """What a fake run of the step gets."""
+
+    mode: Any  # the FakeTensorMode the run enters
+    args: tuple  # the example inputs, tensors made fake
+    kwargs: dict[str, Any]
+    state: dict[str, torch.Tensor]  # the fake parameters and buffers, by qualified name
+
+
+@contextlib.contextmanager
+def fake_step(model: nn.Module, args: tuple, kwargs: dict[str, Any]) -> Iterator[FakeStep]:
+    """``model`` with fake parameters and buffers, and fake copies of the inputs. Nothing
+    real is read or written; the CPU RNG state is restored on exit."""
+    mode = T.FakeTensorMode(allow_non_fake_inputs=True)
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    with mode:
+        fake_state = {k: mode.from_tensor(v) for k, v in state.items()}
+        fake_args, fake_kwargs = T.tree_map(
+            lambda x: mode.from_tensor(x) if isinstance(x, torch.Tensor) else x, (args, kwargs)
+        )
+    rng = torch.get_rng_state()
+    try:
+        with T.reparametrize_module(model, fake_state, tie_weights=True):
+            yield FakeStep(mode, tuple(fake_args), dict(fake_kwargs), fake_state)
+    finally:
+        torch.set_rng_state(rng)

@@ -1,0 +1,156 @@
+"""Values an eager step reads from tensor data in Python, while it is traced on fakes.
+
+A step may read tensor values in Python (``if mask.all():``, ``.item()``, ``.tolist()``),
+which fake tensors do not have. Such a call gets the value the real step will read
+(:func:`real_value`): the recorded op calls it depends on (its data inputs, and every
+earlier write into their storages) are run again on the real parameters, buffers and
+inputs (no grad, RNG restored, nothing real written), and only those. So the trace takes
+the branch the real step takes. Libraries that test for fake tensors to skip such reads
+are told they are not tracing (Hugging Face transformers:
+:func:`transformers_reads_values`). The values read are kept (``Trace.reads``):
+:func:`reads_as_traced` gives them to another fake run of the same step (the plan applied,
+for its peak: :mod:`budget.eager.peak`), which then takes the same path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from ..compile import _torch_private as T
+from ..estimators.values import storage_of
+
+
+def real_value(tracer: Any, func: Any, args: tuple, kwargs: dict) -> Any:
+    """The value ``func(*args, **kwargs)`` has in the real step, for a call whose output
+    is a Python value read from tensor data: the recorded op calls it depends on are
+    run on the real inputs. None when that cannot be done (an input without a real
+    tensor behind it, or a tensor output). ``tracer``: the trace so far (its ``arg``,
+    ``order``, ``real`` and ``writers``: budget.eager.trace)."""
+    call_args, call_kwargs = tracer.arg(args), tracer.arg(kwargs)
+    roots: list[fx.Node] = []
+    fx.node.map_arg((call_args, call_kwargs), roots.append)
+    needed = _dependencies(tracer, roots)
+    placeholders = [n for n in needed if n.op == "placeholder"]
+    if any(n not in tracer.real for n in placeholders):
+        return None
+    ops = sorted((n for n in needed if n in tracer.order), key=tracer.order.__getitem__)
+    writes = any(getattr(getattr(n.target, "_schema", None), "is_mutable", False) for n in ops)
+    cuda = sorted(
+        {
+            t.device.index or 0
+            for n in needed
+            for t in T.tree_leaves(n.meta.get("val"))
+            if isinstance(t, torch.Tensor) and t.device.type == "cuda"
+        }
+    )
+    values: dict[fx.Node, Any] = {}
+
+    def held(n: fx.Node) -> fx.Node:  # the node whose value holds n's
+        return n.args[0] if n.target is operator.getitem else n  # type: ignore[return-value]
+
+    def value(n: fx.Node) -> Any:
+        if n.target is operator.getitem:
+            return values[n.args[0]][n.args[1]]  # type: ignore[index]
+        return values[n]
+
+    # each value is let go after its last use (a read late in the forward would
+    # otherwise hold every activation before it)
+    last = {held(m): i for i, n in enumerate(ops) for m in n.all_input_nodes}
+    last.update((held(m), len(ops)) for m in roots)
+
+    # below the fake mode (whatever runs here is real), without autograd, and with
+    # the RNG as it was (a random op among them draws)
+    with T._disable_current_modes(), torch.no_grad(), torch.random.fork_rng(devices=cuda):
+        for n in placeholders:
+            # read, never written: copies when an op here writes in place (through a
+            # view of a parameter, say)
+            values[n] = tracer.real[n].detach().clone() if writes else tracer.real[n].detach()
+        for i, n in enumerate(ops):
+            a, k = fx.node.map_arg((n.args, n.kwargs), value)
+            values[n] = n.target(*a, **k)  # type: ignore[operator]
+            del a, k
+            for m in [m for m in values if last.get(m, -1) <= i]:
+                del values[m]
+        a, k = fx.node.map_arg((call_args, call_kwargs), value)
+        out = func(*a, **k)
+    if any(isinstance(t, torch.Tensor) for t in T.tree_leaves(out)):
+        return None
+    return out
+
+
+def _dependencies(tracer: Any, roots: list[fx.Node]) -> set[fx.Node]:
+    """The nodes ``roots`` are computed from: their inputs, and every op that wrote
+    into one of their storages before now (an in-place op through a view), closed."""
+    seen: set[fx.Node] = set()
+    stack = list(roots)
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        stack.extend(n.all_input_nodes)
+        for t in T.tree_leaves(n.meta.get("val")):
+            st = storage_of(t)
+            if st is not None:
+                stack.extend(tracer.writers.get(st[0], []))
+    return seen
+
+
+class _Answers(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
+    """Answers a fake run's reads of tensor data with a trace's, in order."""
+
+    def __init__(self, reads: list[tuple[str, Any]]) -> None:
+        super().__init__()
+        self.reads = reads
+        self.next = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        try:
+            return func(*args, **(kwargs or {}))
+        except T.DataDependentOutputException:
+            if self.next >= len(self.reads) or self.reads[self.next][0] != str(func):
+                raise
+            self.next += 1
+            return self.reads[self.next - 1][1]
+
+
+@contextlib.contextmanager
+def transformers_reads_values() -> Iterator[None]:
+    """Hugging Face transformers, while traced, reads no tensor values in Python: its
+    ``is_tracing(tensor)`` (transformers/utils/import_utils.py) is true for fake tensors,
+    and its mask helpers then build what the eager step skips (``find_packed_sequence_indices``
+    in masking_utils.py does not test ``(packed_sequence_mask[:, -1] == 0).all()``, so a
+    causal mask is materialized, and ``sdpa`` runs with that mask instead of ``is_causal``).
+    The trace reads values as the real step does (:func:`real_value`), so the
+    test is turned off for the trace: ``is_fake_tensor``, which ``is_tracing`` calls, answers
+    False. Nothing when transformers is not loaded."""
+    utils = sys.modules.get("transformers.utils.import_utils")
+    original = getattr(utils, "is_fake_tensor", None)
+    if utils is None or not callable(original):
+        yield
+        return
+    utils.is_fake_tensor = lambda x: False
+    try:
+        yield
+    finally:
+        utils.is_fake_tensor = original
+
+
+@contextlib.contextmanager
+def reads_as_traced(reads: list[tuple[str, Any]]) -> Iterator[None]:
+    """Run the traced step again on fake tensors so that it takes the path the trace took
+    (the one the real step takes): transformers is told it is not tracing, and each read of
+    tensor data gets the value the trace read at that point (in call order; a read the
+    trace did not make, or another op, raises as before). Enter it after (inside) the
+    FakeTensorMode. A read inside a checkpointed region is made again when the region is
+    recomputed, which the trace did not see: such a read raises there. ``reads``: the
+    trace's (``Trace.reads``)."""
+    with transformers_reads_values(), _Answers(reads) if reads else contextlib.nullcontext():
+        yield
