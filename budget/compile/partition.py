@@ -228,7 +228,8 @@ def _plan_for_peak(
     among the optimal plans at the memory budget and at the fractions of ``PEAK_GRID``
     below it (ties: the lower peak). Not an exact optimisation over liveness: the best
     plan of a saved-memory target, for a grid of targets. Plans are partitioned and
-    predicted cheapest first, each distinct saved set once, until one fits."""
+    predicted cheapest first, each distinct saved set once, until one fits; then the
+    target between that fit and the cheaper miss above it is bisected (:func:`_refine`)."""
     assert settings.peak_bytes is not None
     start = time.perf_counter()
     cap = settings.budget.fraction
@@ -257,6 +258,8 @@ def _plan_for_peak(
         partitions.graphs(p)
         if (p.peak_bytes or 0) <= settings.peak_bytes:
             fits.append(p)
+    if fits:
+        _refine(partitions, problem, settings, timings, tried, fits)
     if not fits:  # recompute values again, down to the target itself (cheapest first)
         for p in sorted(tried.values(), key=lambda p: (p.recompute_cost, p.saved_bytes)):
             if fits and p.recompute_cost > min(f.total_recompute_cost for f in fits):
@@ -278,6 +281,54 @@ def _plan_for_peak(
     best.peak_target_bytes = settings.peak_bytes
     best.timings = {**timings, "peak search": time.perf_counter() - start}
     return best
+
+
+_REFINE_STEPS = 6  # bisection steps between a peak search's cheapest fit and miss
+
+
+def _refine(
+    partitions: _Partitions,
+    problem: Problem,
+    settings: PlanSettings,
+    timings: dict[str, float],
+    tried: dict[tuple[str, ...], Plan],
+    fits: list[Plan],
+) -> None:
+    """Between the cheapest fitting plan's saved-memory target and the nearest cheaper
+    plan above it that does not fit, the grid's 5% steps can leave recompute on the
+    table: bisect the target (each plan partitioned and predicted once), adding what
+    fits to ``fits``."""
+    assert settings.peak_bytes is not None
+    best = min(fits, key=lambda p: p.total_recompute_cost)
+    above = [
+        p
+        for p in tried.values()
+        if p not in fits
+        and p.target_bytes > best.target_bytes
+        and p.recompute_cost < best.total_recompute_cost
+    ]
+    if not above:
+        return
+    lo, hi = best.target_bytes, min(p.target_bytes for p in above)
+    for _ in range(_REFINE_STEPS):
+        if hi - lo <= 1:
+            return
+        mid = (lo + hi) // 2
+        p = solve_problem(
+            problem,
+            MemoryBudget(nbytes=mid),
+            solver=settings.solver,
+            estimator=settings.estimator,
+            time_limit=settings.time_limit,
+            timings=timings,
+        )
+        key = tuple(p.saved)
+        if key not in tried:
+            tried[key] = p
+            partitions.graphs(p)
+            if (p.peak_bytes or 0) <= settings.peak_bytes:
+                fits.append(p)
+        lo, hi = (mid, hi) if tried[key] in fits else (lo, mid)
 
 
 def _remake(

@@ -47,6 +47,7 @@ from .problem import CostCache, _cacheable, build_problem
 from .trace import Trace
 
 _EPS = 1e-12
+_REFINE_STEPS = 6  # bisection steps between a peak search's cheapest fit and miss
 
 
 def _forced(problem: Problem) -> list[int]:
@@ -162,20 +163,44 @@ def plan_for_peak(
     limit: int | None = None  # the memory budget's own target
     tried: dict[tuple[tuple[str, ...], tuple[str, ...]], EagerPlan] = {}
     fits: list[EagerPlan] = []
-    for b in [budget, *(MemoryBudget(fraction=f) for f in below)]:
+
+    def make(b: MemoryBudget) -> EagerPlan | None:
+        """The plan at ``b``, None when it saves more than the memory budget allows."""
+        nonlocal limit
         p = plan_trace(trace, b, excluded=excluded, **opts)  # type: ignore[arg-type]
         limit = p.target_bytes if limit is None else limit
-        if p.saved_bytes > limit:
+        return p if p.saved_bytes <= limit else None
+
+    def fitting(p: EagerPlan) -> bool:
+        """Whether ``p``'s predicted peak fits (predicted once per distinct plan)."""
+        key = (tuple(p.checkpointed), tuple(p.saved))
+        if key not in tried:  # neighbouring targets often give the same plan
+            tried[key] = p
+            predict(p)
+            if (p.peak_bytes or 0) <= peak_bytes:
+                fits.append(p)
+        return tried[key] in fits
+
+    missed: EagerPlan | None = None  # the last plan that does not fit, before a fit
+    for b in [budget, *(MemoryBudget(fraction=f) for f in below)]:
+        p = make(b)
+        if p is None:
             continue
         if fits and p.recompute_cost > min(f.recompute_cost for f in fits):
             break  # what is left recomputes more
-        key = (tuple(p.checkpointed), tuple(p.saved))
-        if key in tried:  # neighbouring fractions often give the same plan
-            continue
-        tried[key] = p
-        predict(p)
-        if (p.peak_bytes or 0) <= peak_bytes:
-            fits.append(p)
+        if not fitting(p) and not fits:
+            missed = p
+    if fits and missed is not None:
+        # between the cheapest fit's target and the cheaper miss above it, the grid's 5%
+        # steps can leave much recompute on the table: bisect the saved-memory target
+        lo = min(fits, key=lambda p: p.recompute_cost).target_bytes
+        hi = missed.target_bytes
+        for _ in range(_REFINE_STEPS):
+            if hi - lo <= 1:
+                break
+            mid = (lo + hi) // 2
+            p = make(MemoryBudget(nbytes=mid))
+            lo, hi = (mid, hi) if p is not None and fitting(p) else (lo, mid)
     if not fits:
         lowest = min(p.peak_bytes or 0 for p in tried.values())
         raise BudgetTooSmallError(
