@@ -48,11 +48,12 @@ def solve_report(
             else "mixed units"
         )
         kept = sum(p.kept_input_bytes for p in plans)
+        eager = sum(p.eager_saved_bytes for p in plans)
         outside = (
             f"\n  after graph breaks, {format_bytes(kept)} of activations of the code between "
-            "graphs are kept for the backward, outside the plans (and what eager code between "
-            "graphs saves itself is not planned)"
-            if kept or any(p.graph_break for p in plans)
+            "graphs are kept for the backward by later graphs, and eager code between graphs "
+            f"saves {format_bytes(eager)} for its own: outside the plans"
+            if kept or eager or any(p.graph_break for p in plans)
             else ""
         )
         parts.append(

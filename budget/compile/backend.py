@@ -23,6 +23,7 @@ compilers); with several ranks only the FX graph cache is used.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -79,6 +80,8 @@ class BudgetBackend:
             plan.graph_break = ended
             if not later:  # its inputs are the step's own: the user holds them anyway
                 plan.kept_input_bytes = 0
+        if self.preview:  # what autograd saves outside the graphs is eager code's
+            return _marked(compiled)
         return compiled
 
     def _eager(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
@@ -110,6 +113,27 @@ class BudgetBackend:
                     gm, example_inputs, inner_compile=_run_uncompiled, config_patches=patches
                 )
         return _compile_cached(self, partitioner, gm, example_inputs)
+
+
+_in_graph = threading.local()
+
+
+def in_compiled_graph() -> bool:
+    """True while a previewed graph runs (:func:`budget.compile.preview._trace` counts
+    autograd's saves outside them as eager code's)."""
+    return getattr(_in_graph, "depth", 0) > 0
+
+
+def _marked(compiled: Callable[..., Any]) -> Callable[..., Any]:
+    def run(*args: Any) -> Any:
+        _in_graph.depth = getattr(_in_graph, "depth", 0) + 1
+        try:
+            return compiled(*args)
+        finally:
+            _in_graph.depth -= 1
+
+    run._boxed_call = getattr(compiled, "_boxed_call", False)  # type: ignore[attr-defined]
+    return run
 
 
 def _compile_cached(

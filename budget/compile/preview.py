@@ -21,8 +21,14 @@ from ..core.plan_files import PlanSource
 from ..core.problem import Problem
 from ..core.sizes import parse_budget
 from ..errors import PreviewError
-from ._torch_private import BackendCompilerFailed, FakeTensorMode, tree_map
-from .backend import BudgetBackend
+from ._torch_private import (
+    BackendCompilerFailed,
+    FakeTensor,
+    FakeTensorMode,
+    tree_leaves,
+    tree_map,
+)
+from .backend import BudgetBackend, in_compiled_graph
 from .backend import backend as make_backend
 
 # torch's errors for Python that needs a fake tensor's values (a branch on a data-dependent
@@ -62,8 +68,10 @@ def _trace(
             return mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else x
 
         args, kwargs = tree_map(fake, (example_args, example_kwargs))
+        outside = _OutsideSaves(be, (args, kwargs), mode)
         try:
-            compiled(*args, **kwargs)
+            with torch.autograd.graph.saved_tensors_hooks(outside.pack, lambda t: t):
+                compiled(*args, **kwargs)
         except BackendCompilerFailed as e:  # show our own error, not dynamo's wrapper
             raise e.inner_exception from None
         except Exception as e:
@@ -81,7 +89,53 @@ def _trace(
             "no training graph was captured: nothing in the step requires grad "
             "(pass parameters or inputs with requires_grad=True)"
         )
+    outside.attribute()
     return be
+
+
+class _OutsideSaves:
+    """What autograd saves outside the compiled graphs during a preview's fake run: eager
+    code's own activations, which no plan covers. Each distinct storage once, parameters
+    (real tensors) and the step's inputs aside, sized by its upper bound where its size
+    depends on data (a MoE's routing), and put on the plan of the graph it follows."""
+
+    def __init__(self, be: BudgetBackend, inputs: Any, mode: Any) -> None:
+        self.be = be
+        self.mode = mode
+        self.inputs = {id(t.untyped_storage()) for t in tree_leaves(inputs) if _fake(t)}
+        self.saved: dict[int, tuple[int, int]] = {}  # id(storage) -> (bytes, graphs before)
+        self.keep: list[Any] = []  # the storages, alive so that their ids stay theirs
+
+    def pack(self, t: Any) -> Any:
+        if _fake(t) and not in_compiled_graph():
+            storage = t.untyped_storage()
+            key = id(storage)
+            if key not in self.inputs and key not in self.saved:
+                self.saved[key] = (self._nbytes(storage), len(self.be.plans))
+                self.keep.append(storage)
+        return t
+
+    def _nbytes(self, storage: Any) -> int:
+        n = storage.nbytes()
+        if isinstance(n, int):
+            return n
+        try:  # a data-dependent size: its upper bound
+            upper = self.mode.shape_env.bound_sympy(n.node.expr).upper
+            return int(upper) if upper.is_finite else 0
+        except Exception:  # noqa: BLE001 - no bound: not counted
+            return 0
+
+    def attribute(self) -> None:
+        plans = self.be.plans
+        for plan in plans:
+            plan.eager_saved_bytes = 0
+        for nbytes, before in self.saved.values():
+            plans[max(0, min(before, len(plans)) - 1)].eager_saved_bytes += nbytes
+        self.keep.clear()
+
+
+def _fake(t: Any) -> bool:
+    return isinstance(t, FakeTensor)
 
 
 def plans(

@@ -13,9 +13,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-PLAN_FORMAT_VERSION = 3
+PLAN_FORMAT_VERSION = 4
 # version 1: no peak_bytes, no timeline; version 2: no recomputed_again, again_cost/flops
-READABLE_VERSIONS = (1, 2, 3)
+# version 3: no eager_saved_bytes
+READABLE_VERSIONS = (1, 2, 3, 4)
 Choice = Literal["save", "recompute", "input"]
 
 
@@ -87,6 +88,12 @@ class Plan:
     recomputed_again: list[str] = field(default_factory=list)
     again_cost: float = 0.0
     again_flops: float = 0.0
+    # previews only: bytes that eager code run after this graph (until the next graph; for
+    # the first graph, also before it) saves for its own backward, outside every plan:
+    # distinct storages autograd packs outside compiled graphs during the preview's fake
+    # run, parameters and inputs aside (budget.compile.preview); 0 in training, which
+    # does not measure it
+    eager_saved_bytes: int = 0
     version: int = PLAN_FORMAT_VERSION
 
     @property

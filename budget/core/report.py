@@ -125,6 +125,11 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
             f"  inputs     {format_bytes(plan.kept_input_bytes)} kept for the backward: "
             "activations of the code before this graph, outside the plan"
         )
+    if plan.eager_saved_bytes:
+        lines.append(
+            f"  eager      {format_bytes(plan.eager_saved_bytes)} saved for the backward by "
+            "eager code after this graph, outside the plans"
+        )
     if plan.peak_bytes is not None:
         bound = (
             f", peak budget {format_bytes(plan.peak_target_bytes)}"

@@ -107,3 +107,52 @@ def test_a_preview_that_needs_tensor_values_says_so_and_what_to_do():
     torch.compile(model, backend=budget.backend(0.5, compiler="eager"))(x).backward()  # trains
     with pytest.raises(budget.PreviewError, match="depends on tensor values.*backend.plans"):
         budget.plans(model, x, memory_budget=0.5, compiler="eager")
+
+
+class EagerMiddle(torch.nn.Module):
+    """Eager code between two graphs that saves two 16 KiB activations for its backward:
+    sin saves its input h, the product saves sin(h) and h."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(64, 64, bias=False)
+        self.b = torch.nn.Linear(64, 64, bias=False)
+
+    @torch._dynamo.disable
+    def middle(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.sin(h) * h
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.middle(self.a(x).relu())).sum()
+
+
+def test_a_preview_measures_what_eager_code_between_graphs_saves():
+    torch.manual_seed(0)
+    plans = budget.plans(EagerMiddle(), torch.randn(64, 64), memory_budget=0.0, compiler="eager")
+    assert [p.eager_saved_bytes for p in plans] == [2 * 64 * 64 * 4, 0]
+    assert "32.00 KiB saved for the backward by eager code after this graph" in str(plans[0])
+    torch._dynamo.reset()
+    plans = budget.plans(TwoGraphs(), torch.randn(64, 64), memory_budget=0.0, compiler="eager")
+    assert [p.eager_saved_bytes for p in plans] == [0, 0]  # a break, but no eager ops
+
+
+def test_eager_saves_of_data_dependent_sizes_are_bounded_above():
+    """A MoE's routing saves each expert's rows, whose number depends on the data: the
+    preview counts their upper bound, at least what the real step saves there."""
+    torch.manual_seed(0)
+    model, x = EagerExperts(), torch.randn(32, 16)
+    plans = budget.plans(model, x, memory_budget=0.0, compiler="eager")
+    h = model.up(x).relu().detach().requires_grad_()
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    real: dict[int, int] = {}
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in params and ptr != h.untyped_storage().data_ptr():
+            real[ptr] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model.route(h, model.gate(h).argmax(-1))
+    assert sum(real.values()) > 0
+    assert sum(p.eager_saved_bytes for p in plans) >= sum(real.values())
