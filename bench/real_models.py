@@ -4,8 +4,9 @@
 For each model, compiler and budget: the number of graphs (graph breaks), the plans'
 target and saved bytes, the measured saved bytes (saved_tensors_hooks: distinct new
 storages, parameters, buffers and inputs excluded), Inductor's layout copies counted in
-the plans, the activations later graphs keep after a break (outside the plans), and the
-largest gradient difference from torch's own pipeline for that compiler
+the plans, the activations later graphs keep after a break (outside the plans), what
+eager code between graphs saves for itself (a preview's ``plan.eager_saved_bytes``), and
+the largest gradient difference from torch's own pipeline for that compiler
 (aot_eager_decomp_partition, resp. inductor with torch's partitioner).
 
     python bench/real_models.py --markdown                      # eager + inductor at 0.5
@@ -50,6 +51,8 @@ def row(name: str, compiler: str, b: float) -> dict:
     got = _grads(m.model, step, m.args)
     diff = max(float((g - r).abs().max()) for g, r in zip(got, ref, strict=True))
     plans = be.plans
+    torch._dynamo.reset()
+    previewed = budget.plans(m.step, *m.args, memory_budget=b, compiler=compiler)
     return {
         "model": name,
         "kind": m.kind,
@@ -61,6 +64,7 @@ def row(name: str, compiler: str, b: float) -> dict:
         "measured": measured.saved_bytes,
         "copies": sum(p.copied_input_bytes for p in plans),
         "kept": sum(p.kept_input_bytes for p in plans),
+        "eager": sum(p.eager_saved_bytes for p in previewed),
         "grad_diff": diff,
     }
 
@@ -78,9 +82,10 @@ def main() -> int:
         ap.error(f"unknown models {unknown}; available: {', '.join(FACTORIES)}")
     print(
         "| model | kind | compiler | b | graphs | target KiB | planned KiB | measured KiB "
-        "| of which layout copies KiB | kept after breaks KiB | max grad diff vs torch |"
+        "| of which layout copies KiB | kept after breaks KiB | eager code saves KiB "
+        "(preview) | max grad diff vs torch |"
     )
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for compiler in a.compilers.split(","):
         for b in (float(x) for x in a.budgets.split(",")):
             for name in names:
@@ -90,7 +95,7 @@ def main() -> int:
                     f"| {r['model']} | {r['kind']} | {compiler} | {b:g} | {r['graphs']} | "
                     f"{r['target'] / KiB:.1f} | {r['planned'] / KiB:.1f} | "
                     f"{r['measured'] / KiB:.1f} | {r['copies'] / KiB:.1f} | "
-                    f"{r['kept'] / KiB:.1f} | {r['grad_diff']:.1e} |",
+                    f"{r['kept'] / KiB:.1f} | {r['eager'] / KiB:.1f} | {r['grad_diff']:.1e} |",
                     flush=True,
                 )
                 print(f"  ({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
