@@ -11,27 +11,19 @@ import copy
 
 import pytest
 import torch
+from helpers.small import small_gpt, small_mlp, small_resnet
 from helpers.steps import grads_of
 
 import budget
 from budget.eager import EagerPlan, applied_plan
 from budget.eager.measure import measure_eager
-from budget.models import gpt, mlp, resnet
 
-
-def _gpt(dropout: float = 0.0):
-    return gpt(layers=2, d=64, heads=4, seq=32, batch=2, vocab=128, dropout=dropout)
-
-
-def _mlp():
-    return mlp(batch=8, d_in=32, d=64, layers=3, classes=10)
-
-
-def _resnet():
-    return resnet(batch=2, size=16, width=8, blocks=1)
-
-
-MODELS = {"gpt": _gpt, "gpt-dropout": lambda: _gpt(0.1), "mlp": _mlp, "resnet": _resnet}
+MODELS = {
+    "gpt": small_gpt,
+    "gpt-dropout": lambda: small_gpt(0.1),
+    "mlp": small_mlp,
+    "resnet": small_resnet,
+}
 
 
 def _params(ex):
@@ -93,7 +85,7 @@ def test_gradients_equal_the_unmodified_models(name, b):
 def test_dropout_is_random_and_replayed_not_redrawn():
     # The same seed gives the same gradients with checkpointing; another seed does not
     # (so the test above could fail if recomputation drew new masks).
-    ex = _gpt(0.1)
+    ex = small_gpt(0.1)
     budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.0)
     region = ex.model.blocks[0].__dict__["_budget_eager"].policy.choice
     assert any("bernoulli" in op for op in region.ops)  # dropout runs inside the region
@@ -103,7 +95,7 @@ def test_dropout_is_random_and_replayed_not_redrawn():
 
 
 def test_planning_touches_nothing_real():
-    ex = _resnet()
+    ex = small_resnet()
     before = copy.deepcopy(ex.model.state_dict())
     rng = torch.get_rng_state()
     budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.5)
@@ -114,7 +106,7 @@ def test_planning_touches_nothing_real():
 
 
 def test_no_grad_evaluation_is_untouched():
-    ex = _gpt(0.1)
+    ex = small_gpt(0.1)
     plan = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.0)
     policies = [m.__dict__["_budget_eager"].policy for m in ex.model.blocks]
     ex.model.eval()
@@ -135,7 +127,7 @@ def test_no_grad_evaluation_is_untouched():
 
 
 def test_state_dict_keys_do_not_change_and_unapply_restores():
-    ex = _gpt()
+    ex = small_gpt()
     keys = list(ex.model.state_dict())
     own = {name: dict(m.__dict__) for name, m in ex.model.named_modules()}
     budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.0)
@@ -151,7 +143,7 @@ def test_state_dict_keys_do_not_change_and_unapply_restores():
 
 
 def test_unapply_restores_a_forward_the_instance_had():
-    ex = _mlp()
+    ex = small_mlp()
     body = ex.model.body
     calls = []
 
@@ -169,7 +161,7 @@ def test_unapply_restores_a_forward_the_instance_had():
 
 
 def test_applying_again_replans_from_the_original_model():
-    ex = _gpt()
+    ex = small_gpt()
     first = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.0)
     second = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.0)
     assert second.saved == first.saved and second.graph_hash == first.graph_hash
@@ -181,7 +173,7 @@ def test_applying_again_replans_from_the_original_model():
 
 
 def test_a_step_that_raises_leaves_no_checkpoint_state(baselines):
-    ex = _gpt()
+    ex = small_gpt()
     plan = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.5)
     gelu = ex.model.blocks[1].mlp[1]
 
@@ -192,7 +184,7 @@ def test_a_step_that_raises_leaves_no_checkpoint_state(baselines):
     with pytest.raises(RuntimeError, match="boom"):
         ex.step(*ex.args)
     del gelu.forward
-    ref = _gpt()
+    ref = small_gpt()
     want_out, want = grads_of(ref.step, _params(ref), *ref.args)
     got_out, got = grads_of(ex.step, _params(ex), *ex.args)
     torch.testing.assert_close(got_out, want_out, rtol=0, atol=0)
@@ -203,7 +195,7 @@ def test_a_step_that_raises_leaves_no_checkpoint_state(baselines):
 
 
 def test_a_forward_that_is_not_the_planned_one_is_refused():
-    ex = _gpt(0.1)
+    ex = small_gpt(0.1)
     budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.0)
     ex.model.blocks[0].attn.dropout = 0.0  # attention takes another kernel now
     with pytest.raises(budget.PlanMismatchError, match=r"'blocks\.0' ran aten\."):
@@ -211,11 +203,11 @@ def test_a_forward_that_is_not_the_planned_one_is_refused():
 
 
 def test_a_plan_round_trips_and_applies_as_made():
-    ex = _gpt(0.1)
+    ex = small_gpt(0.1)
     plan = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.5)
     again = EagerPlan.from_json(plan.to_json())
     assert again == plan and again.regions[0].policy == plan.regions[0].policy
-    other = _gpt(0.1)
+    other = small_gpt(0.1)
     budget.apply(other.model, plan=again)
     torch.manual_seed(0)
     assert measure_eager(other.step, *other.args).retained_bytes == plan.saved_bytes
@@ -224,11 +216,11 @@ def test_a_plan_round_trips_and_applies_as_made():
     with pytest.raises(ValueError, match="not an eager plan"):
         EagerPlan.from_dict(plain)
     with pytest.raises(ValueError, match="does not have"):
-        budget.apply(_mlp().model, plan=plan)
+        budget.apply(small_mlp().model, plan=plan)
 
 
 def test_loss_fn_and_a_model_returning_its_loss():
-    ex = _mlp()
+    ex = small_mlp()
     x, y = ex.args
     plan = budget.apply(
         ex.model,
@@ -236,8 +228,8 @@ def test_loss_fn_and_a_model_returning_its_loss():
         memory_budget=0.0,
         loss_fn=lambda out: torch.nn.functional.cross_entropy(out, y),
     )
-    other = _mlp()
+    other = small_mlp()
     same = budget.eager.plan(other.model, *other.args, step=other.step, memory_budget=0.0)
     assert plan.saved_bytes == same.saved_bytes and plan.checkpointed == ["body"]
     with pytest.raises(ValueError, match="not a scalar loss"):
-        budget.eager.plan(_mlp().model, x)
+        budget.eager.plan(small_mlp().model, x)

@@ -7,26 +7,13 @@ import copy
 
 import pytest
 import torch
+from helpers.small import small_gpt, small_mlp, small_resnet
 
 import budget
 import budget.eager
 from budget.compile.measure import measure_peak
-from budget.models import gpt, mlp, resnet
 
-
-def _gpt(dropout: float = 0.0):
-    return gpt(layers=2, d=64, heads=4, seq=32, batch=2, vocab=128, dropout=dropout)
-
-
-def _mlp():
-    return mlp(batch=8, d_in=32, d=64, layers=3, classes=10)
-
-
-def _resnet():
-    return resnet(batch=2, size=16, width=8, blocks=1)
-
-
-EXACT = {"gpt": _gpt, "gpt-dropout": lambda: _gpt(0.1), "mlp": _mlp}
+EXACT = {"gpt": small_gpt, "gpt-dropout": lambda: small_gpt(0.1), "mlp": small_mlp}
 
 
 def _measured(ex) -> int:
@@ -52,7 +39,7 @@ def test_predicted_peak_is_the_measured_one(name, b):
 def test_convnet_prediction_is_within_5_percent_and_not_under():
     """CPU convolutions allocate workspace inside the kernel, which fake tensors do not
     show; the prediction adds a conservative estimate of it (budget.eager.peak)."""
-    ex = _resnet()
+    ex = small_resnet()
     for b in (1.0, 0.0):
         plan = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=b)
         measured = _measured(ex)
@@ -61,7 +48,7 @@ def test_convnet_prediction_is_within_5_percent_and_not_under():
 
 
 def test_prediction_changes_nothing_real():
-    ex = _resnet()  # BatchNorm buffers: a real step would update them
+    ex = small_resnet()  # BatchNorm buffers: a real step would update them
     state = copy.deepcopy(ex.model.state_dict())
     rng = torch.get_rng_state()
     budget.eager.plan(ex.model, *ex.args, step=ex.step, memory_budget=0.0)
@@ -76,7 +63,7 @@ def test_prediction_changes_nothing_real():
 @pytest.fixture(scope="module")
 def gpt_fractions():
     """The built-in GPT's eager plans at a grid of fractions, each measured."""
-    ex = _gpt()
+    ex = small_gpt()
     out = []
     for b in (1.0, 0.8, 0.6, 0.4, 0.2, 0.0):
         plan = budget.eager.plan(ex.model, *ex.args, step=ex.step, memory_budget=b)
@@ -89,7 +76,7 @@ def gpt_fractions():
 def test_peak_budget_is_met_as_measured_at_no_more_recompute(gpt_fractions):
     peaks = sorted({m for _, _, m in gpt_fractions})
     target = (peaks[0] + peaks[-1]) // 2
-    ex = _gpt()
+    ex = small_gpt()
     plan = budget.apply(ex.model, *ex.args, step=ex.step, peak_memory_budget=f"{target}B")
     assert plan.peak_target_bytes == target
     assert _measured(ex) <= target
@@ -99,7 +86,7 @@ def test_peak_budget_is_met_as_measured_at_no_more_recompute(gpt_fractions):
 
 def test_unreachable_peak_budget_names_the_lowest(gpt_fractions):
     lowest = min(m for _, _, m in gpt_fractions)
-    ex = _gpt()
+    ex = small_gpt()
     with pytest.raises(budget.BudgetTooSmallError, match="lowest predicted peak") as err:
         budget.apply(ex.model, *ex.args, step=ex.step, peak_memory_budget=f"{lowest // 2}B")
     assert err.value.lowest_peak_bytes <= lowest
@@ -108,7 +95,7 @@ def test_unreachable_peak_budget_names_the_lowest(gpt_fractions):
 
 def test_peak_and_memory_budgets_both_hold(gpt_fractions):
     (_, reference, _), *_ = gpt_fractions
-    ex = _gpt()
+    ex = small_gpt()
     size = reference.max_bytes // 2
     plan = budget.eager.plan(
         ex.model,
@@ -123,7 +110,7 @@ def test_peak_and_memory_budgets_both_hold(gpt_fractions):
 
 def test_config_peak_budget_applies(gpt_fractions):
     lowest = min(m for _, _, m in gpt_fractions)
-    ex = _gpt()
+    ex = small_gpt()
     with (
         budget.config.patch(peak_memory_budget=f"{lowest // 2}B"),
         pytest.raises(budget.BudgetTooSmallError),
@@ -132,7 +119,7 @@ def test_config_peak_budget_applies(gpt_fractions):
 
 
 def test_bad_peak_budgets_are_refused():
-    ex = _mlp()
+    ex = small_mlp()
     with pytest.raises(ValueError, match="peak memory budget must be"):
         budget.eager.plan(ex.model, *ex.args, step=ex.step, peak_memory_budget=0.5)
     plan = budget.eager.plan(ex.model, *ex.args, step=ex.step, memory_budget=0.5)
