@@ -287,7 +287,12 @@ def _eager_plan(
         policy = []
         for op in region.nodes:
             values = trace.outputs_of(op)
-            cache = any(v in saved_nodes for v in values) and _cacheable(op, trace)[0]
+            # after the region's last autograd save, recomputation stops before the op
+            # (early stop): a value the plan keeps there is kept by autograd outside the
+            # region (a region output another op saves), and a cached copy would only
+            # hold its storage until the region's backward
+            replayed = region.last_save is not None and trace.order[op] < region.last_save
+            cache = replayed and any(v in saved_nodes for v in values) and _cacheable(op, trace)[0]
             policy.append("save" if cache else "recompute")
         mine = [d for d in plan.decisions if region_by_name.get(d.name) == r]
         rng = by_name.get(f"rng_state_{r}")
