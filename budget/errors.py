@@ -43,7 +43,8 @@ class PlanMismatchError(BudgetError, ValueError):
 
 class PreviewError(BudgetError, ValueError):
     """A step a preview cannot trace on fake tensors (data-dependent Python in eager code
-    between graphs); training can still plan it."""
+    between graphs; for budget.apply, a value read from tensor data that cannot be known
+    before the step runs, or read again where the peak prediction cannot answer it)."""
 
 
 class TargetError(BudgetError, ValueError):

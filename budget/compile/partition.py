@@ -24,12 +24,13 @@ import torch.fx as fx
 
 from ..core.plan import Plan
 from ..core.plan_files import saved_indices
-from ..core.planner import PEAK_GRID, make_plan, solve_problem, solve_sweep
+from ..core.planner import PEAK_GRID, make_plan, solve_ends, solve_problem, solve_sweep
 from ..core.problem import Problem
 from ..core.settings import PlanLog, PlanSettings
 from ..core.sizes import MemoryBudget, format_bytes, parse_budget
 from ..errors import BudgetTooSmallError, SolverTimeout
 from ..estimators import get_estimator
+from ..solvers import get_solver
 from . import _torch_private as T
 from . import ranks
 from .graph import build_problem, graph_hash, kept_inputs
@@ -310,18 +311,24 @@ def _refine(
     if not above:
         return
     lo, hi = best.target_bytes, min(p.target_bytes for p in above)
+    ends = solve_ends(problem, get_solver(settings.solver), settings.time_limit)
     for _ in range(_REFINE_STEPS):
         if hi - lo <= 1:
             return
         mid = (lo + hi) // 2
-        p = solve_problem(
-            problem,
-            MemoryBudget(nbytes=mid),
-            solver=settings.solver,
-            estimator=settings.estimator,
-            time_limit=settings.time_limit,
-            timings=timings,
-        )
+        try:
+            p = solve_problem(
+                problem,
+                MemoryBudget(nbytes=mid),
+                solver=settings.solver,
+                estimator=settings.estimator,
+                time_limit=settings.time_limit,
+                timings=timings,
+                ends=ends,
+            )
+        except BudgetTooSmallError:  # below what the solver reaches: not a fit
+            lo, hi = lo, mid
+            continue
         key = tuple(p.saved)
         if key not in tried:
             tried[key] = p

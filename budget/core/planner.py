@@ -35,7 +35,8 @@ class Ends:
 
 
 # Saved-memory fractions tried for a peak budget: peak is not monotone in saved memory
-# (saving less can mean recomputing more at once), so a grid rather than a bisection.
+# (saving less can mean recomputing more at once), so a grid first; only between the
+# grid's cheapest fit and the cheaper miss above it do the peak searches bisect.
 PEAK_GRID = tuple(k / 20 for k in range(21))
 
 

@@ -23,8 +23,10 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ..compile import _torch_private as T
 from ..config import config, validate_option
 from ..core.sizes import parse_budget, parse_peak_budget
+from ..errors import PreviewError
 from ..estimators import get_estimator
 from ..solvers import get_solver
 from .peak import simulate
@@ -131,6 +133,13 @@ def plan(
         install(model, p)
         try:
             found = simulate(model, run, example_inputs, example_kwargs, trace)
+        except T.DataDependentOutputException as e:
+            raise PreviewError(
+                "cannot predict this step's peak: a checkpointed module reads a tensor's "
+                "value in Python, which it does again when it is recomputed in the backward, "
+                "where the fake run has no value to give it; plan without a peak budget, or "
+                "leave that module out (modules=)"
+            ) from e
         finally:
             unapply(model)
         p.peak_bytes, p.timeline = found.peak_bytes, found.timeline
@@ -139,7 +148,10 @@ def plan(
     if peak_bytes is not None:
         return plan_for_peak(trace, budget, peak_bytes, predict, excluded=excluded, **opts)  # type: ignore[arg-type]
     made = plan_trace(trace, budget, excluded=excluded, **opts)  # type: ignore[arg-type]
-    predict(made)
+    try:
+        predict(made)
+    except PreviewError:  # the plan stands; its peak is unknown
+        made.peak_bytes, made.timeline = None, []
     return made
 
 

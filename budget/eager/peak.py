@@ -82,9 +82,10 @@ class _Live(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
         given = {
             id(t.untyped_storage())
             for t in T.tree_leaves((args, kwargs))
-            if isinstance(t, torch.Tensor)
+            if isinstance(t, torch.Tensor) and T._has_storage(t)
         }
-        made = [t for t in T.tree_leaves(out) if isinstance(t, torch.Tensor)]
+        # sparse tensors (an embedding's sparse gradient) have no storage: not counted
+        made = [t for t in T.tree_leaves(out) if isinstance(t, torch.Tensor) and T._has_storage(t)]
         if not made:  # prim.device and the like: no memory, not a step of the timeline
             return out
         transient = workspace_bytes(func, args, out)

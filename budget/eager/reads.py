@@ -31,7 +31,7 @@ def real_value(tracer: Any, func: Any, args: tuple, kwargs: dict) -> Any:
     """The value ``func(*args, **kwargs)`` has in the real step, for a call whose output
     is a Python value read from tensor data: the recorded op calls it depends on are
     run on the real inputs. None when that cannot be done (an input without a real
-    tensor behind it, or a tensor output). ``tracer``: the trace so far (its ``arg``,
+    tensor behind it, a random op among them, or a tensor output). ``tracer``: the trace so far (its ``arg``,
     ``order``, ``real`` and ``writers``: budget.eager.trace)."""
     call_args, call_kwargs = tracer.arg(args), tracer.arg(kwargs)
     roots: list[fx.Node] = []
@@ -41,6 +41,10 @@ def real_value(tracer: Any, func: Any, args: tuple, kwargs: dict) -> Any:
     if any(n not in tracer.real for n in placeholders):
         return None
     ops = sorted((n for n in needed if n in tracer.order), key=tracer.order.__getitem__)
+    if any(torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ()) for n in ops):
+        # a random op's draw depends on every draw before it, which fake ops never made:
+        # run again here it would draw other numbers than the real step (a wrong branch)
+        return None
     writes = any(getattr(getattr(n.target, "_schema", None), "is_mutable", False) for n in ops)
     cuda = sorted(
         {

@@ -40,6 +40,7 @@ from torch import nn
 from torch.utils.checkpoint import SAC_IGNORED_OPS
 
 from ..compile import _torch_private as T
+from ..errors import PreviewError
 from ..estimators.values import storage_of
 from .fake import fake_step
 from .reads import real_value, transformers_reads_values
@@ -356,7 +357,14 @@ def trace_step(
         stack.enter_context(transformers_reads_values())
         stack.enter_context(fake.mode)
         stack.enter_context(_Recorder(tracer))
-        step(*fake_args, **fake_kwargs)
+        try:
+            step(*fake_args, **fake_kwargs)
+        except T.DataDependentOutputException as e:
+            raise PreviewError(
+                "budget.apply cannot trace this step: it reads a tensor's value in Python "
+                f"({e}) that cannot be known before the step runs (it depends on a random "
+                "op, or on a tensor with no real value behind it)"
+            ) from e
     devices = [t.device for t in fake_state.values()] + [
         t.device for t in T.tree_leaves((fake_args, fake_kwargs)) if isinstance(t, torch.Tensor)
     ]

@@ -118,7 +118,8 @@ def test_peak_budget_picks_the_least_recompute_that_fits():
     plan = budget.plan(ex.step, *ex.args, peak_memory_budget=f"{target}B", compiler="eager")
     fitting = [p for p in sweep if p.peak_bytes <= target]
     assert plan.peak_bytes <= target
-    assert plan.recompute_cost == pytest.approx(min(p.recompute_cost for p in fitting))
+    # the grid's cheapest fit, or cheaper: the search bisects between grid points
+    assert plan.recompute_cost <= min(p.recompute_cost for p in fitting) * (1 + 1e-9)
 
 
 def test_an_unreachable_peak_names_the_lowest():

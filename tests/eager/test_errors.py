@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch import nn
 
 import budget
+import budget.eager
 from budget.eager.regions import default_candidates, select_candidates
 from budget.models import Block, gpt, mlp, resnet
 
@@ -114,3 +117,65 @@ def test_loss_fn_and_step_together_are_refused():
     ex = _gpt()
     with pytest.raises(ValueError, match="loss_fn= or step="):
         budget.apply(ex.model, *ex.args, step=ex.step, loss_fn=lambda o: o.sum())
+
+
+class _Block(torch.nn.Module):
+    def __init__(self, read: bool = False) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(64, 64)
+        self.read = read
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x).sin()
+        if self.read and y.sum() > -1e9:  # a value read inside a checkpointed module
+            y = y * 2
+        return y.cos()
+
+
+class _Net(torch.nn.Module):
+    def __init__(self, read: bool = False, sparse: bool = False, rand: bool = False) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(32, 64, sparse=sparse)
+        self.blocks = torch.nn.ModuleList([_Block(read), _Block()])
+        self.rand = rand
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.emb(ids)
+        if self.rand:
+            x = torch.nn.functional.dropout(x, 0.1, training=True)
+            if torch.rand(()) < 0.5:  # a branch on a random draw
+                x = x * 3
+        for b in self.blocks:
+            x = b(x)
+        return x.sum()
+
+
+def test_sparse_gradients_are_planned_and_trained():
+    torch.manual_seed(0)
+    model, ids = _Net(sparse=True), torch.randint(32, (32, 16))
+    ref = copy.deepcopy(model)
+    plan = budget.apply(model, ids, memory_budget=0.0)
+    assert plan.checkpointed and plan.peak_bytes is not None
+    for m in (model, ref):
+        torch.manual_seed(1)
+        m(ids).backward()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad.to_dense(), q.grad.to_dense())
+
+
+def test_a_read_inside_a_checkpointed_module_leaves_the_peak_unknown():
+    torch.manual_seed(0)
+    model, ids = _Net(read=True), torch.randint(32, (32, 16))
+    plan = budget.eager.plan(model, ids, memory_budget=0.0)
+    assert "blocks.0" in plan.checkpointed and plan.peak_bytes is None
+    with pytest.raises(budget.PreviewError, match="read again|reads a tensor's value"):
+        budget.eager.plan(model, ids, memory_budget=0.0, peak_memory_budget="1GiB")
+
+
+def test_a_read_of_a_random_value_is_refused_not_guessed():
+    """Run again from the step's first RNG state, the draw would differ from the real
+    step's (dropout drew before it): the trace cannot know the branch and says so."""
+    torch.manual_seed(0)
+    model, ids = _Net(rand=True), torch.randint(32, (32, 16))
+    with pytest.raises(budget.PreviewError, match="random op"):
+        budget.eager.plan(model, ids, memory_budget=0.5)
