@@ -24,10 +24,18 @@ import torch.fx as fx
 
 from ..core.plan import Plan
 from ..core.plan_files import saved_indices
-from ..core.planner import PEAK_GRID, make_plan, solve_ends, solve_problem, solve_sweep
+from ..core.planner import (
+    PEAK_GRID,
+    bisect_target,
+    cheapest_fit,
+    make_plan,
+    solve_ends,
+    solve_problem,
+    solve_sweep,
+)
 from ..core.problem import Problem
 from ..core.settings import PlanLog, PlanSettings
-from ..core.sizes import MemoryBudget, format_bytes, parse_budget
+from ..core.sizes import MemoryBudget, parse_budget
 from ..errors import BudgetTooSmallError, SolverTimeout
 from ..estimators import get_estimator
 from ..solvers import get_solver
@@ -268,23 +276,15 @@ def _plan_for_peak(
             partitions.graphs(p, limit=settings.peak_bytes)
             if (p.peak_bytes or 0) <= settings.peak_bytes:
                 fits.append(p)
-    if not fits:
-        lowest = min(p.peak_bytes or 0 for p in tried.values())
-        raise BudgetTooSmallError(
-            f"peak memory budget {format_bytes(settings.peak_bytes)} "
-            f"({settings.peak_bytes} bytes) is below the lowest predicted peak of the "
-            f"{len(tried)} plans tried for this graph within memory budget "
-            f"{settings.budget}, recomputing values again where that helps: "
-            f"{format_bytes(lowest)} ({lowest} bytes)",
-            lowest_peak_bytes=lowest,
-        )
-    best = min(fits, key=lambda p: (p.total_recompute_cost, p.peak_bytes or 0, p.saved_bytes))
-    best.peak_target_bytes = settings.peak_bytes
+    best = cheapest_fit(
+        fits,
+        list(tried.values()),
+        settings.peak_bytes,
+        f"plans tried for this graph within memory budget {settings.budget}, recomputing "
+        "values again where that helps",
+    )
     best.timings = {**timings, "peak search": time.perf_counter() - start}
     return best
-
-
-_REFINE_STEPS = 6  # bisection steps between a peak search's cheapest fit and miss
 
 
 def _refine(
@@ -310,16 +310,13 @@ def _refine(
     ]
     if not above:
         return
-    lo, hi = best.target_bytes, min(p.target_bytes for p in above)
     ends = solve_ends(problem, get_solver(settings.solver), settings.time_limit)
-    for _ in range(_REFINE_STEPS):
-        if hi - lo <= 1:
-            return
-        mid = (lo + hi) // 2
+
+    def fits_at(target: int) -> bool:
         try:
             p = solve_problem(
                 problem,
-                MemoryBudget(nbytes=mid),
+                MemoryBudget(nbytes=target),
                 solver=settings.solver,
                 estimator=settings.estimator,
                 time_limit=settings.time_limit,
@@ -327,15 +324,16 @@ def _refine(
                 ends=ends,
             )
         except BudgetTooSmallError:  # below what the solver reaches: not a fit
-            lo, hi = lo, mid
-            continue
+            return False
         key = tuple(p.saved)
         if key not in tried:
             tried[key] = p
             partitions.graphs(p)
-            if (p.peak_bytes or 0) <= settings.peak_bytes:
+            if (p.peak_bytes or 0) <= settings.peak_bytes:  # type: ignore[operator]
                 fits.append(p)
-        lo, hi = (mid, hi) if tried[key] in fits else (lo, mid)
+        return tried[key] in fits
+
+    bisect_target(best.target_bytes, min(p.target_bytes for p in above), fits_at)
 
 
 def _remake(

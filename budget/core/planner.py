@@ -38,6 +38,39 @@ class Ends:
 # (saving less can mean recomputing more at once), so a grid first; only between the
 # grid's cheapest fit and the cheaper miss above it do the peak searches bisect.
 PEAK_GRID = tuple(k / 20 for k in range(21))
+PEAK_REFINE_STEPS = 6  # bisection steps between a peak search's cheapest fit and miss
+
+
+def bisect_target(lo: int, hi: int, fits_at: Callable[[int], bool]) -> None:
+    """Bisect a saved-memory target between ``lo`` (its plan's peak fits) and ``hi``
+    (its plan's does not, and recomputes less), ``PEAK_REFINE_STEPS`` times: the grid's
+    5% steps can leave recompute on the table. ``fits_at(target)`` plans, predicts and
+    records; a peak search then chooses among what it recorded."""
+    for _ in range(PEAK_REFINE_STEPS):
+        if hi - lo <= 1:
+            return
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits_at(mid) else (lo, mid)
+
+
+def cheapest_fit(
+    fits: Sequence[Plan], tried: Sequence[Plan], peak_bytes: int, searched: str
+) -> Plan:
+    """The plan of ``fits`` with the least recompute (ties: the lower peak, then fewer
+    saved bytes), marked with the peak budget; when none fits, BudgetTooSmallError naming
+    the lowest predicted peak of ``tried`` (``searched``: what was tried, for the
+    message)."""
+    if not fits:
+        lowest = min(p.peak_bytes or 0 for p in tried)
+        raise BudgetTooSmallError(
+            f"peak memory budget {format_bytes(peak_bytes)} ({peak_bytes} bytes) is below "
+            f"the lowest predicted peak of the {len(tried)} {searched}: "
+            f"{format_bytes(lowest)} ({lowest} bytes)",
+            lowest_peak_bytes=lowest,
+        )
+    best = min(fits, key=lambda p: (p.total_recompute_cost, p.peak_bytes or 0, p.saved_bytes))
+    best.peak_target_bytes = peak_bytes
+    return best
 
 
 def solve_ends(problem: Problem, backend: Solver, time_limit: float) -> Ends:

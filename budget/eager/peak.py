@@ -16,9 +16,10 @@ parameters' gradients, present as after a first step (the convention of
 :func:`budget.compile.measure.measure_peak`, which measures the same quantity on a real
 step). What an op allocates inside its kernel and frees before returning is not seen on
 fake tensors; CPU convolutions, where it is large (oneDNN's copies of the operands), add
-a conservative estimate (:func:`budget.estimators.memory.workspace_bytes`): on the built-in ResNet the prediction
-is then 0.9-4.6% over the measured peak (exact on models without convolutions). CUDA
-workspaces and allocator rounding are not modelled.
+an estimate (:func:`budget.estimators.memory.workspace_bytes`); tests/eager/
+test_eager_peak.py checks a small ResNet's prediction at or up to 5% over the measured
+peak (exact on models without convolutions). CUDA workspaces and allocator rounding are
+not modelled.
 """
 
 from __future__ import annotations

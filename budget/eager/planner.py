@@ -36,7 +36,7 @@ import torch
 import torch.fx as fx
 
 from ..core.plan import Plan
-from ..core.planner import PEAK_GRID, make_plan
+from ..core.planner import PEAK_GRID, bisect_target, cheapest_fit, make_plan
 from ..core.problem import Problem
 from ..core.sizes import MemoryBudget, format_bytes
 from ..errors import BudgetTooSmallError, InfeasibleError
@@ -47,7 +47,6 @@ from .problem import CostCache, _cacheable, build_problem
 from .trace import Trace
 
 _EPS = 1e-12
-_REFINE_STEPS = 6  # bisection steps between a peak search's cheapest fit and miss
 
 
 def _forced(problem: Problem) -> list[int]:
@@ -191,27 +190,20 @@ def plan_for_peak(
         if not fitting(p) and not fits:
             missed = p
     if fits and missed is not None:
-        # between the cheapest fit's target and the cheaper miss above it, the grid's 5%
-        # steps can leave much recompute on the table: bisect the saved-memory target
         lo = min(fits, key=lambda p: p.recompute_cost).target_bytes
-        hi = missed.target_bytes
-        for _ in range(_REFINE_STEPS):
-            if hi - lo <= 1:
-                break
-            mid = (lo + hi) // 2
-            p = make(MemoryBudget(nbytes=mid))
-            lo, hi = (mid, hi) if p is not None and fitting(p) else (lo, mid)
-    if not fits:
-        lowest = min(p.peak_bytes or 0 for p in tried.values())
-        raise BudgetTooSmallError(
-            f"peak memory budget {format_bytes(peak_bytes)} ({peak_bytes} bytes) is below "
-            f"the lowest predicted peak of the {len(tried)} eager plans tried within memory "
-            f"budget {budget}: {format_bytes(lowest)} ({lowest} bytes); smaller candidate "
-            "modules (modules=) may reach lower",
-            lowest_peak_bytes=lowest,
-        )
-    best = min(fits, key=lambda p: (p.recompute_cost, p.peak_bytes or 0, p.saved_bytes))
-    best.peak_target_bytes = peak_bytes
+
+        def fits_at(target: int) -> bool:
+            p = make(MemoryBudget(nbytes=target))
+            return p is not None and fitting(p)
+
+        bisect_target(lo, missed.target_bytes, fits_at)
+    best = cheapest_fit(
+        fits,
+        list(tried.values()),
+        peak_bytes,
+        f"eager plans tried within memory budget {budget} (smaller candidate modules, "
+        "modules=, may reach lower)",
+    )
     best.timings = {**best.timings, "peak search": time.perf_counter() - start}
     return best
 

@@ -65,11 +65,12 @@ def workspace_bytes(func: object, args: tuple | list, out: object) -> int:
     """Bytes an op allocates inside its kernel and frees before it returns, which neither
     its inputs nor its outputs show; for the peak models (:mod:`budget.compile.peak`,
     :mod:`budget.eager.peak`). Only CPU convolutions, where it is large: oneDNN copies
-    the operands into blocked layouts. The rule, from torch.profiler on 11 convolutions of
-    3 to 256 channels (torch 2.13, CPU): forward ``max(input, output) + weight`` (exact or
-    over in 9 of 11; up to 6% under for strided 1x1), backward ``max(2 x input, input +
-    grad_output) + weight`` (exact or over in 7 of 11, 3% under for a 3-channel stem, up
-    to 46% under for tensors of a few KiB, where a fixed scratch area dominates). Other
+    the operands into blocked layouts. The rule, against torch.profiler on 11
+    convolutions of 3 to 256 channels (torch 2.13, CPU; ``python bench/conv_workspace.py``):
+    forward ``max(input, output) + weight``, exact or over in 9 of 11 (6% and 20% under
+    for strided 1x1 convolutions); backward ``max(2 x input, input + grad_output) +
+    weight``, over in 6 of 11, 3% under for a 3-channel stem and 21-52% under for tensors
+    of a few KiB, where a fixed scratch area dominates. Other
     ops and devices: 0."""
     if func not in _CONVOLUTIONS or not args or not isinstance(args[0], torch.Tensor):
         return 0

@@ -1,0 +1,73 @@
+"""CPU convolution workspace: what oneDNN allocates inside a convolution and frees before
+it returns, measured per op, beside the estimate the peak models add
+(``budget.estimators.memory.workspace_bytes``).
+
+For each shape, the op runs once to warm up, then once under torch.profiler with memory
+events; workspace = the peak of the running sum during the call, less the bytes of its
+outputs. Ratio: estimate / measured (at least 1: the estimate covers the workspace).
+
+    python bench/conv_workspace.py        # a few seconds
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from budget.compile._torch_private import memory_events
+from budget.estimators.memory import workspace_bytes
+
+aten = torch.ops.aten
+# batch, in channels, out channels, image side, kernel, stride
+SHAPES = [
+    (8, 3, 64, 32, 3, 1),
+    (8, 64, 64, 32, 3, 1),
+    (8, 64, 128, 32, 3, 2),
+    (8, 64, 128, 32, 1, 2),
+    (8, 128, 128, 16, 3, 1),
+    (8, 256, 256, 8, 3, 1),
+    (4, 16, 32, 8, 3, 1),
+    (2, 3, 8, 16, 3, 1),
+    (2, 8, 8, 16, 3, 1),
+    (2, 8, 16, 16, 3, 2),
+    (2, 8, 16, 16, 1, 2),
+]
+
+
+def _workspace(fn) -> int:
+    fn()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = fn()
+    live = peak = 0
+    for _, nbytes in sorted(memory_events(prof), key=lambda e: e[0]):
+        live += nbytes
+        peak = max(peak, live)
+    outs = out if isinstance(out, tuple) else (out,)
+    return peak - sum(t.untyped_storage().nbytes() for t in outs if t is not None)
+
+
+def main() -> int:
+    torch.set_num_threads(2)
+    print(f"torch {torch.__version__}, CPU")
+    print("| shape (n, cin->cout, side, k, s) | op | measured B | estimate B | ratio |")
+    print("|---|---|---:|---:|---:|")
+    for n, cin, cout, side, k, s in SHAPES:
+        x = torch.randn(n, cin, side, side)
+        w = torch.randn(cout, cin, k, k)
+        conv = (x, w, None, [s, s], [k // 2] * 2, [1, 1], False, [0, 0], 1)
+        y = aten.convolution.default(*conv)
+        g = torch.randn_like(y)
+        bwd = (g, x, w, None, [s, s], [k // 2] * 2, [1, 1], False, [0, 0], 1, [True, True, False])
+        for name, op, args, out in (
+            ("forward", aten.convolution.default, conv, y),
+            ("backward", aten.convolution_backward.default, bwd, None),
+        ):
+            measured = _workspace(lambda op=op, args=args: op(*args))
+            estimate = workspace_bytes(op, args, out)
+            shape = f"{n}, {cin}->{cout}, {side}, {k}, {s}"
+            print(f"| {shape} | {name} | {measured} | {estimate} | {estimate / measured:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
