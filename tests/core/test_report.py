@@ -161,3 +161,16 @@ def test_extra_recomputations_get_a_line_with_their_cost():
     line = next(ln for ln in str(plan).splitlines() if ln.strip().startswith("again"))
     assert "3 more recomputations of 2 values" in line
     assert "2.000 ms" in line and "3.000 GFLOP" in line
+
+
+def test_a_rescheduled_inductor_plan_warns_that_its_peak_may_be_missed():
+    """Inductor does not always run a rescheduled backward in its order (README, Known
+    limitations): such a plan says so; the same plan for the eager compiler does not."""
+    from dataclasses import replace
+
+    plan = replace(make_plan(), recomputed_again=["a"], peak_bytes=1 << 20)
+    text = str(replace(plan, compiler="inductor"))
+    assert text.count("caution") == 1
+    assert "compiler='eager'" in text.split("caution", 1)[1]
+    assert "caution" not in str(replace(plan, compiler="eager"))
+    assert "caution" not in str(replace(plan, compiler="inductor", recomputed_again=[]))
