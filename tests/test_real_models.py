@@ -7,9 +7,9 @@ excluded) equal to the plans' prediction and at or under target; and ``budget so
 FILE.py:FACTORY`` on each model.
 
 CI runs a default subset (every model with the eager compiler at one budget, Inductor on
-one model per family); the whole grid is marked ``full``:
+one model per family, the CLI on two); the whole grid is marked ``full``:
 
-    python -m pytest -q -m full tests/test_real_models.py     # about N minutes
+    python -m pytest -q -m full tests/test_real_models.py
 """
 
 from __future__ import annotations
@@ -100,8 +100,16 @@ def test_full_inductor_half(name):
     _check(name, 0.5, "inductor")
 
 
+# the CLI on a user file: by default a decoder with a graph break and a torchvision convnet
+# (about 10 s each, half of it the check's own plan); every model with -m full
+CLI_DEFAULT = ["gpt2", "torchvision:resnet18"]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["gpt2", "t5", "timm:convnext_atto", "torchvision:resnet18"])
+@pytest.mark.parametrize(
+    "name",
+    [n if n in CLI_DEFAULT else pytest.param(n, marks=pytest.mark.full) for n in ALL],
+)
 def test_cli_solves_a_user_file(name, tmp_path, capsys):
     helpers = str(__import__("helpers").__path__[0].rsplit("/", 1)[0])
     (tmp_path / "model.py").write_text(
