@@ -34,7 +34,7 @@ import torch.fx as fx
 
 from . import _torch_private as T
 
-_CONVOLUTION = torch.ops.aten.convolution.default
+CONVOLUTION = torch.ops.aten.convolution.default
 
 
 def _copied(placeholder: fx.Node, convs: Iterable[fx.Node]) -> bool:
@@ -52,13 +52,18 @@ def _nbytes(node: fx.Node) -> int:
     return int(val.numel() * val.element_size())
 
 
+def has_convolution(gm: fx.GraphModule) -> bool:
+    """Whether ``gm`` runs a convolution (Inductor then lays it out channels-last)."""
+    return any(n.target is CONVOLUTION for n in gm.graph.nodes)
+
+
 def copied_inputs_bound(graph: fx.Graph, node_info: T.NodeInfo, compiler: str) -> int:
     """Bytes of the layout copies any plan of this joint graph can save (an upper bound of
     :func:`copied_inputs` over the plans; 0 for the eager compiler or with layout
     optimisation off)."""
     if compiler != "inductor" or not T.inductor_config.layout_optimization:
         return 0
-    convs = [n for n in graph.nodes if n.target is _CONVOLUTION and node_info.is_required_fw(n)]
+    convs = [n for n in graph.nodes if n.target is CONVOLUTION and node_info.is_required_fw(n)]
     if not convs:
         return 0
     bw = node_info.required_bw_nodes
@@ -76,7 +81,7 @@ def copied_inputs(fw: fx.GraphModule, num_fwd_outputs: int, compiler: str) -> di
         return {}
     if not T.GraphLowering.decide_layout_opt(fw, is_inference=False):
         return {}
-    convs = [n for n in fw.graph.nodes if n.target is _CONVOLUTION]
+    convs = [n for n in fw.graph.nodes if n.target is CONVOLUTION]
     output = next(n for n in reversed(fw.graph.nodes) if n.op == "output")
     saved = output.args[0][num_fwd_outputs:]
     return {

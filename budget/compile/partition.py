@@ -42,11 +42,9 @@ from ..solvers import get_solver
 from . import _torch_private as T
 from . import ranks
 from .graph import build_problem, graph_hash, kept_inputs
-from .layout import copied_inputs, copied_inputs_bound
+from .layout import copied_inputs, copied_inputs_bound, has_convolution
 from .peak import Memo, PeakPrediction, predict_peak
 from .schedule import lower_peak
-
-_CONVOLUTION = torch.ops.aten.convolution.default
 
 
 def prepare_joint(joint_module: fx.GraphModule) -> fx.GraphModule:
@@ -497,7 +495,7 @@ class _Partitions:
             # 28.04 / 30.74), and with layout optimisation off (no layout copies) 29.31 /
             # 38.17. Until that is understood, graphs with convolutions are not
             # rescheduled under Inductor.
-            blind = self.settings.compiler == "inductor" and _has_convolution(made.fw)
+            blind = self.settings.compiler == "inductor" and has_convolution(made.fw)
             if goal is not None and made.prediction.peak_bytes > goal and not blind:
                 lowered = lower_peak(
                     made.bw,
@@ -526,10 +524,6 @@ class _Partitions:
                 f"the target of {plan.target_bytes}"
             )
         return made.fw, made.bw
-
-
-def _has_convolution(gm: fx.GraphModule) -> bool:
-    return any(n.target is _CONVOLUTION for n in gm.graph.nodes)
 
 
 @dataclass

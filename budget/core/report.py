@@ -154,8 +154,8 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
             # limitations): the prediction is the op-by-op order's
             lines += [
                 "  caution    under Inductor, values recomputed again may not run where planned:",
-                "             such backwards measured above their predicted peak (a GPT by 9%,",
-                "             a convnet by 30%); compiler='eager' runs them as predicted",
+                "             a GPT's such backward measured 9% above its predicted peak;",
+                "             compiler='eager' runs them as predicted",
             ]
     if plan.graph_break:
         lines.append(f"  ends at    a graph break: {plan.graph_break}")

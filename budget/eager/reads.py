@@ -31,8 +31,8 @@ def real_value(tracer: Any, func: Any, args: tuple, kwargs: dict) -> Any:
     """The value ``func(*args, **kwargs)`` has in the real step, for a call whose output
     is a Python value read from tensor data: the recorded op calls it depends on are
     run on the real inputs. None when that cannot be done (an input without a real
-    tensor behind it, a random op among them, or a tensor output). ``tracer``: the trace so far (its ``arg``,
-    ``order``, ``real`` and ``writers``: budget.eager.trace)."""
+    tensor behind it, a random op among them, or a tensor output). ``tracer``: the trace
+    so far (its ``arg``, ``order``, ``real`` and ``writers``: budget.eager.trace)."""
     call_args, call_kwargs = tracer.arg(args), tracer.arg(kwargs)
     roots: list[fx.Node] = []
     fx.node.map_arg((call_args, call_kwargs), roots.append)

@@ -70,8 +70,7 @@ def workspace_bytes(func: object, args: tuple | list, out: object) -> int:
     forward ``max(input, output) + weight``, exact or over in 9 of 11 (6% and 20% under
     for strided 1x1 convolutions); backward ``max(2 x input, input + grad_output) +
     weight``, over in 6 of 11, 3% under for a 3-channel stem and 21-52% under for tensors
-    of a few KiB, where a fixed scratch area dominates. Other
-    ops and devices: 0."""
+    of a few KiB, where a fixed scratch area dominates. Other ops and devices: 0."""
     if func not in _CONVOLUTIONS or not args or not isinstance(args[0], torch.Tensor):
         return 0
     if args[0].device.type != "cpu":
