@@ -11,6 +11,8 @@ outputs. Ratio: estimate / measured (at least 1: the estimate covers the workspa
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 from torch.profiler import ProfilerActivity, profile
 
@@ -32,6 +34,9 @@ SHAPES = [
     (2, 8, 16, 16, 3, 2),
     (2, 8, 16, 16, 1, 2),
 ]
+# contiguous (eager's default), and channels-last (what Inductor's layout optimisation
+# gives convolutions' inputs, weights and gradients on CPU)
+FORMATS = {torch.contiguous_format: "NCHW", torch.channels_last: "NHWC"}
 
 
 def _workspace(fn) -> int:
@@ -49,14 +54,14 @@ def _workspace(fn) -> int:
 def main() -> int:
     torch.set_num_threads(2)
     print(f"torch {torch.__version__}, CPU")
-    print("| shape (n, cin->cout, side, k, s) | op | measured B | estimate B | ratio |")
-    print("|---|---|---:|---:|---:|")
-    for n, cin, cout, side, k, s in SHAPES:
-        x = torch.randn(n, cin, side, side)
-        w = torch.randn(cout, cin, k, k)
+    print("| shape (n, cin->cout, side, k, s) | layout | op | measured B | estimate B | ratio |")
+    print("|---|---|---|---:|---:|---:|")
+    for (n, cin, cout, side, k, s), fmt in itertools.product(SHAPES, FORMATS):
+        x = torch.randn(n, cin, side, side).to(memory_format=fmt)
+        w = torch.randn(cout, cin, k, k).to(memory_format=fmt)
         conv = (x, w, None, [s, s], [k // 2] * 2, [1, 1], False, [0, 0], 1)
         y = aten.convolution.default(*conv)
-        g = torch.randn_like(y)
+        g = torch.randn(y.shape).to(memory_format=fmt)
         bwd = (g, x, w, None, [s, s], [k // 2] * 2, [1, 1], False, [0, 0], 1, [True, True, False])
         for name, op, args, out in (
             ("forward", aten.convolution.default, conv, y),
@@ -65,7 +70,10 @@ def main() -> int:
             measured = _workspace(lambda op=op, args=args: op(*args))
             estimate = workspace_bytes(op, args, out)
             shape = f"{n}, {cin}->{cout}, {side}, {k}, {s}"
-            print(f"| {shape} | {name} | {measured} | {estimate} | {estimate / measured:.2f} |")
+            layout = FORMATS[fmt]
+            print(
+                f"| {shape} | {layout} | {name} | {measured} | {estimate} | {estimate / measured:.2f} |"
+            )
     return 0
 
 

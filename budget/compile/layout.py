@@ -74,12 +74,19 @@ def copied_inputs_bound(graph: fx.Graph, node_info: T.NodeInfo, compiler: str) -
     return total
 
 
+def runs_channels_last(gm: fx.GraphModule, compiler: str) -> bool:
+    """Whether Inductor will run ``gm``'s convolutions channels-last (its own decision,
+    ``GraphLowering.decide_layout_opt``; False for the eager compiler, with layout
+    optimisation off, or with no convolution)."""
+    if compiler != "inductor" or not T.inductor_config.layout_optimization:
+        return False
+    return has_convolution(gm) and bool(T.GraphLowering.decide_layout_opt(gm, is_inference=False))
+
+
 def copied_inputs(fw: fx.GraphModule, num_fwd_outputs: int, compiler: str) -> dict[str, int]:
     """The forward's inputs Inductor will hand the backward as layout copies: name ->
     bytes of the copy (empty for the eager compiler or where Inductor keeps layouts)."""
-    if compiler != "inductor" or not T.inductor_config.layout_optimization:
-        return {}
-    if not T.GraphLowering.decide_layout_opt(fw, is_inference=False):
+    if not runs_channels_last(fw, compiler):
         return {}
     convs = [n for n in fw.graph.nodes if n.target is CONVOLUTION]
     output = next(n for n in reversed(fw.graph.nodes) if n.op == "output")

@@ -42,7 +42,7 @@ from ..solvers import get_solver
 from . import _torch_private as T
 from . import ranks
 from .graph import build_problem, graph_hash, kept_inputs
-from .layout import copied_inputs, copied_inputs_bound, has_convolution
+from .layout import copied_inputs, copied_inputs_bound, has_convolution, runs_channels_last
 from .peak import Memo, PeakPrediction, predict_peak
 from .schedule import lower_peak
 
@@ -447,6 +447,7 @@ class _Partitions:
         fw, bw = extract(self.joint_module, saved, self.node_info, self.num_fwd_outputs)
         copies = copied_inputs(fw, self.num_fwd_outputs, self.settings.compiler)
         kept = kept_inputs(fw, self.num_fwd_outputs, self.static_inputs)
+        channels_last = runs_channels_last(fw, self.settings.compiler)
 
         memo: Memo = {}  # node values never change here
 
@@ -457,6 +458,7 @@ class _Partitions:
                 names,
                 num_user_outputs=self.num_fwd_outputs,
                 copied=frozenset(copies),
+                channels_last=channels_last,
                 memo=memo,
             )
 

@@ -92,6 +92,7 @@ def predict_peak(
     *,
     num_user_outputs: int = 1,
     copied: frozenset[str] = frozenset(),
+    channels_last: bool = False,
     memo: Memo | None = None,
 ) -> PeakPrediction:
     """The peak of running ``fw`` then ``bw`` (see the module docstring).
@@ -102,6 +103,8 @@ def predict_peak(
     ``copied``: names of the forward's inputs the compiler copies to another layout as the
     forward starts and hands the backward as copies (:mod:`budget.compile.layout`): not
     resident, allocated at the forward's start, freed after the backward's last read.
+    ``channels_last``: the compiler runs every convolution channels-last whatever the
+    graph's layouts (Inductor's layout optimisation), which changes their workspace.
     ``memo``: each node's storages, kept between calls on graphs whose nodes' values do not
     change (the rescheduler predicts the same graphs again and again).
     """
@@ -160,7 +163,7 @@ def predict_peak(
             kind = "recompute" if phase == "backward" and node.name in recomputed else phase
             timeline.append(LivePoint(node.name, kind, current))  # type: ignore[arg-type]
         live_after.append(current)
-        at = current + _workspace(node)
+        at = current + _workspace(node, channels_last)
         if at > peak:
             peak, peak_step = at, i
         for k in freed_at.get(i, []):
@@ -169,9 +172,11 @@ def predict_peak(
     return PeakPrediction(peak, timeline, peak_step, live_after)
 
 
-def _workspace(node: fx.Node) -> int:
+def _workspace(node: fx.Node, channels_last: bool) -> int:
     """What ``node``'s kernel allocates and frees inside itself (CPU convolutions)."""
     if node.op != "call_function":
         return 0
     args = [a.meta.get("val") if isinstance(a, fx.Node) else a for a in node.args]
-    return workspace_bytes(node.target, args, node.meta.get("val"))
+    return workspace_bytes(
+        node.target, args, node.meta.get("val"), channels_last=channels_last or None
+    )

@@ -59,27 +59,60 @@ def bytes_moved(node: torch.fx.Node) -> int:
 
 
 _CONVOLUTIONS = (aten.convolution.default, aten.convolution_backward.default)
+KiB = 1024
+# oneDNN's scratch in a channels-last convolution: a fixed part and a part per thread (it
+# grows with torch.get_num_threads(); bench/conv_workspace.py at 1, 2 and 8 threads)
+_NHWC_SCRATCH = 96 * KiB
+_NHWC_SCRATCH_PER_THREAD = {"forward": 16 * KiB, "backward": 160 * KiB}
 
 
-def workspace_bytes(func: object, args: tuple | list, out: object) -> int:
+def is_channels_last(t: object) -> bool:
+    """Whether ``t`` is a 4-d tensor laid out channels-last and not also contiguous."""
+    return (
+        isinstance(t, torch.Tensor)
+        and t.dim() == 4
+        and t.is_contiguous(memory_format=torch.channels_last)
+        and not t.is_contiguous()
+    )
+
+
+def workspace_bytes(
+    func: object, args: tuple | list, out: object, *, channels_last: bool | None = None
+) -> int:
     """Bytes an op allocates inside its kernel and frees before it returns, which neither
     its inputs nor its outputs show; for the peak models (:mod:`budget.compile.peak`,
     :mod:`budget.eager.peak`). Only CPU convolutions, where it is large: oneDNN copies
-    the operands into blocked layouts. The rule, against torch.profiler on 11
-    convolutions of 3 to 256 channels (torch 2.13, CPU; ``python bench/conv_workspace.py``):
-    forward ``max(input, output) + weight``, exact or over in 9 of 11 (6% and 20% under
-    for strided 1x1 convolutions); backward ``max(2 x input, input + grad_output) +
-    weight``, over in 6 of 11, 3% under for a 3-channel stem and 21-52% under for tensors
-    of a few KiB, where a fixed scratch area dominates. Other ops and devices: 0."""
+    the operands into blocked layouts, and how much depends on the layout the convolution
+    runs in (``channels_last``: by default, whether its input or weight is channels-last;
+    Inductor's layout optimisation runs every convolution channels-last although the
+    graph's values say otherwise). The rules, against torch.profiler on 11 convolutions of
+    3 to 256 channels in each layout (torch 2.13, CPU; ``python bench/conv_workspace.py``):
+
+    - contiguous, forward ``max(input, output) + weight``: exact or over in 9 of 11 (6%
+      and 20% under for strided 1x1 convolutions); backward ``max(2 x input, input +
+      grad_output) + weight``: over in 6 of 11, 3% under for a 3-channel stem and 21-52%
+      under for tensors of a few KiB, where a fixed scratch area dominates;
+    - channels-last, forward ``weight`` and backward ``2 x weight`` (a blocked copy of the
+      weight, and of its gradient), plus oneDNN's scratch: 96 KiB and 16 KiB (forward)
+      or 160 KiB (backward) per thread; over in all 22 at 1, 2 and 8 threads.
+
+    Other ops and devices: 0."""
     if func not in _CONVOLUTIONS or not args or not isinstance(args[0], torch.Tensor):
         return 0
     if args[0].device.type != "cpu":
         return 0
-    if func is aten.convolution.default:
-        x, w = args[0], args[1]
+    forward = func is aten.convolution.default
+    x, w = (args[0], args[1]) if forward else (args[1], args[2])
+    if channels_last is None:
+        channels_last = is_channels_last(x) or is_channels_last(w)
+    if channels_last:
+        per_thread = _NHWC_SCRATCH_PER_THREAD["forward" if forward else "backward"]
+        scratch = _NHWC_SCRATCH + per_thread * torch.get_num_threads()
+        return (1 if forward else 2) * tensor_bytes(w) + scratch
+    if forward:
         produced = out if isinstance(out, torch.Tensor) else None
         return max(tensor_bytes(x), tensor_bytes(produced) if produced is not None else 0) + (
             tensor_bytes(w)
         )
-    grad_out, x, w = args[0], args[1], args[2]
+    grad_out = args[0]
     return max(2 * tensor_bytes(x), tensor_bytes(x) + tensor_bytes(grad_out)) + tensor_bytes(w)

@@ -1,0 +1,74 @@
+"""CPU convolution workspace (budget.estimators.memory.workspace_bytes) against what
+torch.profiler sees the kernel allocate and free inside the call: the peak models add the
+estimate at each convolution, so it must not fall short where the workspace is large.
+
+The oracle is the profiler's running sum of allocations during the call, less the call's
+outputs; it shares no code with the rule.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from budget.compile._torch_private import memory_events
+from budget.estimators.memory import is_channels_last, workspace_bytes
+
+aten = torch.ops.aten
+LAYOUTS = {"NCHW": torch.contiguous_format, "NHWC": torch.channels_last}
+
+
+def _measured_workspace(fn) -> int:
+    fn()  # warm up: oneDNN's primitive cache
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = fn()
+    live = peak = 0
+    for _, nbytes in sorted(memory_events(prof), key=lambda e: e[0]):
+        live += nbytes
+        peak = max(peak, live)
+    outs = out if isinstance(out, tuple) else (out,)
+    return peak - sum(t.untyped_storage().nbytes() for t in outs if t is not None)
+
+
+def _conv(n, cin, cout, side, layout):
+    fmt = LAYOUTS[layout]
+    x = torch.randn(n, cin, side, side).to(memory_format=fmt)
+    w = torch.randn(cout, cin, 3, 3).to(memory_format=fmt)
+    conv = (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    y = aten.convolution.default(*conv)
+    g = torch.randn(y.shape).to(memory_format=fmt)
+    bwd = (g, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, False])
+    return conv, y, bwd
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("shape", [(8, 64, 64, 32), (4, 256, 256, 8)])
+def test_large_convolution_workspace_is_covered(shape, layout):
+    """A 256-channel convolution on small images (its weight, 2.25 MiB, is four times its
+    input) copies the weight, and in the backward its gradient too, when it runs
+    channels-last: the estimate covers that, and is not over by more than a few
+    activations."""
+    conv, y, bwd = _conv(*shape, layout)
+    for op, args, out in (
+        (aten.convolution.default, conv, y),
+        (aten.convolution_backward.default, bwd, None),
+    ):
+        measured = _measured_workspace(lambda op=op, args=args: op(*args))
+        estimate = workspace_bytes(op, args, out)
+        activation = y.numel() * y.element_size()
+        assert measured <= estimate <= measured + 2 * activation + 2**20, (op, measured, estimate)
+
+
+def test_the_layout_is_read_from_the_operands_unless_given():
+    """Inductor's layout optimisation runs convolutions channels-last although the
+    graph's values are contiguous: the caller says so, and the rule follows it."""
+    conv, y, bwd = _conv(4, 256, 256, 8, "NCHW")
+    assert not is_channels_last(conv[0])
+    contiguous = workspace_bytes(aten.convolution_backward.default, bwd, None)
+    nhwc = workspace_bytes(aten.convolution_backward.default, bwd, None, channels_last=True)
+    weight = conv[1].numel() * conv[1].element_size()
+    assert nhwc >= 2 * weight > contiguous - weight
+    nhwc_conv, _, nhwc_bwd = _conv(4, 256, 256, 8, "NHWC")
+    assert is_channels_last(nhwc_conv[0])
+    assert workspace_bytes(aten.convolution_backward.default, nhwc_bwd, None) == nhwc
