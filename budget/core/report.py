@@ -149,9 +149,10 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
             f"{len(set(plan.recomputed_again))} values, rather than holding them through the "
             f"peak: +{extra}"
         )
-        if plan.compiler == "inductor" and plan.peak_bytes is not None:
+        if plan.compiler == "inductor" and plan.peak_bytes is not None and _again_allocates(plan):
             # measured: Inductor fuses and reorders a rescheduled backward (README, Known
-            # limitations): the prediction is the op-by-op order's
+            # limitations): the prediction is the op-by-op order's. Views recomputed again
+            # allocate nothing, wherever they run.
             lines += [
                 "  caution    under Inductor, values recomputed again may not run where planned:",
                 "             a GPT's such backward measured 9% above its predicted peak;",
@@ -164,6 +165,12 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
         items = [f"{k} {format_seconds(v)}" for k, v in plan.timings.items()]
         lines.extend(wrap_items("  timings   ", items))
     return "\n".join(lines)
+
+
+def _again_allocates(plan: Plan) -> bool:
+    """Whether a value recomputed again has a storage of its own (not a view's)."""
+    sizes = {d.name: d.bytes for d in plan.decisions}
+    return any(sizes.get(name, 1) > 0 for name in plan.recomputed_again)
 
 
 def _provenance(plan: Plan) -> str:
