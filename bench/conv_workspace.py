@@ -6,11 +6,13 @@ For each shape, the op runs once to warm up, then once under torch.profiler with
 events; workspace = the peak of the running sum during the call, less the bytes of its
 outputs. Ratio: estimate / measured (at least 1: the estimate covers the workspace).
 
-    python bench/conv_workspace.py        # a few seconds
+    python bench/conv_workspace.py              # a few seconds, 2 threads
+    python bench/conv_workspace.py --threads 8  # oneDNN's scratch grows with threads
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
 
 import torch
@@ -52,8 +54,11 @@ def _workspace(fn) -> int:
 
 
 def main() -> int:
-    torch.set_num_threads(2)
-    print(f"torch {torch.__version__}, CPU")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, CPU, {args.threads} threads")
     print("| shape (n, cin->cout, side, k, s) | layout | op | measured B | estimate B | ratio |")
     print("|---|---|---|---:|---:|---:|")
     for (n, cin, cout, side, k, s), fmt in itertools.product(SHAPES, FORMATS):

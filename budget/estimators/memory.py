@@ -60,10 +60,12 @@ def bytes_moved(node: torch.fx.Node) -> int:
 
 _CONVOLUTIONS = (aten.convolution.default, aten.convolution_backward.default)
 KiB = 1024
-# oneDNN's scratch in a channels-last convolution: a fixed part and a part per thread (it
-# grows with torch.get_num_threads(); bench/conv_workspace.py at 1, 2 and 8 threads)
-_NHWC_SCRATCH = 96 * KiB
-_NHWC_SCRATCH_PER_THREAD = {"forward": 16 * KiB, "backward": 160 * KiB}
+# oneDNN's scratch in a CPU convolution: a fixed part and a part per thread, larger in a
+# strided convolution, most in a channels-last one (bench/conv_workspace.py at 1, 2 and 8
+# threads)
+_SCRATCH = 96 * KiB
+_SCRATCH_PER_THREAD = 16 * KiB
+_STRIDED_SCRATCH_PER_THREAD = {"contiguous": 64 * KiB, "channels-last backward": 160 * KiB}
 
 
 def is_channels_last(t: object) -> bool:
@@ -82,19 +84,19 @@ def workspace_bytes(
     """Bytes an op allocates inside its kernel and frees before it returns, which neither
     its inputs nor its outputs show; for the peak models (:mod:`budget.compile.peak`,
     :mod:`budget.eager.peak`). Only CPU convolutions, where it is large: oneDNN copies
-    the operands into blocked layouts, and how much depends on the layout the convolution
+    operands into blocked layouts, and which ones depends on the layout the convolution
     runs in (``channels_last``: by default, whether its input or weight is channels-last;
     Inductor's layout optimisation runs every convolution channels-last although the
-    graph's values say otherwise). The rules, against torch.profiler on 11 convolutions of
-    3 to 256 channels in each layout (torch 2.13, CPU; ``python bench/conv_workspace.py``):
+    graph's values say otherwise). The rule, against torch.profiler on 11 convolutions of
+    3 to 256 channels in each layout at 1, 2 and 8 threads (torch 2.13, CPU; ``python
+    bench/conv_workspace.py --threads N``), over in all 66 cases:
 
-    - contiguous, forward ``max(input, output) + weight``: exact or over in 9 of 11 (6%
-      and 20% under for strided 1x1 convolutions); backward ``max(2 x input, input +
-      grad_output) + weight``: over in 6 of 11, 3% under for a 3-channel stem and 21-52%
-      under for tensors of a few KiB, where a fixed scratch area dominates;
-    - channels-last, forward ``weight`` and backward ``2 x weight`` (a blocked copy of the
-      weight, and of its gradient), plus oneDNN's scratch: 96 KiB and 16 KiB (forward)
-      or 160 KiB (backward) per thread; over in all 22 at 1, 2 and 8 threads.
+    - the copies: contiguous, forward ``max(input, output) + weight`` and backward
+      ``max(2 x input, input + grad_output, weight)``; channels-last, forward ``weight``
+      and backward ``2 x weight`` (a blocked copy of the weight, and of its gradient);
+    - plus oneDNN's scratch: 96 KiB, and per thread (``torch.get_num_threads()``) 16 KiB,
+      or in a strided convolution 64 KiB (contiguous) or 160 KiB (a channels-last
+      backward).
 
     Other ops and devices: 0."""
     if func not in _CONVOLUTIONS or not args or not isinstance(args[0], torch.Tensor):
@@ -105,14 +107,19 @@ def workspace_bytes(
     x, w = (args[0], args[1]) if forward else (args[1], args[2])
     if channels_last is None:
         channels_last = is_channels_last(x) or is_channels_last(w)
+    stride = args[3 if forward else 4] if len(args) > (3 if forward else 4) else [1]
+    per_thread = _SCRATCH_PER_THREAD
+    if any(s != 1 for s in stride):
+        if not channels_last:
+            per_thread = _STRIDED_SCRATCH_PER_THREAD["contiguous"]
+        elif not forward:
+            per_thread = _STRIDED_SCRATCH_PER_THREAD["channels-last backward"]
+    scratch = _SCRATCH + per_thread * torch.get_num_threads()
     if channels_last:
-        per_thread = _NHWC_SCRATCH_PER_THREAD["forward" if forward else "backward"]
-        scratch = _NHWC_SCRATCH + per_thread * torch.get_num_threads()
         return (1 if forward else 2) * tensor_bytes(w) + scratch
     if forward:
-        produced = out if isinstance(out, torch.Tensor) else None
-        return max(tensor_bytes(x), tensor_bytes(produced) if produced is not None else 0) + (
-            tensor_bytes(w)
-        )
+        made = tensor_bytes(out) if isinstance(out, torch.Tensor) else 0
+        return max(tensor_bytes(x), made) + tensor_bytes(w) + scratch
     grad_out = args[0]
-    return max(2 * tensor_bytes(x), tensor_bytes(x) + tensor_bytes(grad_out)) + tensor_bytes(w)
+    copies = max(2 * tensor_bytes(x), tensor_bytes(x) + tensor_bytes(grad_out), tensor_bytes(w))
+    return copies + scratch

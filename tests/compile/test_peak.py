@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers.steps import MiB
+from helpers.steps import MiB, conv_scratch_allowance
 
 import budget
 from budget.compile.measure import measure_peak
@@ -52,16 +52,15 @@ def test_eager_prediction_equals_measurement(name, opts, b):
 
 
 @pytest.mark.parametrize("b", [1.0, 0.0])
-def test_eager_prediction_of_a_convnet_misses_only_kernel_workspace(b):
-    """A known blind spot: CPU convolutions allocate workspace inside the kernel that no
-    graph value shows. The peak model adds an estimate of it (workspace_bytes), which
-    falls short on tiny convolutions like these: a convnet this small measures above its
-    prediction, by less than 20% (on bench/peak.py's convnet the estimate is over)."""
+def test_eager_prediction_of_a_convnet_is_over_by_at_most_kernel_scratch(b):
+    """CPU convolutions allocate workspace inside the kernel that no graph value shows.
+    The peak model adds an upper estimate of it (workspace_bytes): on a convnet this
+    small, oneDNN's scratch allowance is most of the error, and nothing else is over."""
     ex = get_builtin("resnet", **SMALL_RESNET)
     step, be = _compiled(ex, "eager", memory_budget=b)
     measured = measure_peak(step, *ex.args)
     predicted = be.plans[0].peak_bytes
-    assert 0.8 * measured <= predicted <= measured
+    assert measured <= predicted <= 1.05 * measured + conv_scratch_allowance()
 
 
 def test_timeline_marks_phases_and_its_maximum_is_the_peak():
