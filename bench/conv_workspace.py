@@ -35,6 +35,7 @@ SHAPES = [
     (2, 8, 8, 16, 3, 1),
     (2, 8, 16, 16, 3, 2),
     (2, 8, 16, 16, 1, 2),
+    (2, 256, 256, 2, 3, 1),  # images smaller than the kernel (a ResNet's last stage)
 ]
 # contiguous (eager's default), and channels-last (what Inductor's layout optimisation
 # gives convolutions' inputs, weights and gradients on CPU)

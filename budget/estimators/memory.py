@@ -65,6 +65,7 @@ KiB = 1024
 # threads)
 _SCRATCH = 96 * KiB
 _SCRATCH_PER_THREAD = 16 * KiB
+_SMALL_IMAGE_WEIGHT_COPIES_PER_THREAD = 4  # a backward on images smaller than the kernel
 _STRIDED_SCRATCH_PER_THREAD = {"contiguous": 64 * KiB, "channels-last backward": 160 * KiB}
 
 
@@ -94,9 +95,13 @@ def workspace_bytes(
     - the copies: contiguous, forward ``max(input, output) + weight`` and backward
       ``max(2 x input, input + grad_output, weight)``; channels-last, forward ``weight``
       and backward ``2 x weight`` (a blocked copy of the weight, and of its gradient);
-    - plus oneDNN's scratch: 96 KiB, and per thread (``torch.get_num_threads()``) 16 KiB,
-      or in a strided convolution 64 KiB (contiguous) or 160 KiB (a channels-last
-      backward).
+    - plus oneDNN's scratch: 96 KiB, and per thread (``torch.get_num_threads()``) 16
+      KiB, or in a strided convolution 64 KiB (contiguous) or 160 KiB (a channels-last
+      backward);
+    - but a backward whose image is smaller than its kernel (a 3x3 convolution on 2x2 or
+      1x1 images: the last stage of a ResNet on small images) takes another path, in
+      either layout: 4 copies of the weight per thread (8 at 2 threads, 32 at 8) and 64
+      KiB of scratch per thread, on 96 KiB.
 
     Other ops and devices: 0."""
     if func not in _CONVOLUTIONS or not args or not isinstance(args[0], torch.Tensor):
@@ -108,13 +113,19 @@ def workspace_bytes(
     if channels_last is None:
         channels_last = is_channels_last(x) or is_channels_last(w)
     stride = args[3 if forward else 4] if len(args) > (3 if forward else 4) else [1]
+    threads = torch.get_num_threads()
+    if not forward and any(xs < ks for xs, ks in zip(shape(x)[2:], shape(w)[2:], strict=False)):
+        # oneDNN's path for images smaller than the kernel: weight copies per thread, in
+        # place of the blocked copies
+        per_thread = _SMALL_IMAGE_WEIGHT_COPIES_PER_THREAD * tensor_bytes(w) + 64 * KiB
+        return _SCRATCH + per_thread * threads
     per_thread = _SCRATCH_PER_THREAD
     if any(s != 1 for s in stride):
         if not channels_last:
             per_thread = _STRIDED_SCRATCH_PER_THREAD["contiguous"]
         elif not forward:
             per_thread = _STRIDED_SCRATCH_PER_THREAD["channels-last backward"]
-    scratch = _SCRATCH + per_thread * torch.get_num_threads()
+    scratch = _SCRATCH + per_thread * threads
     if channels_last:
         return (1 if forward else 2) * tensor_bytes(w) + scratch
     if forward:

@@ -43,12 +43,13 @@ def _conv(n, cin, cout, side, layout):
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("shape", [(8, 64, 64, 32), (4, 256, 256, 8)])
+@pytest.mark.parametrize("shape", [(8, 64, 64, 32), (4, 256, 256, 8), (2, 256, 256, 2)])
 def test_large_convolution_workspace_is_covered(shape, layout):
     """A 256-channel convolution on small images (its weight, 2.25 MiB, is four times its
     input) copies the weight, and in the backward its gradient too, when it runs
-    channels-last: the estimate covers that, and is not over by more than a few
-    activations."""
+    channels-last; on images smaller than its kernel (2x2) its backward keeps copies of
+    the weight per thread, in either layout (18 MiB at 2 threads): the estimate covers
+    each, and is not over by more than a few activations."""
     conv, y, bwd = _conv(*shape, layout)
     for op, args, out in (
         (aten.convolution.default, conv, y),
