@@ -88,9 +88,9 @@ def workspace_bytes(
     operands into blocked layouts, and which ones depends on the layout the convolution
     runs in (``channels_last``: by default, whether its input or weight is channels-last;
     Inductor's layout optimisation runs every convolution channels-last although the
-    graph's values say otherwise). The rule, against torch.profiler on 11 convolutions of
+    graph's values say otherwise). The rule, against torch.profiler on 12 convolutions of
     3 to 256 channels in each layout at 1, 2 and 8 threads (torch 2.13, CPU; ``python
-    bench/conv_workspace.py --threads N``), over in all 66 cases:
+    bench/conv_workspace.py --threads N``), at or over in all 72 cases:
 
     - the copies: contiguous, forward ``max(input, output) + weight`` and backward
       ``max(2 x input, input + grad_output, weight)``; channels-last, forward ``weight``
