@@ -61,12 +61,13 @@ def bytes_moved(node: torch.fx.Node) -> int:
 _CONVOLUTIONS = (aten.convolution.default, aten.convolution_backward.default)
 KiB = 1024
 # oneDNN's scratch in a CPU convolution: a fixed part and a part per thread, larger in a
-# strided convolution, most in a channels-last one (bench/conv_workspace.py at 1, 2 and 8
-# threads)
+# strided convolution (bench/conv_workspace.py at 1, 2 and 8 threads)
 _SCRATCH = 96 * KiB
 _SCRATCH_PER_THREAD = 16 * KiB
-_SMALL_IMAGE_WEIGHT_COPIES_PER_THREAD = 4  # a backward on images smaller than the kernel
 _STRIDED_SCRATCH_PER_THREAD = {"contiguous": 64 * KiB, "channels-last backward": 160 * KiB}
+# a backward on images smaller than its kernel: weight copies and scratch per thread
+_SMALL_IMAGE_WEIGHT_COPIES_PER_THREAD = 4
+_SMALL_IMAGE_SCRATCH_PER_THREAD = 64 * KiB
 
 
 def is_channels_last(t: object) -> bool:
@@ -117,7 +118,8 @@ def workspace_bytes(
     if not forward and any(xs < ks for xs, ks in zip(shape(x)[2:], shape(w)[2:], strict=False)):
         # oneDNN's path for images smaller than the kernel: weight copies per thread, in
         # place of the blocked copies
-        per_thread = _SMALL_IMAGE_WEIGHT_COPIES_PER_THREAD * tensor_bytes(w) + 64 * KiB
+        copies = _SMALL_IMAGE_WEIGHT_COPIES_PER_THREAD * tensor_bytes(w)
+        per_thread = copies + _SMALL_IMAGE_SCRATCH_PER_THREAD
         return _SCRATCH + per_thread * threads
     per_thread = _SCRATCH_PER_THREAD
     if any(s != 1 for s in stride):
