@@ -16,9 +16,8 @@ import argparse
 import itertools
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
-from budget.compile._torch_private import memory_events
+from budget.compile.measure import measure_workspace
 from budget.estimators.memory import workspace_bytes
 
 aten = torch.ops.aten
@@ -42,18 +41,6 @@ SHAPES = [
 FORMATS = {torch.contiguous_format: "NCHW", torch.channels_last: "NHWC"}
 
 
-def _workspace(fn) -> int:
-    fn()
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        out = fn()
-    live = peak = 0
-    for _, nbytes in sorted(memory_events(prof), key=lambda e: e[0]):
-        live += nbytes
-        peak = max(peak, live)
-    outs = out if isinstance(out, tuple) else (out,)
-    return peak - sum(t.untyped_storage().nbytes() for t in outs if t is not None)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
@@ -73,7 +60,7 @@ def main() -> int:
             ("forward", aten.convolution.default, conv, y),
             ("backward", aten.convolution_backward.default, bwd, None),
         ):
-            measured = _workspace(lambda op=op, args=args: op(*args))
+            measured = measure_workspace(lambda op=op, args=args: op(*args))
             estimate = workspace_bytes(op, args, out)
             shape = f"{n}, {cin}->{cout}, {side}, {k}, {s}"
             layout = FORMATS[fmt]

@@ -94,6 +94,24 @@ def _device_of(args: tuple, kwargs: dict[str, Any]) -> torch.device:
     return found[0] if found else torch.device("cpu")
 
 
+def measure_workspace(fn: Callable[[], Any]) -> int:
+    """Bytes a CPU call allocates and frees inside itself: the peak of torch.profiler's
+    running sum of allocations during ``fn()``, less the storages of what it returns (a
+    tensor or a tuple of tensors and Nones). ``fn`` runs once first, unmeasured (caches,
+    oneDNN's primitives). What ``budget.estimators.memory.workspace_bytes`` estimates."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = fn()
+    live = peak = 0
+    for _, nbytes in sorted(memory_events(prof), key=lambda e: e[0]):
+        live += nbytes
+        peak = max(peak, live)
+    outs = out if isinstance(out, tuple) else (out,)
+    return peak - sum(t.untyped_storage().nbytes() for t in outs if t is not None)
+
+
 def measure_peak(fn: Callable[..., Any], *args: Any, warmup: int = 1, **kwargs: Any) -> int:
     """Peak bytes of one training step, ``fn(*args, **kwargs)`` then ``backward()`` of its
     loss (the output, or its first tensor), above what was allocated before the step.

@@ -3,32 +3,20 @@ torch.profiler sees the kernel allocate and free inside the call: the peak model
 estimate at each convolution, so it must not fall short where the workspace is large.
 
 The oracle is the profiler's running sum of allocations during the call, less the call's
-outputs; it shares no code with the rule.
+outputs (budget.compile.measure.measure_workspace, which the bench uses too); it shares no
+code with the rule.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from torch.profiler import ProfilerActivity, profile
 
-from budget.compile._torch_private import memory_events
+from budget.compile.measure import measure_workspace
 from budget.estimators.memory import is_channels_last, workspace_bytes
 
 aten = torch.ops.aten
 LAYOUTS = {"NCHW": torch.contiguous_format, "NHWC": torch.channels_last}
-
-
-def _measured_workspace(fn) -> int:
-    fn()  # warm up: oneDNN's primitive cache
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        out = fn()
-    live = peak = 0
-    for _, nbytes in sorted(memory_events(prof), key=lambda e: e[0]):
-        live += nbytes
-        peak = max(peak, live)
-    outs = out if isinstance(out, tuple) else (out,)
-    return peak - sum(t.untyped_storage().nbytes() for t in outs if t is not None)
 
 
 def _conv(n, cin, cout, side, layout):
@@ -55,7 +43,7 @@ def test_large_convolution_workspace_is_covered(shape, layout):
         (aten.convolution.default, conv, y),
         (aten.convolution_backward.default, bwd, None),
     ):
-        measured = _measured_workspace(lambda op=op, args=args: op(*args))
+        measured = measure_workspace(lambda op=op, args=args: op(*args))
         estimate = workspace_bytes(op, args, out)
         activation = y.numel() * y.element_size()
         assert measured <= estimate <= measured + 2 * activation + 2**20, (op, measured, estimate)
