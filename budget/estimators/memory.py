@@ -61,13 +61,72 @@ def bytes_moved(node: torch.fx.Node) -> int:
 _CONVOLUTIONS = (aten.convolution.default, aten.convolution_backward.default)
 KiB = 1024
 # oneDNN's scratch in a CPU convolution: a fixed part and a part per thread, larger in a
-# strided convolution (bench/conv_workspace.py at 1, 2 and 8 threads)
+# strided convolution (bench/conv_workspace.py at 1, 2 and 8 threads; 32 KiB per thread,
+# not 16, since an AVX-512 AMD EPYC measured 152 KiB in a 64-channel contiguous backward at
+# 2 threads)
 _SCRATCH = 96 * KiB
-_SCRATCH_PER_THREAD = 16 * KiB
+_SCRATCH_PER_THREAD = 32 * KiB
 _STRIDED_SCRATCH_PER_THREAD = {"contiguous": 64 * KiB, "channels-last backward": 160 * KiB}
 # a backward on images smaller than its kernel: weight copies and scratch per thread
 _SMALL_IMAGE_WEIGHT_COPIES_PER_THREAD = 4
 _SMALL_IMAGE_SCRATCH_PER_THREAD = 64 * KiB
+
+
+_ATTENTIONS = (
+    aten._scaled_dot_product_flash_attention_for_cpu.default,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+)
+
+
+def _attention_split(q_len: int) -> int:
+    """The query block of ATen's CPU flash attention (FlashAttentionKernel.cpp)."""
+    return 256 if q_len >= 768 else 64 if q_len >= 192 else 32
+
+
+def attention_workspace_bytes(forward: bool, args: tuple | list) -> int:
+    """What ATen's CPU flash attention allocates inside itself (torch 2.13), by its blocks
+    of ``qs = min(T, 32 | 64 | 256)`` query rows (by ``T``, the query length) and ``ks =
+    min(S, 512)`` key rows, per thread (``torch.get_num_threads()``), in the accumulation
+    type (float32 for float32, bfloat16 and float16 inputs):
+
+    - forward: ``qs * ks + 2 * qs + qs * Dv`` elements per thread (scores, their max and
+      sum, the output block), and ``qs * ks`` more in the input's type for 16-bit inputs;
+    - backward: ``2 * qs * ks`` per thread (scores and their gradient); a contiguous
+      copy of the output's gradient unless it is laid out as the kernel writes its output
+      ((B, T, H, D) in memory); and a few bytes per query row (128 to 1024 measured;
+      counted as ``max(128, 4 T)``). For 16-bit inputs, not fitted but bounded: ``2 *
+      qs * ks`` more in the input's type and ``(qs + ks) * D`` float32 per thread, and
+      float32 copies of the query, key and value (1.1-1.8x the measurement).
+
+    Measured with torch.profiler (``budget.compile.measure.measure_workspace``) on four
+    shapes, at 1 and 2 threads, query and output layouts both ways: float32 equal in the
+    forward, and in the backward but for the per-row bytes (up to 3 KiB over); bfloat16
+    equal in the forward (tests/estimators/test_workspace.py)."""
+    grad_out = None
+    if forward:
+        q, k, v = args[0], args[1], args[2]
+    else:
+        grad_out, q, k, v = args[0], args[1], args[2], args[3]
+    if not all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)):
+        return 0
+    t_len, s_len, dv = shape(q)[2], shape(k)[2], shape(v)[3]
+    qs, ks = min(t_len, _attention_split(t_len)), min(s_len, 512)
+    threads = torch.get_num_threads()
+    acc = 4 if q.dtype in (torch.float32, torch.bfloat16, torch.float16) else q.dtype.itemsize
+    reduced = q.dtype in (torch.bfloat16, torch.float16)
+    if forward:
+        per_thread = (qs * ks + 2 * qs + qs * dv) * acc + (
+            qs * ks * q.dtype.itemsize if reduced else 0
+        )
+        return threads * per_thread
+    per_thread = 2 * qs * ks * acc
+    copies = 0
+    if isinstance(grad_out, torch.Tensor) and not grad_out.transpose(1, 2).is_contiguous():
+        copies = tensor_bytes(grad_out)
+    if reduced:
+        per_thread += 2 * qs * ks * q.dtype.itemsize + (qs + ks) * shape(q)[3] * 4
+        copies += sum(numel(t) * 4 for t in (q, k, v))
+    return threads * per_thread + copies + max(128, 4 * t_len)
 
 
 def is_channels_last(t: object) -> bool:
@@ -81,7 +140,12 @@ def is_channels_last(t: object) -> bool:
 
 
 def workspace_bytes(
-    func: object, args: tuple | list, out: object, *, channels_last: bool | None = None
+    func: object,
+    args: tuple | list,
+    out: object,
+    *,
+    channels_last: bool | None = None,
+    device: str | None = None,
 ) -> int:
     """Bytes an op allocates inside its kernel and frees before it returns, which neither
     its inputs nor its outputs show; for the peak models (:mod:`budget.compile.peak`,
@@ -91,23 +155,34 @@ def workspace_bytes(
     Inductor's layout optimisation runs every convolution channels-last although the
     graph's values say otherwise). The rule, against torch.profiler on 12 convolutions of
     3 to 256 channels in each layout at 1, 2 and 8 threads (torch 2.13, CPU; ``python
-    bench/conv_workspace.py --threads N``), at or over in all 72 cases:
+    bench/conv_workspace.py --threads N``), at or over in all 72 cases on one machine; on
+    another (an AVX-512 AMD EPYC, 2 threads) one row was 24 KiB under until the scratch per
+    thread went from 16 to 32 KiB, and the small-image path below is not taken there (the
+    estimate is then 4-8x over on those rows). oneDNN picks its path by CPU:
 
     - the copies: contiguous, forward ``max(input, output) + weight`` and backward
       ``max(2 x input, input + grad_output, weight)``; channels-last, forward ``weight``
       and backward ``2 x weight`` (a blocked copy of the weight, and of its gradient);
-    - plus oneDNN's scratch: 96 KiB, and per thread (``torch.get_num_threads()``) 16
+    - plus oneDNN's scratch: 96 KiB, and per thread (``torch.get_num_threads()``) 32
       KiB, or in a strided convolution 64 KiB (contiguous) or 160 KiB (a channels-last
       backward);
     - but a backward whose image is smaller than its kernel (a 3x3 convolution on 2x2 or
       1x1 images: the last stage of a ResNet on small images) takes another path, in
-      either layout: 4 copies of the weight per thread (8 at 2 threads, 32 at 8) and 64
-      KiB of scratch per thread, on 96 KiB.
+      either layout, on some CPUs: 4 copies of the weight per thread (8 at 2 threads, 32
+      at 8) and 64 KiB of scratch per thread, on 96 KiB (counted on every CPU).
 
-    Other ops and devices: 0."""
-    if func not in _CONVOLUTIONS or not args or not isinstance(args[0], torch.Tensor):
+    CPU flash attention (``_scaled_dot_product_flash_attention_for_cpu`` and its backward)
+    allocates per-thread blocks: :func:`attention_workspace_bytes`.
+
+    Other ops and devices: 0. ``device``: the device the op runs on, by default its first
+    operand's (given where the operands are ``meta`` tensors standing in for CPU ones)."""
+    if not args or not isinstance(args[0], torch.Tensor):
         return 0
-    if args[0].device.type != "cpu":
+    if (device or args[0].device.type) != "cpu":
+        return 0
+    if func in _ATTENTIONS:
+        return attention_workspace_bytes(func is _ATTENTIONS[0], args)
+    if func not in _CONVOLUTIONS:
         return 0
     forward = func is aten.convolution.default
     x, w = (args[0], args[1]) if forward else (args[1], args[2])

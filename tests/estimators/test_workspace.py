@@ -46,7 +46,10 @@ def test_large_convolution_workspace_is_covered(shape, layout):
         measured = measure_workspace(lambda op=op, args=args: op(*args))
         estimate = workspace_bytes(op, args, out)
         activation = y.numel() * y.element_size()
-        assert measured <= estimate <= measured + 2 * activation + 2**20, (op, measured, estimate)
+        assert measured <= estimate, (op, measured, estimate)
+        small_image_backward = op is aten.convolution_backward.default and shape[3] < 3
+        if not small_image_backward:  # that path is taken on some CPUs only: counted always
+            assert estimate <= measured + 2 * activation + 2**20, (op, measured, estimate)
 
 
 def test_the_layout_is_read_from_the_operands_unless_given():
@@ -61,3 +64,35 @@ def test_the_layout_is_read_from_the_operands_unless_given():
     nhwc_conv, _, nhwc_bwd = _conv(4, 256, 256, 8, "NHWC")
     assert is_channels_last(nhwc_conv[0])
     assert workspace_bytes(aten.convolution_backward.default, nhwc_bwd, None) == nhwc
+
+
+ATTENTION = aten._scaled_dot_product_flash_attention_for_cpu.default
+ATTENTION_BACKWARD = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("transposed", [False, True], ids=["BHTD", "BTHD"])
+@pytest.mark.parametrize("shape", [(2, 4, 32, 16, 32), (1, 2, 300, 64, 300), (2, 4, 32, 16, 600)])
+def test_cpu_flash_attention_workspace_is_covered(shape, transposed, dtype):
+    """CPU flash attention allocates per-thread blocks of scores (and, in the backward,
+    their gradient), and copies an output gradient laid out otherwise than its output:
+    the estimate covers the measurement; in float32 it is the measurement, within the few
+    bytes per query row it allows."""
+    b, h, t, d, s = shape
+
+    def make(n):
+        x = torch.randn(b, n, h, d).transpose(1, 2) if transposed else torch.randn(b, h, n, d)
+        return x.to(dtype)
+
+    q, k, v = make(t), make(s), make(s)
+    out, lse = ATTENTION(q, k, v)
+    grad = make(t)
+    for op, args in (
+        (ATTENTION, (q, k, v)),
+        (ATTENTION_BACKWARD, (grad, q, k, v, out, lse, 0.0, False)),
+    ):
+        measured = measure_workspace(lambda op=op, args=args: op(*args))
+        estimate = workspace_bytes(op, args, None)
+        assert measured <= estimate, (op, measured, estimate)
+        if dtype == torch.float32 or op is ATTENTION:
+            assert estimate <= measured + 4 * t, (op, measured, estimate)
