@@ -76,6 +76,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "counters": ("torch._dynamo.utils", "counters"),
     # Inductor: compile/backend.py
     "compile_fx": ("torch._inductor.compile_fx", "compile_fx"),
+    "compile_fx_inner": ("torch._inductor.compile_fx", "compile_fx_inner"),
     "select_decomp_table": ("torch._inductor.compile_fx", "select_decomp_table"),
     "OutputCode": ("torch._inductor.output_code", "OutputCode"),
     "CustomPartitionerFn": ("torch._inductor.custom_graph_pass", "CustomPartitionerFn"),
@@ -121,7 +122,7 @@ if TYPE_CHECKING:
         thread_graphsafe_rng_from_hops,
     )
     from torch._inductor import config as inductor_config
-    from torch._inductor.compile_fx import compile_fx, select_decomp_table
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner, select_decomp_table
     from torch._inductor.custom_graph_pass import (
         CustomKnapsackSolver,
         CustomPartitionerFn,
@@ -227,6 +228,7 @@ __all__ = [
     "classify_nodes",
     "cleanup_recompute_tags",
     "compile_fx",
+    "compile_fx_inner",
     "counters",
     "default_partition",
     "force_save_bw_mutation_src",

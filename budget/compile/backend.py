@@ -38,6 +38,7 @@ from ..core.sizes import parse_budget, parse_peak_budget
 from ..estimators import get_estimator
 from ..solvers import get_solver
 from . import plan_cache, ranks
+from .compiled_peak import CodeCapture
 from .partition import budget_partition
 
 
@@ -112,7 +113,96 @@ class BudgetBackend:
                 return compile_fx(
                     gm, example_inputs, inner_compile=_run_uncompiled, config_patches=patches
                 )
-        return _compile_cached(self, partitioner, gm, example_inputs)
+        return _compile_within_peak(self, gm, example_inputs)
+
+
+# how many times at most a graph is planned and compiled for a peak budget
+PEAK_ATTEMPTS = 4
+# a fitting plan whose compiled peak is within this fraction of the budget is kept as it is
+PEAK_SLACK = 0.02
+
+
+def _compile_within_peak(
+    be: BudgetBackend, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+) -> Any:
+    """Compile with Inductor; the plan carries the peak of the code Inductor generated
+    (:mod:`budget.compile.compiled_peak`), which is the step's peak where the graphs'
+    prediction (``peak_bytes``) is not: Inductor fuses and reorders them.
+
+    With a peak budget, the plan is searched on the graphs' prediction, then checked on
+    its compiled code: a plan whose code peaks above the budget is not kept, and one whose
+    code peaks well under it (more than ``PEAK_SLACK``) may have left recompute on the
+    table. Either way the graph is planned again for the budget scaled by that plan's
+    ratio of predicted to compiled peak, and compiled again, up to ``PEAK_ATTEMPTS`` times
+    in all (when the search finds no plan predicted that low, the plan with the lowest
+    predicted peak is tried). The plan kept is the one with the least recompute whose code
+    fits; when none does, :class:`BudgetTooSmallError` names the lowest compiled peak.
+    Each attempt plans into a log of its own: ``backend.plans`` and ``on_plan`` see only
+    the plan kept."""
+    from ..errors import BudgetTooSmallError
+
+    settings, target = be.settings, be.settings.peak_bytes
+    tried: list[tuple[Plan, Any, PlanLog]] = []
+    refused: BudgetTooSmallError | None = None
+    for _ in range(PEAK_ATTEMPTS if target is not None else 1):
+        attempt = BudgetBackend(settings, PlanLog())
+        try:
+            compiled = _compile_cached(attempt, _InductorPartitioner(attempt), gm, example_inputs)
+        except BudgetTooSmallError as e:
+            refused, lowest = e, e.lowest_peak_bytes
+            if lowest is None or any(p.peak_bytes == lowest for p, _, _ in tried):
+                break
+            settings = replace(settings, peak_bytes=lowest)  # the lowest predicted plan
+            continue
+        plans = attempt.log.plans
+        peak = plans[0].compiled_peak_bytes if len(plans) == 1 else None
+        if target is None or peak is None:  # nothing to check: keep it
+            return _keep(be, attempt.log, compiled)
+        plan = plans[0]
+        if any(_same(plan, p) for p, _, _ in tried):
+            break  # the search came back to a plan it has compiled
+        tried.append((plan, compiled, attempt.log))
+        if peak <= target and (
+            plan.total_recompute_cost == 0 or target - peak <= PEAK_SLACK * target
+        ):
+            break
+        settings = replace(settings, peak_bytes=int(target * (plan.peak_bytes or peak) / peak))
+    fits = [t for t in tried if (t[0].compiled_peak_bytes or 0) <= (target or 0)]
+    if fits:
+        plan, compiled, log = min(
+            fits, key=lambda t: (t[0].total_recompute_cost, t[0].compiled_peak_bytes)
+        )
+        return _keep(be, log, compiled)
+    if not tried:
+        assert refused is not None
+        raise refused
+    raise _missed(target, [p for p, _, _ in tried])
+
+
+def _same(a: Plan, b: Plan) -> bool:
+    return a.saved == b.saved and a.recomputed_again == b.recomputed_again
+
+
+def _keep(be: BudgetBackend, log: PlanLog, compiled: Any) -> Any:
+    be.log.problems.extend(log.problems)
+    for plan in log.plans:
+        be.log.add_plan(plan)
+    return compiled
+
+
+def _missed(target: int | None, tried: list[Plan]) -> Exception:
+    from ..core.sizes import format_bytes
+    from ..errors import BudgetTooSmallError
+
+    assert target is not None
+    lowest = min(p.compiled_peak_bytes or 0 for p in tried)
+    return BudgetTooSmallError(
+        f"peak memory budget {format_bytes(target)} ({target} bytes) is below the peak of "
+        f"the code Inductor generated for each of the {len(tried)} plans tried (planned on "
+        "the graphs' predicted peak, which Inductor's fusion and reordering change); the "
+        f"lowest: {format_bytes(lowest)} ({lowest} bytes)",
+        lowest_peak_bytes=lowest,
+    )
 
 
 _in_graph = threading.local()
@@ -154,7 +244,20 @@ def _compile_cached(
     The FX graph cache stays on in every case: it caches code generated from the
     partitioned graphs, after planning.
     """
-    from ._torch_private import compile_fx, counters, functorch_config
+    from ._torch_private import compile_fx as inductor_compile_fx
+    from ._torch_private import counters, functorch_config
+
+    first = len(be.log.plans)
+
+    def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kw: Any) -> Any:
+        # the backward compiled now, not at the first backward: the compiled peak needs both
+        capture = CodeCapture()
+        with functorch_config.patch(force_non_lazy_backward_lowering=True):
+            compiled = inductor_compile_fx(gm, example_inputs, inner_compile=capture, **kw)
+        made = be.log.plans[first:]
+        if len(made) == 1:
+            made[0].compiled_peak_bytes = capture.peak()
+        return compiled
 
     patches = {"custom_partitioner_fn": partitioner}
     if not plan_cache.enabled():
@@ -162,7 +265,6 @@ def _compile_cached(
             return compile_fx(gm, example_inputs, config_patches=patches)
     key = plan_cache.graph_key(gm, example_inputs, partitioner.uuid())
     cached = plan_cache.load(key)
-    first = len(be.log.plans)
     if ranks.world()[1] > 1:
         if not ranks.all_hold(plan_cache.plans_digest(cached)):  # plan together
             with functorch_config.patch(enable_autograd_cache=False):
@@ -182,7 +284,7 @@ def _compile_cached(
     else:  # torch hit, budget has no plans for it: plan again, without generating code
         plan_cache.stats["replans"] += 1
         with functorch_config.patch(enable_autograd_cache=False):
-            compile_fx(
+            inductor_compile_fx(
                 gm,
                 example_inputs,
                 inner_compile=_run_uncompiled,

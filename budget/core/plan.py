@@ -13,10 +13,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-PLAN_FORMAT_VERSION = 4
+PLAN_FORMAT_VERSION = 5
 # version 1: no peak_bytes, no timeline; version 2: no recomputed_again, again_cost/flops
-# version 3: no eager_saved_bytes
-READABLE_VERSIONS = (1, 2, 3, 4)
+# version 3: no eager_saved_bytes; version 4: no compiled_peak_bytes
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 Choice = Literal["save", "recompute", "input"]
 
 
@@ -94,6 +94,12 @@ class Plan:
     # run, parameters and inputs aside (budget.compile.preview); 0 in training, which
     # does not measure it
     eager_saved_bytes: int = 0
+    # training under Inductor: the peak of the code Inductor generated for this plan's
+    # graphs, run on meta tensors (budget.compile.compiled_peak); None where no code was
+    # generated (previews, compiler="eager") or a compile cache skipped it. A peak budget
+    # is checked against it: this is the peak the step has, where peak_bytes is the
+    # graphs' (Inductor fuses and reorders them)
+    compiled_peak_bytes: int | None = None
     version: int = PLAN_FORMAT_VERSION
 
     @property

@@ -132,12 +132,17 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
         )
     if plan.peak_bytes is not None:
         bound = (
-            f", peak budget {format_bytes(plan.peak_target_bytes)}"
+            f", planned for at most {format_bytes(plan.peak_target_bytes)}"
             if plan.peak_target_bytes is not None
             else ""
         )
         lines.append(
             f"  peak       {format_bytes(plan.peak_bytes)} predicted (forward + backward){bound}"
+        )
+    if plan.compiled_peak_bytes is not None:
+        lines.append(
+            f"  compiled   {format_bytes(plan.compiled_peak_bytes)} peak of the code Inductor "
+            "generated (what the step peaks at)"
         )
     lines.append(f"  recompute  {_cost_line(plan)}")
     if plan.recomputed_again:
@@ -149,7 +154,12 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
             f"{len(set(plan.recomputed_again))} values, rather than holding them through the "
             f"peak: +{extra}"
         )
-        if plan.compiler == "inductor" and plan.peak_bytes is not None and _again_allocates(plan):
+        if (
+            plan.compiler == "inductor"
+            and plan.peak_bytes is not None
+            and plan.compiled_peak_bytes is None  # unchecked: a preview
+            and _again_allocates(plan)
+        ):
             # measured: Inductor fuses and reorders a rescheduled backward (README, Known
             # limitations): the prediction is the op-by-op order's. Views recomputed again
             # allocate nothing, wherever they run.

@@ -72,6 +72,9 @@ _SMALL_IMAGE_WEIGHT_COPIES_PER_THREAD = 4
 _SMALL_IMAGE_SCRATCH_PER_THREAD = 64 * KiB
 
 
+# prims.fma (an Inductor prim, in its decomposition of softmax's backward), run eagerly,
+# makes a * b before it adds c; named, not imported: the prim exists once Inductor loads
+_FMA = "prims::fma"
 _ATTENTIONS = (
     aten._scaled_dot_product_flash_attention_for_cpu.default,
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
@@ -172,7 +175,9 @@ def workspace_bytes(
       at 8) and 64 KiB of scratch per thread, on 96 KiB (counted on every CPU).
 
     CPU flash attention (``_scaled_dot_product_flash_attention_for_cpu`` and its backward)
-    allocates per-thread blocks: :func:`attention_workspace_bytes`.
+    allocates per-thread blocks: :func:`attention_workspace_bytes`. ``prims.fma`` (in the
+    decomposed softmax backward) run op by op makes its product before the sum: one
+    output's bytes (a T5 step under ``compiler="eager"`` peaks inside one).
 
     Other ops and devices: 0. ``device``: the device the op runs on, by default its first
     operand's (given where the operands are ``meta`` tensors standing in for CPU ones)."""
@@ -182,6 +187,8 @@ def workspace_bytes(
         return 0
     if func in _ATTENTIONS:
         return attention_workspace_bytes(func is _ATTENTIONS[0], args)
+    if isinstance(func, OpOverload) and func.name() == _FMA and isinstance(out, torch.Tensor):
+        return tensor_bytes(out)  # run eagerly as a * b, then + c: the product is a temporary
     if func not in _CONVOLUTIONS:
         return 0
     forward = func is aten.convolution.default

@@ -152,3 +152,20 @@ def test_a_peak_budget_is_a_size(bad):
         budget.backend(peak_memory_budget=bad)
     with pytest.raises(ValueError, match="peak memory budget must be an absolute size"):
         budget.config.peak_memory_budget = bad
+
+
+@pytest.mark.slow
+def test_eager_prediction_of_t5_covers_its_fused_multiply_adds():
+    """T5's joint graph (Inductor's decompositions) computes softmax's backward with
+    prims.fma, which the eager compiler runs as a product, then a sum: the product is a
+    temporary no graph value shows, and the step peaks inside one. The prediction counts
+    it (it was 31.5 KiB, 3.5%, under) and is the measured peak to within 1 KiB."""
+    pytest.importorskip("transformers")
+    from helpers.real_models import make
+
+    torch._dynamo.reset()
+    m = make("t5")
+    be = budget.backend(0.5, compiler="eager")
+    measured = measure_peak(torch.compile(m.step, backend=be), *m.args)
+    predicted = be.plans[0].peak_bytes
+    assert abs(predicted - measured) <= 1024

@@ -76,6 +76,7 @@ LAZY = {
     "BackendCompilerFailed": "torch._dynamo.exc",
     "counters": "torch._dynamo.utils",
     "compile_fx": "torch._inductor.compile_fx",
+    "compile_fx_inner": "torch._inductor.compile_fx",
     "select_decomp_table": "torch._inductor.compile_fx",
     "OutputCode": "torch._inductor.output_code",
     "CustomPartitionerFn": "torch._inductor.custom_graph_pass",

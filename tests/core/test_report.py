@@ -134,9 +134,23 @@ def test_a_plan_with_its_peak_round_trips_and_shows_it():
         timeline=[LivePoint("mm", "forward", 4 * MiB), LivePoint("gelu", "recompute", 9 * MiB)],
     )
     assert Plan.from_json(plan.to_json()) == plan
-    assert "  peak       9.00 MiB predicted (forward + backward), peak budget 10.00 MiB" in str(
-        plan
+    text = str(plan)
+    assert (
+        "  peak       9.00 MiB predicted (forward + backward), planned for at most 10.00 MiB"
+        in text
     )
+    assert "compiled" not in text
+    compiled = make_plan(peak_bytes=9 * MiB, compiled_peak_bytes=8 * MiB)
+    assert Plan.from_json(compiled.to_json()) == compiled
+    assert "  compiled   8.00 MiB peak of the code Inductor generated" in str(compiled)
+
+
+def test_a_version_4_plan_reads_without_a_compiled_peak():
+    from budget.core.plan import Plan
+
+    data = make_plan(peak_bytes=9 * MiB).to_dict()
+    del data["compiled_peak_bytes"]
+    assert Plan.from_dict({**data, "version": 4}).compiled_peak_bytes is None
 
 
 def test_a_version_1_plan_still_reads_without_a_peak():
@@ -173,6 +187,8 @@ def test_a_rescheduled_inductor_plan_warns_that_its_peak_may_be_missed():
     text = str(replace(plan, compiler="inductor"))
     assert text.count("caution") == 1
     assert "compiler='eager'" in text.split("caution", 1)[1]
+    # once compiled, the plan carries the peak of its code: nothing left to caution about
+    assert "caution" not in str(replace(plan, compiler="inductor", compiled_peak_bytes=1 << 20))
     assert "caution" not in str(replace(plan, compiler="eager"))
     assert "caution" not in str(replace(plan, compiler="inductor", recomputed_again=[]))
     # a view recomputed again shares its base's storage: nothing to misplace

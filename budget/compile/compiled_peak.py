@@ -1,0 +1,257 @@
+"""The peak of a step as Inductor compiled it: its generated code run on meta tensors.
+
+:mod:`budget.compile.peak` predicts a step's peak from the partitioned graphs, in their
+order. Inductor does not run them in that order: its scheduler fuses nodes from different
+places of a graph into one kernel (all their outputs allocated together) and reorders
+kernels, and it reuses buffers. On small transformers that put the measured peak above
+the graph model's (T5 by 17%, bench/real_model_peaks.py), so a peak budget checked on
+the graphs alone could be missed.
+
+Inductor's CPU wrapper code (``CompiledFxGraph.source_code``, the Python that runs the
+kernels) says exactly what is allocated and when: ``empty_strided_cpu`` for each buffer,
+``del`` when it dies, reuse by renaming, views by ``reinterpret_tensor``, and calls of
+extern kernels (matmuls into buffers, fallback ATen ops that allocate their outputs).
+This module runs that code with every generated kernel replaced by a no-op and every
+tensor on the ``meta`` device: the allocations and frees happen as they would, in the
+same order (CPython frees a tensor when its last reference goes, as in the real run),
+and nothing is computed. A dispatch mode counts each storage from the op that makes it to
+the moment its last tensor is gone; what an extern kernel allocates inside itself (CPU
+convolutions, attention) is added at its call (:func:`budget.estimators.memory.workspace_bytes`).
+
+The step is the forward's code, then the backward's: the forward's inputs are resident
+(not counted), its outputs (the user's loss, held to the end, and the saved values) are
+handed over, the loss's gradient is allocated as the backward starts, and the gradients
+it returns are held to the end. This is the accounting of :mod:`budget.compile.peak`,
+over the code that really runs. CPU wrapper code only (on CUDA the wrapper launches
+Triton kernels from another module, and allocates with the caching allocator).
+"""
+
+from __future__ import annotations
+
+import ast
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from ..estimators.memory import workspace_bytes
+from ..estimators.values import hint
+from ._torch_private import TorchDispatchMode, tree_leaves
+
+
+class CompiledCodeError(RuntimeError):
+    """Inductor's generated code could not be run on meta tensors (a construct this
+    module does not know): the compiled peak is unknown."""
+
+
+@dataclass
+class CompiledGraph:
+    """One compiled graph: its wrapper code, and its fx graph's placeholder names (the
+    code's argument order) and output names (None where an output is not a node)."""
+
+    source: str
+    inputs: list[str]
+    outputs: list[str | None]
+    values: dict[str, Any] = field(default_factory=dict)  # placeholder -> meta["val"]
+
+
+def describe(gm: fx.GraphModule, source: str) -> CompiledGraph:
+    """The :class:`CompiledGraph` of ``gm`` compiled to ``source``."""
+    inputs, values = [], {}
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            inputs.append(node.name)
+            values[node.name] = node.meta.get("val")
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    args = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
+    outputs = [a.name if isinstance(a, fx.Node) else None for a in args]
+    return CompiledGraph(source, inputs, outputs, values)
+
+
+class _Live(TorchDispatchMode):
+    """Counts live storages of the tensors ops make, above those marked resident."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refs: dict[int, int] = {}  # storage -> live tensor objects that use it
+        self.sizes: dict[int, int] = {}  # storage -> bytes
+        self.tracked: set[int] = set()  # id() of tracked tensor objects
+        self.resident: set[int] = set()
+        self.current = 0
+        self.peak = 0
+
+    def track(self, t: torch.Tensor) -> None:
+        if id(t) in self.tracked:
+            return
+        storage = t.untyped_storage()
+        key = storage._cdata
+        self.tracked.add(id(t))
+        if key not in self.refs:
+            self.refs[key] = 0
+            nbytes = 0 if key in self.resident else hint(storage.nbytes())
+            self.sizes[key] = nbytes
+            self.current += nbytes
+            self.peak = max(self.peak, self.current)
+        self.refs[key] += 1
+        weakref.finalize(t, self._drop, key, id(t))
+
+    def _drop(self, key: int, ident: int) -> None:
+        self.tracked.discard(ident)
+        self.refs[key] -= 1
+        if self.refs[key] == 0:
+            del self.refs[key]
+            self.current -= self.sizes.pop(key)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        # the operands' layouts are the ones the code runs (channels-last convolutions
+        # included): the workspace rule reads them
+        inside = workspace_bytes(func, list(args), out, device="cpu")
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self.track(t)
+        self.peak = max(self.peak, self.current + inside)
+        return out
+
+
+def _noop(*_: Any, **__: Any) -> None:
+    return None
+
+
+def _runnable(source: str) -> tuple[ast.Module, set[str]]:
+    """The wrapper module without its kernels' compilation and its benchmark harness, and
+    the names of the generated kernels (bound to no-ops when it runs)."""
+    tree = ast.parse(source)
+    kernels: set[str] = set()
+    body = []
+    for stmt in tree.body:
+        text = ast.unparse(stmt) if isinstance(stmt, (ast.Assign, ast.Expr, ast.Delete)) else ""
+        if "async_compile" in text:
+            if isinstance(stmt, ast.Assign):
+                kernels.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
+            continue
+        if isinstance(stmt, ast.If):  # if __name__ == "__main__": the benchmark
+            continue
+        if isinstance(stmt, ast.FunctionDef) and stmt.name in (
+            "get_args",
+            "benchmark_compiled_module",
+        ):
+            continue
+        body.append(stmt)
+    tree.body = body
+    return tree, kernels
+
+
+def _meta(val: Any) -> Any:
+    """A meta tensor with ``val``'s sizes, strides and dtype (a fresh storage)."""
+    if not isinstance(val, torch.Tensor):
+        return hint(val) if isinstance(val, torch.SymInt) else val
+    size = [hint(s) for s in val.shape]
+    stride = [hint(s) for s in val.stride()]
+    return torch.empty_strided(size, stride, dtype=val.dtype, device="meta")
+
+
+def _call(graph: CompiledGraph) -> Callable[[list[Any]], Any]:
+    tree, kernels = _runnable(graph.source)
+    scope: dict[str, Any] = {"__name__": "budget_compiled_peak"}
+    try:
+        exec(compile(tree, "<inductor wrapper>", "exec"), scope)
+    except Exception as e:  # noqa: BLE001 - any failure means: unknown construct
+        raise CompiledCodeError(f"Inductor's wrapper code did not load: {e}") from e
+    for name in kernels:
+        scope[name] = _noop
+
+    def empty(size: Sequence[int], stride: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty_strided(size, stride, dtype=dtype, device="meta")
+
+    def reinterpret(t: torch.Tensor, size: Sequence[int], stride: Sequence[int], offset: int = 0):
+        return torch.as_strided(t, size, stride, offset)
+
+    scope.update(
+        empty_strided_cpu=empty,
+        reinterpret_tensor=reinterpret,
+        assert_size_stride=_noop,
+        assert_alignment=_noop,
+        run_intermediate_hooks=_noop,
+    )
+    if "call" not in scope:
+        raise CompiledCodeError("Inductor's wrapper code has no call(): not CPU wrapper code")
+    return scope["call"]
+
+
+def compiled_peak(fw: CompiledGraph, bw: CompiledGraph | None) -> int:
+    """The peak bytes of running the compiled forward then backward (module docstring),
+    above what was resident before the step. The forward's outputs the backward does not
+    take (the loss, updated buffers) are held to the end of the step. Raises
+    :class:`CompiledCodeError` when the code cannot be run on meta tensors."""
+    live = _Live()
+    fw_call = _call(fw)
+    bw_call = _call(bw) if bw is not None else None
+    inputs = {name: _meta(fw.values[name]) for name in fw.inputs}  # resident
+    for t in inputs.values():
+        if isinstance(t, torch.Tensor):
+            live.resident.add(t.untyped_storage()._cdata)
+    with live:
+        try:
+            outs = fw_call([inputs[name] for name in fw.inputs])
+        except Exception as e:  # noqa: BLE001
+            raise CompiledCodeError(f"Inductor's forward code failed on meta tensors: {e}") from e
+        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        taken = set(bw.inputs) if bw is not None else set()
+        held = [v for name, v in zip(fw.outputs, outs, strict=False) if name not in taken]
+        handed = {name: v for name, v in zip(fw.outputs, outs, strict=False) if name is not None}
+        del outs
+        if bw_call is not None and bw is not None:
+            args = []
+            for name in bw.inputs:
+                if name in handed:
+                    args.append(handed[name])
+                elif name in inputs:
+                    args.append(inputs[name])
+                else:  # a tangent: autograd allocates it as the backward starts
+                    args.append(_meta(bw.values[name]))  # made in the mode: counted
+            handed.clear()
+            try:
+                grads = bw_call(args)
+            except Exception as e:  # noqa: BLE001
+                raise CompiledCodeError(
+                    f"Inductor's backward code failed on meta tensors: {e}"
+                ) from e
+            del args, grads
+        del held
+    return live.peak
+
+
+class CodeCapture:
+    """An Inductor ``inner_compile`` that compiles as Inductor does and keeps each graph's
+    wrapper code: :meth:`peak` is then the compiled step's peak (the backward must be
+    compiled with the forward: ``force_non_lazy_backward_lowering``)."""
+
+    def __init__(self) -> None:
+        self.graphs: dict[str, CompiledGraph] = {}
+
+    def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Any:
+        from ._torch_private import compile_fx_inner
+
+        compiled = compile_fx_inner(gm, example_inputs, **kwargs)
+        source = getattr(compiled, "source_code", None)
+        if isinstance(source, str):
+            self.graphs["backward" if kwargs.get("is_backward") else "forward"] = describe(
+                gm, source
+            )
+        return compiled
+
+    def peak(self) -> int | None:
+        """The compiled step's peak; None when a graph's code was not seen (a compile cache
+        skipped it) or could not be run on meta tensors."""
+        fw, bw = self.graphs.get("forward"), self.graphs.get("backward")
+        if fw is None or bw is None:
+            return None
+        try:
+            return compiled_peak(fw, bw)
+        except CompiledCodeError:
+            return None
