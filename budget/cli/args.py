@@ -148,6 +148,13 @@ def build_parser() -> argparse.ArgumentParser:
         "with the least recompute that fits (within --budget too when given)",
     )
     solve.add_argument(
+        "--compile",
+        action="store_true",
+        help="compile the step with Inductor (and run its forward once) instead of "
+        "previewing it: the plan then carries the peak of the generated code, and a --peak "
+        "is checked on it, as in training (slower: Inductor's code generation)",
+    )
+    solve.add_argument(
         "--format", choices=("table", "json"), default="table", help="what to print to stdout"
     )
     solve.add_argument(

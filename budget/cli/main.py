@@ -87,6 +87,11 @@ def _solve(args: argparse.Namespace) -> int:
     from .report import solve_report
 
     check_options(args)
+    if args.compile and (args.eager or args.modules is not None or args.compiler != "inductor"):
+        raise UsageError(
+            "--compile generates Inductor's code: it cannot be used with --eager, --modules "
+            "or --compiler eager"
+        )
     if args.eager or args.modules is not None:
         return _solve_eager(args)
     memory_budget = parse_budget_arg(args.budget)
@@ -111,16 +116,19 @@ def _solve(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     target = _target(args)
     loaded = time.perf_counter()
-    plans = _planning(
-        lambda: budget.plans(
-            target.step,
-            *target.args,
-            memory_budget=memory_budget,
-            peak_memory_budget=peak,
-            plan=args.plan,
-            **_common(args),
+    if args.compile:
+        plans = _planning(lambda: _compiled(target, memory_budget, peak, args))
+    else:
+        plans = _planning(
+            lambda: budget.plans(
+                target.step,
+                *target.args,
+                memory_budget=memory_budget,
+                peak_memory_budget=peak,
+                plan=args.plan,
+                **_common(args),
+            )
         )
-    )
     done = time.perf_counter()
     if args.json:
         _write("--json", args.json, lambda: Path(args.json).write_text(dumps_plans(plans) + "\n"))
@@ -150,6 +158,18 @@ def _solve(args: argparse.Namespace) -> int:
     if args.timeline:
         print(f"\ntimeline: {args.timeline}")
     return 0
+
+
+def _compiled(target: Any, memory_budget: Any, peak: str | None, args: argparse.Namespace):
+    """The plans training makes: the step compiled by budget's backend (Inductor), its
+    forward run once on the target's inputs (the backward is compiled with it)."""
+    import torch
+
+    import budget
+
+    be = budget.backend(memory_budget, peak_memory_budget=peak, plan=args.plan, **_common(args))
+    torch.compile(target.step, backend=be)(*target.args)
+    return be.plans
 
 
 def _eager_target(target: str, options: dict[str, int | float]) -> tuple[Any, Any, tuple, str]:

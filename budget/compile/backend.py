@@ -281,15 +281,11 @@ def _compile_cached(
     elif cached is not None:  # torch skipped the partitioner: the plans it made before
         for plan in cached:
             be.log.add_plan(plan)
-    else:  # torch hit, budget has no plans for it: plan again, without generating code
+    else:  # torch hit, budget has no plans for it: plan and compile again (the FX graph
+        # cache holds the code), for the plans and the peak of their code
         plan_cache.stats["replans"] += 1
         with functorch_config.patch(enable_autograd_cache=False):
-            inductor_compile_fx(
-                gm,
-                example_inputs,
-                inner_compile=_run_uncompiled,
-                config_patches={**patches, "fx_graph_cache": False},
-            )
+            compiled = compile_fx(gm, example_inputs, config_patches=patches)
         plan_cache.store(key, be.log.plans[first:])
     return compiled
 

@@ -171,7 +171,13 @@ def _call(graph: CompiledGraph) -> Callable[[list[Any]], Any]:
     def reinterpret(t: torch.Tensor, size: Sequence[int], stride: Sequence[int], offset: int = 0):
         return torch.as_strided(t, size, stride, offset)
 
+    def device_code(*_: Any, **__: Any) -> None:
+        raise CompiledCodeError("not CPU code: only Inductor's CPU wrapper code is run")
+
     scope.update(
+        empty_strided_cuda=device_code,
+        empty_strided_xpu=device_code,
+        empty_strided_mtia=device_code,
         empty_strided_cpu=empty,
         reinterpret_tensor=reinterpret,
         assert_size_stride=_noop,

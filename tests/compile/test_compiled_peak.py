@@ -99,6 +99,10 @@ def test_code_it_cannot_run_is_an_error_saying_so():
     fw = CompiledGraph(broken, ["x"], ["loss", "saved"], {"x": torch.empty(8, 8)})
     with pytest.raises(CompiledCodeError, match="forward code failed"):
         compiled_peak(fw, None)
+    cuda = FORWARD.replace("empty_strided_cpu((256", "empty_strided_cuda((256")
+    fw = CompiledGraph(cuda, ["x"], ["loss", "saved"], {"x": torch.empty(8, 8)})
+    with pytest.raises(CompiledCodeError, match="not CPU code"):  # nothing allocated on a GPU
+        compiled_peak(fw, None)
 
 
 def _inductor_step(ex, **kw):

@@ -47,7 +47,8 @@ print("RESULT " + json.dumps({
     "on_plan": len(seen),
     "plans": [
         {"saved": p.saved, "hash": p.graph_hash, "budget": p.budget, "solver": p.solver,
-         "saved_bytes": p.saved_bytes, "timings": sorted(p.timings)}
+         "saved_bytes": p.saved_bytes, "timings": sorted(p.timings),
+         "compiled_peak": p.compiled_peak_bytes}
         for p in be.plans
     ],
 }))
@@ -99,6 +100,7 @@ def test_a_second_process_hits_torchs_caches_and_reads_its_plans(tmp_path):
     assert _aot(cold) == (0, 1)
     assert cold["stats"] == {"hits": 0, "misses": 1, "writes": 1, "replans": 0}
     assert len(cold["plans"]) == 1 and "solve" in cold["plans"][0]["timings"]
+    assert cold["plans"][0]["compiled_peak"] > 0  # the peak of the code Inductor generated
 
     warm = _child(tmp_path, 0.5)
     assert _aot(warm) == (1, 0)
@@ -106,6 +108,7 @@ def test_a_second_process_hits_torchs_caches_and_reads_its_plans(tmp_path):
     assert warm["stats"] == {"hits": 1, "misses": 0, "writes": 0, "replans": 0}
     assert _same_plans(warm, cold) and warm["on_plan"] == 1
     assert warm["plans"][0]["timings"] == ["plan cache"]  # nothing solved
+    assert warm["plans"][0]["compiled_peak"] == cold["plans"][0]["compiled_peak"]  # cached
 
     # A setting that changes the plan misses torch's caches and budget's: a fresh plan.
     other = _child(tmp_path, 0.3)
@@ -115,7 +118,8 @@ def test_a_second_process_hits_torchs_caches_and_reads_its_plans(tmp_path):
     assert plan["saved"] != cold["plans"][0]["saved"]
 
     # A stale entry (written by another budget version) is not read: torch still hits, so
-    # budget plans again (no code generated) and rewrites the entry.
+    # budget plans and compiles again (the FX graph cache holds the code: none generated),
+    # for the plan and the peak of its code, and rewrites the entry.
     entry = _entries(tmp_path)[0.5]
     data = json.loads(entry.read_text())
     entry.write_text(json.dumps({**data, "budget": "0.0.0-stale"}))
@@ -123,6 +127,7 @@ def test_a_second_process_hits_torchs_caches_and_reads_its_plans(tmp_path):
     assert _aot(stale) == (1, 0)
     assert stale["stats"] == {"hits": 0, "misses": 1, "writes": 1, "replans": 1}
     assert _same_plans(stale, cold) and "solve" in stale["plans"][0]["timings"]
+    assert stale["plans"][0]["compiled_peak"] == cold["plans"][0]["compiled_peak"]
     assert json.loads(entry.read_text())["budget"] == budget.__version__
 
     # With the plan cache off, AOTAutograd's cache is off too (the partitioner must run to
