@@ -144,15 +144,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--peak",
         default=None,
         metavar="SIZE",
-        help="the most memory the step may use at its predicted peak, e.g. 6GiB: the plan "
-        "with the least recompute that fits (within --budget too when given)",
+        help="the most memory the step may use at its peak, e.g. 6GiB: the plan with the "
+        "least recompute that fits (within --budget too when given); the peak predicted "
+        "from the graphs, or with --compile the peak of Inductor's generated code",
     )
     solve.add_argument(
         "--compile",
         action="store_true",
         help="compile the step with Inductor (and run its forward once) instead of "
-        "previewing it: the plan then carries the peak of the generated code, and a --peak "
-        "is checked on it, as in training (slower: Inductor's code generation)",
+        "previewing it: the plan then carries the peak of the generated code (CPU code "
+        "only), and a --peak is checked on it, as in training (slower: Inductor's code "
+        "generation)",
     )
     solve.add_argument(
         "--format", choices=("table", "json"), default="table", help="what to print to stdout"
@@ -166,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--json",
         metavar="FILE",
         help="also write the plan file (one plan's JSON; several graphs: "
-        '{"version": 2, "plans": [...]}) for budget.backend(plan=FILE)',
+        '{"version": 5, "plans": [...]}) for budget.backend(plan=FILE)',
     )
     solve.add_argument(
         "--plan",

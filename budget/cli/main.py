@@ -151,6 +151,13 @@ def _solve(args: argparse.Namespace) -> int:
         "total": done - start,
     }
     print(solve_report(plans, target.description, depth=args.depth, top=args.top, timings=timings))
+    unknown = [i for i, p in enumerate(plans) if p.compiled_peak_bytes is None]
+    if args.compile and unknown:
+        print(
+            f"\nthe peak of the generated code is unknown for graph(s) {unknown} (not CPU "
+            "Python wrapper code, or a compile cache skipped it): their peak is predicted "
+            "from the graphs"
+        )
     if args.plan:
         print(f"\napplied the saved plan {args.plan}: it fits {target.description}")
     if args.json:
@@ -160,7 +167,9 @@ def _solve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compiled(target: Any, memory_budget: Any, peak: str | None, args: argparse.Namespace):
+def _compiled(
+    target: Any, memory_budget: Any, peak: str | None, args: argparse.Namespace
+) -> list[Any]:
     """The plans training makes: the step compiled by budget's backend (Inductor), its
     forward run once on the target's inputs (the backward is compiled with it)."""
     import torch

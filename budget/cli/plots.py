@@ -131,7 +131,15 @@ def save_timeline_plot(plans: Sequence[Plan], path: str | os.PathLike, title: st
                 color="tab:green",
                 linestyle="--",
                 linewidth=0.8,
-                label="peak budget",
+                label="planned for at most",
+            )
+        if plan.compiled_peak_bytes is not None:
+            ax.axhline(
+                plan.compiled_peak_bytes / 2**20,
+                color="tab:red",
+                linestyle="-.",
+                linewidth=0.8,
+                label="peak of the generated code",
             )
         ax.set_ylabel("live MiB")
         ax.set_xlabel("node of the forward, then the backward graph")

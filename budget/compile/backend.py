@@ -40,6 +40,7 @@ from ..solvers import get_solver
 from . import plan_cache, ranks
 from .compiled_peak import CodeCapture
 from .partition import budget_partition
+from .peak_check import Attempt, fit_compiled_peak
 
 
 class BudgetBackend:
@@ -116,93 +117,25 @@ class BudgetBackend:
         return _compile_within_peak(self, gm, example_inputs)
 
 
-# how many times at most a graph is planned and compiled for a peak budget
-PEAK_ATTEMPTS = 4
-# a fitting plan whose compiled peak is within this fraction of the budget is kept as it is
-PEAK_SLACK = 0.02
-
-
 def _compile_within_peak(
     be: BudgetBackend, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
 ) -> Any:
     """Compile with Inductor; the plan carries the peak of the code Inductor generated
-    (:mod:`budget.compile.compiled_peak`), which is the step's peak where the graphs'
-    prediction (``peak_bytes``) is not: Inductor fuses and reorders them.
+    (:mod:`budget.compile.compiled_peak`), and a peak budget is held by that peak
+    (:func:`budget.compile.peak_check.fit_compiled_peak`: planned and compiled again where
+    it misses or leaves recompute on the table). Each attempt plans into a log of its own:
+    ``backend.plans`` and ``on_plan`` see only the plan kept."""
 
-    With a peak budget, the plan is searched on the graphs' prediction, then checked on
-    its compiled code: a plan whose code peaks above the budget is not kept, and one whose
-    code peaks well under it (more than ``PEAK_SLACK``) may have left recompute on the
-    table. Either way the graph is planned again for the budget scaled by that plan's
-    ratio of predicted to compiled peak, and compiled again, up to ``PEAK_ATTEMPTS`` times
-    in all (when the search finds no plan predicted that low, the plan with the lowest
-    predicted peak is tried). The plan kept is the one with the least recompute whose code
-    fits; when none does, :class:`BudgetTooSmallError` names the lowest compiled peak.
-    Each attempt plans into a log of its own: ``backend.plans`` and ``on_plan`` see only
-    the plan kept."""
-    from ..errors import BudgetTooSmallError
-
-    settings, target = be.settings, be.settings.peak_bytes
-    tried: list[tuple[Plan, Any, PlanLog]] = []
-    refused: BudgetTooSmallError | None = None
-    for _ in range(PEAK_ATTEMPTS if target is not None else 1):
+    def compile_with(settings: PlanSettings) -> Attempt:
         attempt = BudgetBackend(settings, PlanLog())
-        try:
-            compiled = _compile_cached(attempt, _InductorPartitioner(attempt), gm, example_inputs)
-        except BudgetTooSmallError as e:
-            refused, lowest = e, e.lowest_peak_bytes
-            if lowest is None or any(p.peak_bytes == lowest for p, _, _ in tried):
-                break
-            settings = replace(settings, peak_bytes=lowest)  # the lowest predicted plan
-            continue
-        plans = attempt.log.plans
-        peak = plans[0].compiled_peak_bytes if len(plans) == 1 else None
-        if target is None or peak is None:  # nothing to check: keep it
-            return _keep(be, attempt.log, compiled)
-        plan = plans[0]
-        if any(_same(plan, p) for p, _, _ in tried):
-            break  # the search came back to a plan it has compiled
-        tried.append((plan, compiled, attempt.log))
-        if peak <= target and (
-            plan.total_recompute_cost == 0 or target - peak <= PEAK_SLACK * target
-        ):
-            break
-        settings = replace(settings, peak_bytes=int(target * (plan.peak_bytes or peak) / peak))
-    fits = [t for t in tried if (t[0].compiled_peak_bytes or 0) <= (target or 0)]
-    if fits:
-        plan, compiled, log = min(
-            fits, key=lambda t: (t[0].total_recompute_cost, t[0].compiled_peak_bytes)
-        )
-        return _keep(be, log, compiled)
-    if not tried:
-        assert refused is not None
-        raise refused
-    raise _missed(target, [p for p, _, _ in tried])
+        compiled = _compile_cached(attempt, _InductorPartitioner(attempt), gm, example_inputs)
+        return Attempt(compiled, attempt.log)
 
-
-def _same(a: Plan, b: Plan) -> bool:
-    return a.saved == b.saved and a.recomputed_again == b.recomputed_again
-
-
-def _keep(be: BudgetBackend, log: PlanLog, compiled: Any) -> Any:
-    be.log.problems.extend(log.problems)
-    for plan in log.plans:
+    kept = fit_compiled_peak(be.settings, compile_with)
+    be.log.problems.extend(kept.log.problems)
+    for plan in kept.log.plans:
         be.log.add_plan(plan)
-    return compiled
-
-
-def _missed(target: int | None, tried: list[Plan]) -> Exception:
-    from ..core.sizes import format_bytes
-    from ..errors import BudgetTooSmallError
-
-    assert target is not None
-    lowest = min(p.compiled_peak_bytes or 0 for p in tried)
-    return BudgetTooSmallError(
-        f"peak memory budget {format_bytes(target)} ({target} bytes) is below the peak of "
-        f"the code Inductor generated for each of the {len(tried)} plans tried (planned on "
-        "the graphs' predicted peak, which Inductor's fusion and reordering change); the "
-        f"lowest: {format_bytes(lowest)} ({lowest} bytes)",
-        lowest_peak_bytes=lowest,
-    )
+    return kept.compiled
 
 
 _in_graph = threading.local()
@@ -256,7 +189,7 @@ def _compile_cached(
             compiled = inductor_compile_fx(gm, example_inputs, inner_compile=capture, **kw)
         made = be.log.plans[first:]
         if len(made) == 1:
-            made[0].compiled_peak_bytes = capture.peak()
+            made[0].compiled_peak_bytes = capture.peak(partitioner.num_fwd_outputs)
         return compiled
 
     patches = {"custom_partitioner_fn": partitioner}
@@ -344,6 +277,7 @@ class _InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
     def __init__(self, backend: BudgetBackend) -> None:
         self.backend = backend
         self.calls = 0  # joint graphs partitioned: 0 when a compile cache skipped it
+        self.num_fwd_outputs = 1  # the user's outputs of the forward (the last partitioned)
         self._uuid: str | None = None
         # plans to apply instead of planning (on several ranks, the plan cache's, which
         # every rank holds the same): no solve, no collective
@@ -352,6 +286,7 @@ class _InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
     def __call__(self, gm: torch.fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any) -> Any:
         kwargs.pop("compiler", None)
         self.calls += 1
+        self.num_fwd_outputs = kwargs.get("num_fwd_outputs", 1)
         be = self.backend
         settings = be.settings if self.book is None else replace(be.settings, book=self.book)
         return budget_partition(gm, joint_inputs, settings=settings, log=be.log, **kwargs)
@@ -434,9 +369,11 @@ def backend(
     by node); a graph with none raises :class:`budget.PlanMismatchError`.
 
     ``peak_memory_budget`` (a size such as ``"6GiB"``; default
-    ``budget.config.peak_memory_budget``, None) bounds each graph's predicted peak: each
-    graph gets the plan with the least recompute whose predicted peak is at or under it,
-    among plans within the memory budget too (which defaults to 1.0: any plan); an
+    ``budget.config.peak_memory_budget``, None) bounds each graph's peak: each graph gets
+    the plan with the least recompute whose peak is at or under it, among plans within
+    the memory budget too (which defaults to 1.0: any plan); under Inductor the peak is
+    that of the code Inductor generates for the plan (``plan.compiled_peak_bytes``;
+    :func:`_compile_within_peak`), with ``compiler="eager"`` the graphs' prediction. An
     unreachable peak raises :class:`budget.BudgetTooSmallError` naming the lowest peak
     found. With graph breaks each graph is bounded alone: the saved values of one graph
     are not counted in another's peak.

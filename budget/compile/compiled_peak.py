@@ -58,8 +58,10 @@ class CompiledGraph:
     values: dict[str, Any] = field(default_factory=dict)  # placeholder -> meta["val"]
 
 
-def describe(gm: fx.GraphModule, source: str) -> CompiledGraph:
-    """The :class:`CompiledGraph` of ``gm`` compiled to ``source``."""
+def describe(gm: fx.GraphModule, source: str = "") -> CompiledGraph:
+    """The :class:`CompiledGraph` of ``gm`` compiled to ``source``. Take it before
+    Inductor compiles ``gm``: its passes edit the graph in place (a saved output can be
+    replaced by its source node), and the code keeps the signature it had."""
     inputs, values = [], {}
     for node in gm.graph.nodes:
         if node.op == "placeholder":
@@ -156,7 +158,13 @@ def _meta(val: Any) -> Any:
 
 
 def _call(graph: CompiledGraph) -> Callable[[list[Any]], Any]:
-    tree, kernels = _runnable(graph.source)
+    if "load_pybinding" in graph.source or "CppWrapperCodeCache" in graph.source:
+        # cpp_wrapper: call() is C++ that would run the kernels on meta tensors' pointers
+        raise CompiledCodeError("C++ wrapper code (cpp_wrapper): only Python wrapper code is run")
+    try:
+        tree, kernels = _runnable(graph.source)
+    except SyntaxError as e:
+        raise CompiledCodeError(f"Inductor's wrapper code did not parse: {e}") from e
     scope: dict[str, Any] = {"__name__": "budget_compiled_peak"}
     try:
         exec(compile(tree, "<inductor wrapper>", "exec"), scope)
@@ -179,21 +187,24 @@ def _call(graph: CompiledGraph) -> Callable[[list[Any]], Any]:
         empty_strided_xpu=device_code,
         empty_strided_mtia=device_code,
         empty_strided_cpu=empty,
+        empty_strided_cpu_pinned=empty,
         reinterpret_tensor=reinterpret,
         assert_size_stride=_noop,
         assert_alignment=_noop,
         run_intermediate_hooks=_noop,
     )
-    if "call" not in scope:
-        raise CompiledCodeError("Inductor's wrapper code has no call(): not CPU wrapper code")
-    return scope["call"]
+    call = scope.get("call")
+    code = getattr(getattr(call, "__func__", call), "__code__", None)
+    if code is None or code.co_filename != "<inductor wrapper>":
+        raise CompiledCodeError("Inductor's wrapper code has no Python call(): not run")
+    return call
 
 
-def compiled_peak(fw: CompiledGraph, bw: CompiledGraph | None) -> int:
+def compiled_peak(fw: CompiledGraph, bw: CompiledGraph | None, *, num_user_outputs: int = 1) -> int:
     """The peak bytes of running the compiled forward then backward (module docstring),
-    above what was resident before the step. The forward's outputs the backward does not
-    take (the loss, updated buffers) are held to the end of the step. Raises
-    :class:`CompiledCodeError` when the code cannot be run on meta tensors."""
+    above what was resident before the step. The forward's first ``num_user_outputs``
+    outputs (the loss) and those the backward does not take are held to the end of the
+    step. Raises :class:`CompiledCodeError` when the code cannot be run on meta tensors."""
     live = _Live()
     fw_call = _call(fw)
     bw_call = _call(bw) if bw is not None else None
@@ -208,7 +219,11 @@ def compiled_peak(fw: CompiledGraph, bw: CompiledGraph | None) -> int:
             raise CompiledCodeError(f"Inductor's forward code failed on meta tensors: {e}") from e
         outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
         taken = set(bw.inputs) if bw is not None else set()
-        held = [v for name, v in zip(fw.outputs, outs, strict=False) if name not in taken]
+        held = [
+            v
+            for i, (name, v) in enumerate(zip(fw.outputs, outs, strict=False))
+            if i < num_user_outputs or name not in taken
+        ]
         handed = {name: v for name, v in zip(fw.outputs, outs, strict=False) if name is not None}
         del outs
         if bw_call is not None and bw is not None:
@@ -218,8 +233,12 @@ def compiled_peak(fw: CompiledGraph, bw: CompiledGraph | None) -> int:
                     args.append(handed[name])
                 elif name in inputs:
                     args.append(inputs[name])
-                else:  # a tangent: autograd allocates it as the backward starts
+                elif name.startswith("tangents"):  # autograd makes it as the backward starts
                     args.append(_meta(bw.values[name]))  # made in the mode: counted
+                else:
+                    raise CompiledCodeError(
+                        f"the backward takes {name!r}, which the forward does not hand over"
+                    )
             handed.clear()
             try:
                 grads = bw_call(args)
@@ -243,21 +262,21 @@ class CodeCapture:
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Any:
         from ._torch_private import compile_fx_inner
 
+        graph = describe(gm)  # before Inductor's passes edit gm
         compiled = compile_fx_inner(gm, example_inputs, **kwargs)
         source = getattr(compiled, "source_code", None)
         if isinstance(source, str):
-            self.graphs["backward" if kwargs.get("is_backward") else "forward"] = describe(
-                gm, source
-            )
+            graph.source = source
+            self.graphs["backward" if kwargs.get("is_backward") else "forward"] = graph
         return compiled
 
-    def peak(self) -> int | None:
+    def peak(self, num_user_outputs: int = 1) -> int | None:
         """The compiled step's peak; None when a graph's code was not seen (a compile cache
         skipped it) or could not be run on meta tensors."""
         fw, bw = self.graphs.get("forward"), self.graphs.get("backward")
         if fw is None or bw is None:
             return None
         try:
-            return compiled_peak(fw, bw)
-        except CompiledCodeError:
+            return compiled_peak(fw, bw, num_user_outputs=num_user_outputs)
+        except Exception:  # noqa: BLE001 - an unknown construct: the peak is unknown
             return None

@@ -356,6 +356,9 @@ def test_solve_compile_shows_the_peak_of_the_generated_code_and_checks_a_budget_
     assert code == 2 and "lowest predicted peak" in out + err
     code, out, _ = run(["solve", *gpt, "--compile", "--peak", f"{target}B"], capsys)
     assert code == 0 and "  compiled " in out
+    argv = ["solve", *gpt, "--compile", "--peak", f"{target}B", "--format=json"]
+    code, out, _ = run(argv, capsys)
+    assert code == 0 and json.loads(out)["compiled_peak_bytes"] <= target
     torch._dynamo.reset()
     be = budget.backend(peak_memory_budget=f"{target}B")
     assert measure_peak(torch.compile(ex.step, backend=be), *ex.args) <= target

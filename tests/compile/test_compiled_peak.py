@@ -93,7 +93,7 @@ def test_wrapper_code_is_run_on_meta_tensors_as_it_allocates():
 
 def test_code_it_cannot_run_is_an_error_saying_so():
     fw = CompiledGraph("x = 1\n", ["x"], [None], {"x": torch.empty(1)})
-    with pytest.raises(CompiledCodeError, match="no call"):
+    with pytest.raises(CompiledCodeError, match="no Python call"):
         compiled_peak(fw, None)
     broken = FORWARD.replace("torch.float32)  # 2 KiB", "torch.float32, 'no such')  # 2 KiB")
     fw = CompiledGraph(broken, ["x"], ["loss", "saved"], {"x": torch.empty(8, 8)})

@@ -84,4 +84,4 @@ def test_solve_eager_peak_budget_and_timeline(capsys, tmp_path):
     assert plan.recompute_cost < plans[1].recompute_cost  # not simply everything recomputed
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main([*argv, "table", *SIZES]) == 0
-    assert "predicted (forward + backward), peak budget" in capsys.readouterr().out
+    assert "predicted (forward + backward), planned for at most" in capsys.readouterr().out

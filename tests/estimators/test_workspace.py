@@ -72,7 +72,9 @@ ATTENTION_BACKWARD = aten._scaled_dot_product_flash_attention_for_cpu_backward.d
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("transposed", [False, True], ids=["BHTD", "BTHD"])
-@pytest.mark.parametrize("shape", [(2, 4, 32, 16, 32), (1, 2, 300, 64, 300), (2, 4, 32, 16, 600)])
+@pytest.mark.parametrize(
+    "shape", [(2, 4, 32, 16, 32), (1, 2, 300, 64, 300), (2, 4, 32, 16, 600), (1, 1, 1024, 32, 1024)]
+)
 def test_cpu_flash_attention_workspace_is_covered(shape, transposed, dtype):
     """CPU flash attention allocates per-thread blocks of scores (and, in the backward,
     their gradient), and copies an output gradient laid out otherwise than its output:
