@@ -125,22 +125,12 @@ def save_timeline_plot(plans: Sequence[Plan], path: str | os.PathLike, title: st
             ax.scatter(xs, [live[i] for i in xs], s=4, color=colour, label=phase, zorder=2)
         if plan.peak_bytes is not None:
             ax.axhline(plan.peak_bytes / 2**20, color="black", linestyle=":", linewidth=0.8)
-        if plan.peak_target_bytes is not None:
-            ax.axhline(
-                plan.peak_target_bytes / 2**20,
-                color="tab:green",
-                linestyle="--",
-                linewidth=0.8,
-                label="planned for at most",
-            )
-        if plan.compiled_peak_bytes is not None:
-            ax.axhline(
-                plan.compiled_peak_bytes / 2**20,
-                color="tab:red",
-                linestyle="-.",
-                linewidth=0.8,
-                label="peak of the generated code",
-            )
+        for level, colour, style, label in (
+            (plan.peak_target_bytes, "tab:green", "--", "planned for at most"),
+            (plan.compiled_peak_bytes, "tab:red", "-.", "peak of the generated code"),
+        ):
+            if level is not None:
+                ax.axhline(level / 2**20, color=colour, linestyle=style, linewidth=0.8, label=label)
         ax.set_ylabel("live MiB")
         ax.set_xlabel("node of the forward, then the backward graph")
         ax.set_title(f"graph {plan.graph_hash}, budget {budget_cell(plan.budget)}", fontsize=9)

@@ -67,6 +67,9 @@ KiB = 1024
 _SCRATCH = 96 * KiB
 _SCRATCH_PER_THREAD = 32 * KiB
 _STRIDED_SCRATCH_PER_THREAD = {"contiguous": 64 * KiB, "channels-last backward": 160 * KiB}
+# a channels-last depthwise backward: oneDNN (AVX-512 AMD EPYC, 2026-11-25) held 257 times
+# its weight, at every image size and at 2 threads, in ConvNeXt's 7x7 depthwise layers
+_DEPTHWISE_WEIGHT_COPIES = 257
 # a backward on images smaller than its kernel: weight copies and scratch per thread
 _SMALL_IMAGE_WEIGHT_COPIES_PER_THREAD = 4
 _SMALL_IMAGE_SCRATCH_PER_THREAD = 64 * KiB
@@ -165,7 +168,10 @@ def workspace_bytes(
 
     - the copies: contiguous, forward ``max(input, output) + weight`` and backward
       ``max(2 x input, input + grad_output, weight)``; channels-last, forward ``weight``
-      and backward ``2 x weight`` (a blocked copy of the weight, and of its gradient);
+      and backward ``2 x weight`` (a blocked copy of the weight, and of its gradient), one
+      weight more where the stride is the kernel (a patchify or downsampling layer), or
+      ``257 x weight`` in a depthwise convolution (groups = channels: ConvNeXt's 7x7,
+      measured on one CPU, ConvNeXt-atto's 40 to 320 channels; a bound elsewhere);
     - plus oneDNN's scratch: 96 KiB, and per thread (``torch.get_num_threads()``) 32
       KiB, or in a strided convolution 64 KiB (contiguous) or 160 KiB (a channels-last
       backward);
@@ -197,6 +203,10 @@ def workspace_bytes(
         channels_last = is_channels_last(x) or is_channels_last(w)
     stride = args[3 if forward else 4] if len(args) > (3 if forward else 4) else [1]
     threads = torch.get_num_threads()
+    groups = args[9] if not forward and len(args) > 9 else 1
+    depthwise = channels_last and not forward and groups > 1 and groups == shape(x)[1]
+    if depthwise:  # ConvNeXt's 7x7, at every image size (small ones included)
+        return _DEPTHWISE_WEIGHT_COPIES * tensor_bytes(w) + _SCRATCH + _SCRATCH_PER_THREAD * threads
     if not forward and any(xs < ks for xs, ks in zip(shape(x)[2:], shape(w)[2:], strict=False)):
         # oneDNN's path for images smaller than the kernel: weight copies per thread, in
         # place of the blocked copies
@@ -211,7 +221,11 @@ def workspace_bytes(
             per_thread = _STRIDED_SCRATCH_PER_THREAD["channels-last backward"]
     scratch = _SCRATCH + per_thread * threads
     if channels_last:
-        return (1 if forward else 2) * tensor_bytes(w) + scratch
+        kernel = shape(w)[2:]
+        patchify = len(stride) == len(kernel) and all(
+            s == k > 1 for s, k in zip(stride, kernel, strict=True)
+        )
+        return ((1 if forward else 2) + patchify) * tensor_bytes(w) + scratch
     if forward:
         made = tensor_bytes(out) if isinstance(out, torch.Tensor) else 0
         return max(tensor_bytes(x), made) + tensor_bytes(w) + scratch
