@@ -103,7 +103,7 @@ def _missed(target: int, tried: list[Plan]) -> BudgetTooSmallError:
     lowest = min(p.compiled_peak_bytes or 0 for p in tried)
     return BudgetTooSmallError(
         f"peak memory budget {format_bytes(target)} ({target} bytes) is below the peak of "
-        f"the code Inductor generated for each of the {len(tried)} plans tried (planned on "
+        f"the code Inductor generated for each of the {len(tried)} plan(s) tried (planned on "
         "the graphs' predicted peak, which Inductor's fusion and reordering change); the "
         f"lowest: {format_bytes(lowest)} ({lowest} bytes)",
         lowest_peak_bytes=lowest,
