@@ -150,7 +150,15 @@ def _solve(args: argparse.Namespace) -> int:
         "plan": stages,
         "total": done - start,
     }
-    print(solve_report(plans, target.description, depth=args.depth, top=args.top, timings=timings))
+    report = solve_report(
+        plans,
+        target.description,
+        depth=args.depth,
+        top=args.top,
+        timings=timings,
+        compiled=args.compile,
+    )
+    print(report)
     unknown = [i for i, p in enumerate(plans) if p.compiled_peak_bytes is None]
     if args.compile and unknown:
         print(

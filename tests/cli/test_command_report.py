@@ -21,6 +21,16 @@ def test_solve_report_with_several_graphs_totals_the_step():
     assert text.splitlines()[-1].startswith("wall time load 10 ms, total 2.50 s")
 
 
+def test_an_inductor_preview_says_its_peak_is_the_graphs_and_how_to_get_the_codes():
+    hint = "--compile"
+    previewed = make_plan(peak_bytes=9 * MiB)  # compiler inductor, no compiled peak
+    assert hint in solve_report([previewed], "builtin:gpt")
+    compiled = make_plan(peak_bytes=9 * MiB, compiled_peak_bytes=8 * MiB)
+    assert hint not in solve_report([compiled], "builtin:gpt")
+    assert hint not in solve_report([make_plan(peak_bytes=9 * MiB, compiler="eager")], "x")
+    assert hint not in solve_report([previewed], "builtin:gpt", compiled=True)  # unknown
+
+
 def _sweep() -> list[Plan]:
     return [
         make_plan(budget=b, saved_bytes=s, target_bytes=t, recompute_cost=c, status=st)
