@@ -23,8 +23,9 @@ class InfeasibleError(BudgetError, ValueError):
 
 class BudgetTooSmallError(InfeasibleError):
     """The budget cannot be met: a saved-memory size below the smallest reachable one
-    (``min_bytes``), or a peak memory budget below the lowest predicted peak of the plans
-    tried (``lowest_peak_bytes``)."""
+    (``min_bytes``), or a peak memory budget below the lowest peak of the plans tried
+    (``lowest_peak_bytes``: predicted, or under Inductor the peak of their compiled
+    code)."""
 
     def __init__(
         self, message: str, min_bytes: int | None = None, lowest_peak_bytes: int | None = None

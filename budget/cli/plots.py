@@ -4,8 +4,9 @@
 cost (y, in the plans' own cost unit), one line per graph, each point labelled with its
 budget, and beside it the predicted peak of the step against the same cost.
 ``budget solve --timeline FILE.png`` draws the live bytes after each node of the step,
-forward, backward and recomputation marked, with the predicted peak (and the peak
-budget, when one was given). matplotlib is an optional dependency (``pip install budget-remat[plot]``); it is
+forward, backward and recomputation marked, with the predicted peak, the peak the plan
+was searched for (when it was made for a peak budget) and the peak of the code Inductor
+generated (when the plan was compiled). matplotlib is an optional dependency (``pip install budget-remat[plot]``); it is
 imported only here and only when a plot is drawn, through its object-oriented API (no
 pyplot, so no global backend or figure state is touched).
 """
@@ -107,8 +108,9 @@ PHASE_COLOURS = {"forward": "tab:blue", "backward": "tab:orange", "recompute": "
 
 def save_timeline_plot(plans: Sequence[Plan], path: str | os.PathLike, title: str = "") -> None:
     """Write each plan's live-bytes timeline to ``path`` as a PNG, one panel per graph:
-    live MiB after every node, coloured by phase, with the predicted peak and the peak
-    budget (when the plan was made for one)."""
+    live MiB after every node, coloured by phase, with the predicted peak, the peak the
+    plan was searched for (``peak_target_bytes``: the peak budget, or below it after the
+    compiled check's retries) and the compiled peak, where the plan has them."""
     require_matplotlib()
     from matplotlib.figure import Figure
 

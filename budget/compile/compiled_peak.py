@@ -4,7 +4,7 @@
 order. Inductor does not run them in that order: its scheduler fuses nodes from different
 places of a graph into one kernel (all their outputs allocated together) and reorders
 kernels, and it reuses buffers. On small transformers that put the measured peak above
-the graph model's (T5 by 17%, bench/real_model_peaks.py), so a peak budget checked on
+the graph model's (T5 by 16%, bench/real_model_peaks.py), so a peak budget checked on
 the graphs alone could be missed.
 
 Inductor's CPU wrapper code (``CompiledFxGraph.source_code``, the Python that runs the

@@ -2,7 +2,7 @@
 
 The peak search (:func:`budget.compile.partition._plan_for_peak`) picks plans by the
 graphs' predicted peak (:mod:`budget.compile.peak`). Inductor fuses and reorders those
-graphs, so the step peaks elsewhere: 9-22% under the prediction on the built-in GPT, 17%
+graphs, so the step peaks elsewhere: 8-18% under the prediction on the built-in GPT, 16%
 over it on T5. Each compile therefore reads the peak of its generated code
 (:mod:`budget.compile.compiled_peak`, ``plan.compiled_peak_bytes``), and
 :func:`fit_compiled_peak` plans and compiles again where that peak misses the budget, or

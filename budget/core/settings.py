@@ -30,7 +30,9 @@ class PlanSettings:
     time_limit: float
     """Seconds each solve may take."""
     peak_bytes: int | None = None
-    """The most the step may use at its predicted peak (``peak_memory_budget``), or None."""
+    """The most the step may use at its peak (``peak_memory_budget``), or None: the
+    target the graphs' peak search is run for (under Inductor the plan is then checked on
+    its compiled code, and searched again for a scaled target)."""
     compiler: str = ""
     """The compile pipeline planned for ("inductor" or "eager"): the joint graph differs."""
     book: PlanBook | None = None
