@@ -14,9 +14,10 @@ extern kernels (matmuls into buffers, fallback ATen ops that allocate their outp
 This module runs that code with every generated kernel replaced by a no-op and every
 tensor on the ``meta`` device: the allocations and frees happen as they would, in the
 same order (CPython frees a tensor when its last reference goes, as in the real run),
-and nothing is computed. A dispatch mode counts each storage from the op that makes it to
-the moment its last tensor is gone; what an extern kernel allocates inside itself (CPU
-convolutions, attention) is added at its call (:func:`budget.estimators.memory.workspace_bytes`).
+and nothing is computed. Live bytes are counted as for the eager planner's run on fake
+tensors (:class:`budget.compile.live.LiveStorages`): each storage from the op that makes
+it until its last tensor is gone, and what an extern kernel allocates inside itself (CPU
+convolutions, attention) at its call (:func:`budget.estimators.memory.workspace_bytes`).
 
 The step is the forward's code, then the backward's: the forward's inputs are resident
 (not counted), its outputs (the user's loss, held to the end, and the saved values) are
@@ -29,7 +30,6 @@ Triton kernels from another module, and allocates with the caching allocator).
 from __future__ import annotations
 
 import ast
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,9 +37,8 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from ..estimators.memory import workspace_bytes
 from ..estimators.values import hint
-from ._torch_private import TorchDispatchMode, tree_leaves
+from .live import LiveStorages
 
 
 class CompiledCodeError(RuntimeError):
@@ -71,53 +70,6 @@ def describe(gm: fx.GraphModule, source: str = "") -> CompiledGraph:
     args = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
     outputs = [a.name if isinstance(a, fx.Node) else None for a in args]
     return CompiledGraph(source, inputs, outputs, values)
-
-
-class _Live(TorchDispatchMode):
-    """Counts live storages of the tensors ops make, above those marked resident."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.refs: dict[int, int] = {}  # storage -> live tensor objects that use it
-        self.sizes: dict[int, int] = {}  # storage -> bytes
-        self.tracked: set[int] = set()  # id() of tracked tensor objects
-        self.resident: set[int] = set()
-        self.current = 0
-        self.peak = 0
-
-    def track(self, t: torch.Tensor) -> None:
-        if id(t) in self.tracked:
-            return
-        storage = t.untyped_storage()
-        key = storage._cdata
-        self.tracked.add(id(t))
-        if key not in self.refs:
-            self.refs[key] = 0
-            nbytes = 0 if key in self.resident else hint(storage.nbytes())
-            self.sizes[key] = nbytes
-            self.current += nbytes
-            self.peak = max(self.peak, self.current)
-        self.refs[key] += 1
-        weakref.finalize(t, self._drop, key, id(t))
-
-    def _drop(self, key: int, ident: int) -> None:
-        self.tracked.discard(ident)
-        self.refs[key] -= 1
-        if self.refs[key] == 0:
-            del self.refs[key]
-            self.current -= self.sizes.pop(key)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        # the operands' layouts are the ones the code runs (channels-last convolutions
-        # included): the workspace rule reads them
-        inside = workspace_bytes(func, list(args), out, device="cpu")
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                self.track(t)
-        self.peak = max(self.peak, self.current + inside)
-        return out
 
 
 def _noop(*_: Any, **__: Any) -> None:
@@ -205,13 +157,10 @@ def compiled_peak(fw: CompiledGraph, bw: CompiledGraph | None, *, num_user_outpu
     above what was resident before the step. The forward's first ``num_user_outputs``
     outputs (the loss) and those the backward does not take are held to the end of the
     step. Raises :class:`CompiledCodeError` when the code cannot be run on meta tensors."""
-    live = _Live()
+    live = LiveStorages(device="cpu")  # the code runs on meta tensors for CPU ones
     fw_call = _call(fw)
     bw_call = _call(bw) if bw is not None else None
-    inputs = {name: _meta(fw.values[name]) for name in fw.inputs}  # resident
-    for t in inputs.values():
-        if isinstance(t, torch.Tensor):
-            live.resident.add(t.untyped_storage()._cdata)
+    inputs = {name: _meta(fw.values[name]) for name in fw.inputs}  # resident: made outside
     with live:
         try:
             outs = fw_call([inputs[name] for name in fw.inputs])

@@ -25,7 +25,6 @@ not modelled.
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,9 +34,8 @@ from unittest import mock
 import torch
 from torch import nn
 
-from ..compile import _torch_private as T
+from ..compile.live import LiveStorages
 from ..core.plan import LivePoint
-from ..estimators.memory import workspace_bytes
 from .fake import fake_step
 from .policy import fake_run
 from .reads import reads_as_traced
@@ -52,50 +50,17 @@ class EagerPeak:
     timeline: list[LivePoint] = field(default_factory=list)  # live bytes after each op call
 
 
-class _Live(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
-    """Counts the bytes of the storages op calls make, until each is freed."""
+class _Live(LiveStorages):
+    """Live bytes (:class:`budget.compile.live.LiveStorages`) with a timeline: the live
+    bytes after each op call, marked forward, backward or recompute."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.live = 0
-        self.peak = 0
-        self.alive: dict[int, weakref.finalize] = {}  # id(storage) -> its finalizer
         self.backward = False
         self.timeline: list[LivePoint] = []
         self.calls: Counter[str] = Counter()
 
-    def count(self, storage: Any) -> None:
-        key = id(storage)
-        if key in self.alive:
-            return
-        nbytes = int(storage.nbytes())
-        self.alive[key] = weakref.finalize(storage, self._freed, key, nbytes)
-        self.live += nbytes
-        self.peak = max(self.peak, self.live)
-
-    def _freed(self, key: int, nbytes: int) -> None:
-        self.live -= nbytes
-        self.alive.pop(key, None)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        given = {
-            id(t.untyped_storage())
-            for t in T.tree_leaves((args, kwargs))
-            if isinstance(t, torch.Tensor) and T._has_storage(t)
-        }
-        # sparse tensors (an embedding's sparse gradient) have no storage: not counted
-        made = [t for t in T.tree_leaves(out) if isinstance(t, torch.Tensor) and T._has_storage(t)]
-        if not made:  # prim.device and the like: no memory, not a step of the timeline
-            return out
-        transient = workspace_bytes(func, args, out)
-        self.peak = max(self.peak, self.live + transient)  # inputs and workspace, no outputs
-        for t in made:
-            storage = t.untyped_storage()
-            if id(storage) not in given:  # not a view or in-place write of an input
-                self.count(storage)
-        self.peak = max(self.peak, self.live + transient)  # outputs and workspace
+    def called(self, func: Any) -> None:
         name = func.overloadpacket.__name__
         k = self.calls[name]
         self.calls[name] += 1
@@ -106,7 +71,6 @@ class _Live(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
             else ("recompute" if torch.is_grad_enabled() else "backward")
         )
         self.timeline.append(LivePoint(f"{name}_{k}" if k else name, phase, self.live))
-        return out
 
 
 def simulate(
