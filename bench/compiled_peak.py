@@ -1,0 +1,122 @@
+"""What checking plans on Inductor's generated code costs, and what a peak budget gets.
+
+1. The meta run (budget.compile.compiled_peak, Inductor's wrapper code on meta tensors)
+   beside the first training step it is part of (compile + one forward/backward), on
+   built-in GPTs of 4 and 12 layers (d=128) at b=0.5; and the compiled peak beside the
+   measured one (budget.compile.measure.measure_peak).
+2. T5 (tests/helpers/real_models.py) under peak budgets: the step's measured peak, the
+   kept plan's compiled and predicted peaks, the target it was planned for, how many
+   compiles the check took, and the wall time of the first step; or the refusal.
+
+    TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 python bench/compiled_peak.py   # cold compiles
+    python bench/compiled_peak.py; python bench/compiled_peak.py         # the second warm
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from helpers.real_models import make  # noqa: E402
+
+import budget  # noqa: E402
+from budget.compile import compiled_peak  # noqa: E402
+from budget.compile.backend import root_error  # noqa: E402
+from budget.compile.measure import measure_peak  # noqa: E402
+from budget.models import get_builtin  # noqa: E402
+
+KiB, MiB = 2**10, 2**20
+
+
+class Spent:
+    """Wall time in CodeCapture.peak (the meta run) and how many times it ran."""
+
+    def __init__(self) -> None:
+        self.seconds, self.calls = 0.0, 0
+        self._peak = compiled_peak.CodeCapture.peak
+
+    def __enter__(self) -> Spent:
+        def timed(capture, *args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return self._peak(capture, *args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+                self.calls += 1
+
+        compiled_peak.CodeCapture.peak = timed  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        compiled_peak.CodeCapture.peak = self._peak  # type: ignore[method-assign]
+
+
+def first_step(step, args) -> float:
+    start = time.perf_counter()
+    step(*args).backward()
+    return time.perf_counter() - start
+
+
+def overhead() -> None:
+    print("| model | first step s | meta run s | measured MiB | compiled MiB |")
+    print("|---|---:|---:|---:|---:|")
+    for layers in (4, 12):
+        ex = get_builtin("gpt", layers=layers, d=128)
+        torch._dynamo.reset()
+        be = budget.backend(0.5)
+        step = torch.compile(ex.step, backend=be)
+        with Spent() as spent:
+            took = first_step(step, ex.args)
+        measured = measure_peak(step, *ex.args)
+        plan = be.plans[0]
+        print(
+            f"| gpt {layers}L d=128 | {took:.1f} | {spent.seconds:.2f} | {measured / MiB:.2f} "
+            f"| {(plan.compiled_peak_bytes or 0) / MiB:.2f} |",
+            flush=True,
+        )
+
+
+def t5_budgets() -> None:
+    print()
+    print(
+        "| T5 peak budget | measured KiB | compiled KiB | predicted KiB | planned for KiB "
+        "| compiles | recompute | first step s |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for target in (1050 * KiB, 1000 * KiB, 950 * KiB):
+        m = make("t5")
+        torch._dynamo.reset()
+        be = budget.backend(peak_memory_budget=f"{target}B")
+        step = torch.compile(m.step, backend=be)
+        with Spent() as spent:
+            try:
+                took = first_step(step, m.args)
+            except Exception as e:  # noqa: BLE001 - the refusal is the row
+                inner = root_error(e)
+                print(f"| {target / KiB:.0f} | {type(inner).__name__}: {inner} |||||||")
+                continue
+        measured = measure_peak(step, *m.args)
+        p = be.plans[0]
+        print(
+            f"| {target / KiB:.0f} | {measured / KiB:.1f} | {(p.compiled_peak_bytes or 0) / KiB:.1f} "
+            f"| {(p.peak_bytes or 0) / KiB:.1f} | {(p.peak_target_bytes or 0) / KiB:.1f} "
+            f"| {spent.calls} | {p.total_recompute_cost:.3g} | {took:.1f} |",
+            flush=True,
+        )
+
+
+def main() -> int:
+    print(
+        f"budget {budget.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
+    overhead()
+    t5_budgets()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
