@@ -177,16 +177,17 @@ def _compile_cached(
     The FX graph cache stays on in every case: it caches code generated from the
     partitioned graphs, after planning.
     """
-    from ._torch_private import compile_fx as inductor_compile_fx
-    from ._torch_private import counters, functorch_config
+    from ._torch_private import compile_fx, counters, functorch_config
 
     first = len(be.log.plans)
 
-    def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kw: Any) -> Any:
+    def compile_and_read_peak(
+        gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kw: Any
+    ) -> Any:
         # the backward compiled now, not at the first backward: the compiled peak needs both
         capture = CodeCapture()
         with functorch_config.patch(force_non_lazy_backward_lowering=True):
-            compiled = inductor_compile_fx(gm, example_inputs, inner_compile=capture, **kw)
+            compiled = compile_fx(gm, example_inputs, inner_compile=capture, **kw)
         made = be.log.plans[first:]
         if len(made) == 1:
             made[0].compiled_peak_bytes = capture.peak(partitioner.num_fwd_outputs)
@@ -195,19 +196,19 @@ def _compile_cached(
     patches = {"custom_partitioner_fn": partitioner}
     if not plan_cache.enabled():
         with functorch_config.patch(enable_autograd_cache=False):
-            return compile_fx(gm, example_inputs, config_patches=patches)
+            return compile_and_read_peak(gm, example_inputs, config_patches=patches)
     key = plan_cache.graph_key(gm, example_inputs, partitioner.uuid())
     cached = plan_cache.load(key)
     if ranks.world()[1] > 1:
         if not ranks.all_hold(plan_cache.plans_digest(cached)):  # plan together
             with functorch_config.patch(enable_autograd_cache=False):
-                compiled = compile_fx(gm, example_inputs, config_patches=patches)
+                compiled = compile_and_read_peak(gm, example_inputs, config_patches=patches)
             plan_cache.store(key, be.log.plans[first:])
             return compiled
         assert cached is not None
         partitioner.book = PlanBook(cached, "the plan cache")
     hits = counters["aot_autograd"]["autograd_cache_hit"]
-    compiled = compile_fx(gm, example_inputs, config_patches=patches)
+    compiled = compile_and_read_peak(gm, example_inputs, config_patches=patches)
     hit = counters["aot_autograd"]["autograd_cache_hit"] > hits
     if partitioner.calls or not hit:  # planned here (or nothing to plan)
         plan_cache.store(key, be.log.plans[first:])
@@ -218,7 +219,7 @@ def _compile_cached(
         # cache holds the code), for the plans and the peak of their code
         plan_cache.stats["replans"] += 1
         with functorch_config.patch(enable_autograd_cache=False):
-            compiled = compile_fx(gm, example_inputs, config_patches=patches)
+            compiled = compile_and_read_peak(gm, example_inputs, config_patches=patches)
         plan_cache.store(key, be.log.plans[first:])
     return compiled
 
