@@ -22,7 +22,11 @@ _DEFAULTS: dict[str, Any] = {
     "solver": "auto",
     "estimator": "flops",
     "time_limit": 60.0,
+    "peak_search": "grid",
 }
+
+# How a peak memory budget is searched (budget.config.peak_search).
+PEAK_SEARCHES = ("grid", "exact")
 
 
 def validate_option(name: str, value: Any) -> Any:
@@ -47,6 +51,12 @@ def validate_option(name: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise ValueError(f"time_limit must be a positive number of seconds; got {value!r}")
         return float(value)
+    if name == "peak_search":
+        if value not in PEAK_SEARCHES:
+            raise ValueError(
+                f"peak_search must be one of {', '.join(map(repr, PEAK_SEARCHES))}; got {value!r}"
+            )
+        return value
     raise AttributeError(f"budget.config has no option {name!r}; options: {sorted(_DEFAULTS)}")
 
 

@@ -149,6 +149,15 @@ def build_parser() -> argparse.ArgumentParser:
         "from the graphs, or with --compile the peak of Inductor's generated code",
     )
     solve.add_argument(
+        "--peak-search",
+        choices=("grid", "exact"),
+        default=None,
+        help="how --peak is searched: grid (default: the best plans of a grid of budgets, "
+        "recomputing values again where that helps) or exact (then CP-SAT over the plans "
+        "that recompute each value once, cheapest first; proves the plan optimal among them "
+        "when it can; slower)",
+    )
+    solve.add_argument(
         "--compile",
         action="store_true",
         help="compile the step with Inductor (and run its forward once) instead of "

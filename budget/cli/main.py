@@ -96,6 +96,8 @@ def _solve(args: argparse.Namespace) -> int:
         return _solve_eager(args)
     memory_budget = parse_budget_arg(args.budget)
     peak = parse_peak_arg(args.peak)
+    if args.peak_search is not None and peak is None:
+        raise UsageError("--peak-search says how --peak is searched: give --peak too")
     if args.depth < 1:
         raise UsageError(f"--depth must be at least 1; got {args.depth}")
     if args.top < 0:
@@ -116,19 +118,21 @@ def _solve(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     target = _target(args)
     loaded = time.perf_counter()
-    if args.compile:
-        plans = _planning(lambda: _compiled(target, memory_budget, peak, args))
-    else:
-        plans = _planning(
-            lambda: budget.plans(
-                target.step,
-                *target.args,
-                memory_budget=memory_budget,
-                peak_memory_budget=peak,
-                plan=args.plan,
-                **_common(args),
+    search = {"peak_search": args.peak_search} if args.peak_search else {}
+    with budget.config.patch(**search):
+        if args.compile:
+            plans = _planning(lambda: _compiled(target, memory_budget, peak, args))
+        else:
+            plans = _planning(
+                lambda: budget.plans(
+                    target.step,
+                    *target.args,
+                    memory_budget=memory_budget,
+                    peak_memory_budget=peak,
+                    plan=args.plan,
+                    **_common(args),
+                )
             )
-        )
     done = time.perf_counter()
     if args.json:
         _write("--json", args.json, lambda: Path(args.json).write_text(dumps_plans(plans) + "\n"))

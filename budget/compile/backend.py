@@ -357,6 +357,7 @@ def backend(
     on_plan: Callable[[Plan], None] | None = None,
     plan: PlanSource | None = None,
     peak_memory_budget: str | None = None,
+    peak_search: str | None = None,
 ) -> BudgetBackend:
     """A ``torch.compile`` backend that saves activations within ``memory_budget``.
 
@@ -377,7 +378,10 @@ def backend(
     :func:`_compile_within_peak`), with ``compiler="eager"`` the graphs' prediction. An
     unreachable peak raises :class:`budget.BudgetTooSmallError` naming the lowest peak
     found. With graph breaks each graph is bounded alone: the saved values of one graph
-    are not counted in another's peak.
+    are not counted in another's peak. ``peak_search`` (default
+    ``budget.config.peak_search``, "grid"): "exact" also searches, with CP-SAT, the plans
+    that recompute each value once, cheapest first, and proves the plan optimal among them
+    when it can (:mod:`budget.compile.peak_search`; slower).
     """
     if compiler not in COMPILERS:
         raise ValueError(f"unknown compiler {compiler!r}; available: {', '.join(COMPILERS)}")
@@ -400,5 +404,8 @@ def backend(
         compiler=compiler,
         book=book,
         peak_bytes=None if peak is None or book is not None else parse_peak_budget(peak),
+        peak_search=validate_option(
+            "peak_search", config.peak_search if peak_search is None else peak_search
+        ),
     )
     return BudgetBackend(settings, PlanLog(on_plan=on_plan))

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from ..core.liveness import LivenessBound
 from ..core.plan import Plan
 from ..core.plan_files import saved_indices
 from ..core.planner import (
@@ -43,7 +44,9 @@ from . import _torch_private as T
 from . import ranks
 from .graph import build_problem, graph_hash, kept_inputs
 from .layout import copied_inputs, copied_inputs_bound, has_convolution, runs_channels_last
+from .liveness import liveness_bound
 from .peak import Memo, PeakPrediction, predict_peak
+from .peak_search import PeakSearch, search_peak
 from .schedule import lower_peak
 
 
@@ -276,15 +279,85 @@ def _plan_for_peak(
             partitions.graphs(p, limit=settings.peak_bytes)
             if (p.peak_bytes or 0) <= settings.peak_bytes:
                 fits.append(p)
+    proven, floor = False, None
+    if settings.peak_search == "exact":
+        exact = _search_exact(partitions, problem, settings, plans[0], fits, timings)
+        for p in exact.tried:
+            tried.setdefault(tuple(p.saved), p)
+        if exact.best is not None and exact.best not in fits:
+            fits.append(exact.best)
+        proven, floor = exact.proven, exact.floor_bytes
+    elif not fits:  # what no plan can go below, for the error
+        floor = _bound(partitions).floor()
     best = cheapest_fit(
         fits,
         list(tried.values()),
         settings.peak_bytes,
         f"plans tried for this graph within memory budget {settings.budget}, recomputing "
         "values again where that helps",
+        floor_bytes=floor,
     )
+    if settings.peak_search == "exact":  # the peak search's own status
+        best.status = "optimal" if proven else "feasible"
     best.timings = {**timings, "peak search": time.perf_counter() - start}
     return best
+
+
+def _bound(partitions: _Partitions) -> LivenessBound:
+    return liveness_bound(
+        partitions.joint_module.graph,
+        partitions.node_info,
+        partitions.nodes,
+        partitions.num_fwd_outputs,
+    )
+
+
+ONCE = 1 << 62  # a limit no prediction is over: the backward is not rescheduled
+
+
+def _search_exact(
+    partitions: _Partitions,
+    problem: Problem,
+    settings: PlanSettings,
+    first: Plan,
+    fits: list[Plan],
+    timings: dict[str, float],
+) -> PeakSearch:
+    """:func:`budget.compile.peak_search.search_peak` from the grid's cheapest fit."""
+    assert settings.peak_bytes is not None
+    peak = settings.peak_bytes
+    bound = _bound(partitions)
+
+    def make(saved: list[int]) -> Plan:
+        return make_plan(
+            problem,
+            saved,
+            budget=settings.budget,
+            target_bytes=first.target_bytes,
+            min_bytes=first.min_bytes,
+            max_bytes=first.max_bytes,
+            status="feasible",
+            gap=None,
+            solver="cpsat",
+            estimator=first.estimator,
+            timings=dict(timings),
+        )
+
+    def fit(plan: Plan) -> bool:
+        partitions.graphs(plan, limit=ONCE)  # each value recomputed once: the bound's plans
+        return (plan.peak_bytes or 0) <= peak
+
+    incumbent = min(fits, key=lambda p: p.total_recompute_cost, default=None)
+    return search_peak(
+        problem,
+        bound,
+        peak,
+        first.target_bytes - problem.fixed_bytes,
+        make,
+        fit,
+        incumbent=incumbent,
+        time_limit=settings.time_limit,
+    )
 
 
 def _refine(

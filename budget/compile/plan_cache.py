@@ -103,7 +103,7 @@ def settings_key(settings: PlanSettings) -> str:
     fixed = _sha(json.dumps(book, sort_keys=True))[:16]
     sweep = ",".join(str(b.to_json()) for b in s.sweep)
     return (
-        f"budget-{__version__}-{code_hash()}-{s.budget.to_json()}-{s.peak_bytes}-{s.solver}-"
+        f"budget-{__version__}-{code_hash()}-{s.budget.to_json()}-{s.peak_bytes}-{s.peak_search}-{s.solver}-"
         f"{s.estimator}-{s.time_limit!r}-{s.compiler}-{fixed}-[{sweep}]-{_host(s.estimator)}"
     )
 

@@ -54,18 +54,31 @@ def bisect_target(lo: int, hi: int, fits_at: Callable[[int], bool]) -> None:
 
 
 def cheapest_fit(
-    fits: Sequence[Plan], tried: Sequence[Plan], peak_bytes: int, searched: str
+    fits: Sequence[Plan],
+    tried: Sequence[Plan],
+    peak_bytes: int,
+    searched: str,
+    floor_bytes: int | None = None,
 ) -> Plan:
     """The plan of ``fits`` with the least recompute (ties: the lower peak, then fewer
     saved bytes), marked with the peak budget; when none fits, BudgetTooSmallError naming
     the lowest predicted peak of ``tried`` (``searched``: what was tried, for the
-    message)."""
+    message) and, when given, ``floor_bytes``: a bound no plan's predicted peak is below."""
     if not fits:
         lowest = min(p.peak_bytes or 0 for p in tried)
+        floor = ""
+        if floor_bytes is not None:
+            floor = (
+                f"; no plan of this graph can peak below {format_bytes(floor_bytes)} "
+                f"({floor_bytes} bytes)"
+                if floor_bytes > peak_bytes
+                else f"; no plan can peak below {format_bytes(floor_bytes)} ({floor_bytes} "
+                'bytes), so one may fit: peak_search="exact" searches further'
+            )
         raise BudgetTooSmallError(
             f"peak memory budget {format_bytes(peak_bytes)} ({peak_bytes} bytes) is below "
             f"the lowest predicted peak of the {len(tried)} {searched}: "
-            f"{format_bytes(lowest)} ({lowest} bytes)",
+            f"{format_bytes(lowest)} ({lowest} bytes){floor}",
             lowest_peak_bytes=lowest,
         )
     best = min(fits, key=lambda p: (p.total_recompute_cost, p.peak_bytes or 0, p.saved_bytes))

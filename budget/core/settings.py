@@ -33,6 +33,11 @@ class PlanSettings:
     """The most the step may use at its peak (``peak_memory_budget``), or None: the
     target the graphs' peak search is run for (under Inductor the plan is then checked on
     its compiled code, and searched again for a scaled target)."""
+    peak_search: str = "grid"
+    """How a peak budget is searched: "grid" (the best plans of a grid of memory budgets,
+    then recomputing values again) or "exact" (then CP-SAT over the plans that recompute
+    each value once, cheapest first, under a bound of their peaks:
+    :mod:`budget.compile.peak_search`)."""
     compiler: str = ""
     """The compile pipeline planned for ("inductor" or "eager"): the joint graph differs."""
     book: PlanBook | None = None
