@@ -66,6 +66,9 @@ def test_config_validates_on_assignment_and_patch_restores():
     assert inner() == "8MiB" and budget.config.activation_memory_budget == before
     with pytest.raises(AttributeError, match="options"):
         budget.config.no_such_option = 1
+    with pytest.raises(ValueError, match="peak_search must be one of 'grid', 'exact'"):
+        budget.config.peak_search = "fast"
+    assert budget.config.peak_search == "grid"
 
 
 def test_backend_reads_config_when_unset(chain_args):

@@ -332,6 +332,18 @@ def test_solve_shows_the_predicted_peak_and_meets_a_peak_budget(tmp_path, capsys
     assert code == 0 and plan["peak_target_bytes"] == peak and plan["peak_bytes"] <= peak
 
 
+def test_solve_peak_search_exact_proves_its_plan_and_needs_a_peak(capsys):
+    code, out, _ = run(["solve", *MLP, "--compiler", "eager", "--format", "json"], capsys)
+    peak = json.loads(out)["peak_bytes"]
+    argv = ["solve", *MLP, "--compiler", "eager", "--format", "json", "--peak", f"{peak}B"]
+    code, out, _ = run([*argv, "--peak-search", "exact"], capsys)
+    plan = json.loads(out)
+    assert code == 0 and plan["peak_bytes"] <= peak
+    assert plan["status"] == "optimal"  # b=1's peak: a plan that recomputes nothing fits
+    code, _, err = run(["solve", *MLP, "--peak-search", "exact"], capsys)
+    assert code == 2 and "--peak-search says how --peak is searched: give --peak too" in err
+
+
 @pytest.mark.slow
 def test_solve_compile_shows_the_peak_of_the_generated_code_and_checks_a_budget_on_it(capsys):
     """--compile makes the plan training makes: its report has the compiled peak, and a

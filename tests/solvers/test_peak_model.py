@@ -21,9 +21,13 @@ from budget.solvers.mip.peak import PeakModel  # noqa: E402
 
 @pytest.fixture(scope="module", params=["gpt", "resnet"])
 def graph(request):
-    example, compiler = (small_gpt(), "inductor") if request.param == "gpt" else (
-        small_resnet(),
-        "eager",
+    example, compiler = (
+        (small_gpt(), "inductor")
+        if request.param == "gpt"
+        else (
+            small_resnet(),
+            "eager",
+        )
     )
     got = capture(example, compiler)
     p = got.partitions
