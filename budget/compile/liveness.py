@@ -94,6 +94,8 @@ def liveness_bound(
     storage_bytes = [sizes[raw] for raw in sorted(key, key=key.__getitem__)]
     copies: dict[int, int] = {}  # storage -> the backward's copy of its recomputed owner
     first_read: dict[fx.Node, int] = {}
+    last_read: dict[fx.Node, int] = {}
+    holders: dict[int, list[tuple[int, int, tuple[int, ...] | None]]] = {}
     rows: list[BoundRow] = []
     recompute_rows: list[RecomputeRow] = []
     walk: list[fx.Node] = []
@@ -112,7 +114,6 @@ def liveness_bound(
         bw_live = [(raw, -1, bend) for n in user for raw in raws(n)]
         for t in tangents:
             bw_live += [(raw, -1, last_of(t, -1)) for raw in raws(t)]
-        last_read: dict[fx.Node, int] = {}
         for n in walk:
             bw_live += [(raw, bpos[n], last_of(n, bpos[n])) for raw in raws(n)]
             for a in n.all_input_nodes:
@@ -148,6 +149,8 @@ def liveness_bound(
             for raw in raws(n):
                 k = key[raw]
                 chain = _view_chain(n, raw, members[k][0], index, raws)
+                copy = copy_of(k) if chain is not None else -1
+                holders.setdefault(index[n], []).append((k, copy, chain))
                 for use in _uses(n, index, first_read, last_read, needed_at, home):
                     # Alive in the storage that holds n: the forward's when n, or a value
                     # n is a view of (every view between recomputed), is saved, from the
@@ -172,6 +175,8 @@ def liveness_bound(
         bw_events=bw_events,
         copies=set(copies.values()),
         first_read={index[n]: t for n, t in first_read.items()},
+        last_read={index[n]: t for n, t in last_read.items()},
+        holders=holders,
         step={index[n]: t for n, t in fpos.items()},
         backward_nodes=[n.name for n in walk],
         rows=rows,

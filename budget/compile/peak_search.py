@@ -67,9 +67,17 @@ def search_peak(
     if result.floor_bytes > limit_bytes:  # below what any plan can reach
         result.proven, result.stopped = True, "below the bound of every plan"
         return result
-    model = PeakModel(problem, bound, limit_bytes, cap_bytes)
-    if incumbent is not None:
-        model.cheaper_than(incumbent.total_recompute_cost)
+    excluded: list[tuple[list[int], list[int]]] = []
+
+    def build() -> PeakModel:
+        model = PeakModel(problem, bound, limit_bytes, cap_bytes)
+        for saved, recomputed in excluded:
+            model.exclude(saved, recomputed)
+        if result.best is not None:
+            model.cheaper_than(result.best.total_recompute_cost)
+        return model
+
+    model = build()
     while True:
         left = time_limit - (time.perf_counter() - start)
         if left <= 0:
@@ -89,9 +97,14 @@ def search_peak(
         recomputed = problem.recompute_closure(saved)
         plan = make(saved)
         result.tried.append(plan)
-        model.exclude(saved, recomputed)
+        excluded.append((saved, recomputed))
         if fits(plan):
             if result.best is None or plan.total_recompute_cost < result.best.total_recompute_cost:
                 result.best = plan
+            model.exclude(saved, recomputed)
             model.cheaper_than(result.best.total_recompute_cost)
+        elif bound.refine(saved, recomputed):  # the rows missed its peak: learn why
+            model = build()
+        else:
+            model.exclude(saved, recomputed)
     return result

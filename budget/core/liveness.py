@@ -93,6 +93,10 @@ class LivenessBound:
     bw_events: list[list[Event]]
     copies: set[int] = field(default_factory=set)
     first_read: dict[int, int] = field(default_factory=dict)  # its first backward reader
+    last_read: dict[int, int] = field(default_factory=dict)  # its last backward reader
+    # problem node -> (its storage, the storage of the backward's copy or -1, the values of
+    # the storage it is a view of down to the first, or None): for refine
+    holders: dict[int, list[tuple[int, int, tuple[int, ...] | None]]] = field(default_factory=dict)
     step: dict[int, int] = field(default_factory=dict)  # problem node -> its forward step
     backward_nodes: list[str] = field(default_factory=list)  # the backward's rows' nodes
     rows: list[BoundRow] = field(default_factory=list)
@@ -182,6 +186,49 @@ class LivenessBound:
                     total += self.storage_bytes[k]
             out.append(total)
         return out
+
+    def refine(self, saved: Iterable[int], recomputed: Iterable[int]) -> int:
+        """Add the events that hold for this plan at the times the backward first needs
+        its recomputed values (the built events know only a few such times per value: its
+        earliest, its home, its readers'): a saved or recomputed value is alive until
+        every recomputed value reading it has run, a recomputed one from when it is first
+        needed. Each event holds for every plan where its condition does, so the bound
+        stays a bound; the search calls this with each plan that did not fit, so that no
+        later plan passes the rows by the same gap. Returns how many events were new."""
+        kept, redo = set(saved), set(recomputed)
+        need = self.needed_at(redo)
+        seen = {(k, e) for k, events in enumerate(self.bw_events) for e in events}
+        added = 0
+
+        def add(k: int, event: Event) -> None:
+            nonlocal added
+            if (k, event) not in seen:
+                seen.add((k, event))
+                self.bw_events[k].append(event)
+                added += 1
+
+        for u, readers in self.readers.items():
+            if u not in kept and u not in redo:
+                continue
+            for k, copy, chain in self.holders.get(u, ()):
+                for w in readers:
+                    t = need.get(w, 0)
+                    if w not in redo or t < 1:
+                        continue
+                    later = ((w, t),)
+                    for j, held in enumerate(chain or (u,)):
+                        lit = ("AND", (held,), (chain or ())[:j] + (w,), (), later)
+                        add(k, (-1, t - 1, lit))
+                    start = need.get(u)
+                    if chain is not None and start is not None and start <= t - 1:
+                        lit = ("AND", (), chain + (w,), ((u, start),), later)
+                        add(copy, (start, t - 1, lit))
+                start = need.get(u)
+                read = self.first_read.get(u)
+                if chain is not None and start is not None and read is not None and start < read:
+                    lit = ("AND", (), chain, ((u, start),), ())
+                    add(copy, (start, self.last_read[u], lit))
+        return added
 
     def floor(self) -> int:
         """The highest row of the plan that saves and recomputes nothing (what its forward

@@ -77,3 +77,25 @@ def test_the_floor_is_below_every_plan_even_rescheduled(captured):
     assert floor > 0
     for saved in _random_plans(problem, 8, seed=2):
         assert floor <= captured.plan(saved, limit=floor).peak_bytes
+
+
+def test_refining_by_plans_keeps_it_a_bound_and_tightens_it(captured):
+    """refine adds events at the times these plans first need their values; the rows stay
+    below the predicted peak of every plan (those not refined by too), and do not go down."""
+    import copy
+
+    problem = captured.problem
+    bound = copy.deepcopy(captured.bound)
+    plans = _random_plans(problem, 16, seed=3)
+    before = {}
+    for saved in plans:
+        saved = problem.prune_unused(saved)
+        before[tuple(saved)] = max(bound.row_values(saved, problem.recompute_closure(saved)))
+    for saved in plans[::2]:
+        saved = problem.prune_unused(saved)
+        bound.refine(saved, problem.recompute_closure(saved))
+    for saved in plans:
+        peak = captured.plan(saved).peak_bytes
+        saved = problem.prune_unused(saved)
+        top = max(bound.row_values(saved, problem.recompute_closure(saved)))
+        assert before[tuple(saved)] <= top <= peak
