@@ -1,5 +1,5 @@
 """budget.solvers.mip.peak: the CP-SAT model of the exact peak search against the bound it
-encodes. For plans of a real graph, the model with the plan's decisions fixed is feasible
+encodes (named test_mip_peak: tests/compile/test_peak_model.py tests the peak model). For plans of a real graph, the model with the plan's decisions fixed is feasible
 at a limit exactly when every row of the bound, evaluated directly by
 LivenessBound.row_values (plain Python, no solver), is at or under it."""
 
