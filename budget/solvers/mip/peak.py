@@ -3,13 +3,18 @@ in OR-Tools CP-SAT, for the exact peak search (:mod:`budget.compile.peak_search`
 
 Data: a :class:`~budget.core.problem.Problem`, its
 :class:`~budget.core.liveness.LivenessBound`, the peak limit, and the memory budget's cap on
-saved bytes. Variables: the closure model's s, r, y booleans (:mod:`budget.solvers.mip.cpsat`)
-and, per bound storage and backward step, whether a saved member is still read
-(``a[k, t]``, a boolean at least each such member's s). Constraints: the closure ILP's, and
-one row per step of the bound: its constant, plus the bytes of each storage counted there,
-at most the limit; rows are written through running sums (``F[t]``: the saved storages the
-forward has made by step ``t``; ``G[t]``: those the backward still reads at ``t``), so each
-row holds only the storages it excludes. Objective: the recompute cost (integer units).
+saved bytes, all in one unit that divides every size, constant and the limit (so the rows
+are exact). Variables: the closure model's s, r, y booleans
+(:mod:`budget.solvers.mip.cpsat`); ``x[v]``, v runs in the forward; ``N(v, t)``, v is
+recomputed and first needed by backward node t (each an exact OR over v's readers, made
+on demand); and, per event literal, a boolean at least the AND of its conditions.
+Constraints: the closure ILP's, and one row per step of the bound, at most the limit: the
+forward's through a running sum ``F[t]`` of the storages alive at step t (an OR of the
+events covering it), the backward nodes' through ``G[t]`` (the forward's storages) and
+``C[t]`` (the backward's copies) less what the row counts in its constant, and each
+recomputation's row enforced only when the plan first needs the value at its home.
+Objective: the recompute cost (integer units); among the cheapest, a second solve of at
+most ``SECOND_SOLVE_S`` lowers the highest row (``top``).
 
 :meth:`PeakModel.next` returns the cheapest plan not yet excluded;
 :meth:`PeakModel.exclude` rules out a recompute set with the saved sets that contain a
