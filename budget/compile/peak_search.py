@@ -1,17 +1,21 @@
 """The exact peak search: the plan with the least recompute whose predicted peak fits.
 
-A peak budget asks for the cheapest plan whose predicted peak (:mod:`budget.compile.peak`,
-after the rescheduling of :mod:`budget.compile.schedule`) is at most a limit. The peak of a
-plan is not linear in its decisions, so no single integer programme gives it. The search
-enumerates plans cheapest first with CP-SAT (:mod:`budget.solvers.mip.peak`), each under the
-rows of a bound that no plan's predicted peak is below (:mod:`budget.core.liveness`), and
-partitions and predicts each plan it gets:
+A peak budget asks for the cheapest plan whose predicted peak (:mod:`budget.compile.peak`)
+is at most a limit. The peak of a plan is not linear in its decisions, so no single integer
+programme gives it. The search covers the plans that recompute each value once (the caller
+partitions them without rescheduling): it enumerates them cheapest first with CP-SAT
+(:mod:`budget.solvers.mip.peak`), each under the rows of a bound that no such plan's
+predicted peak is below (:mod:`budget.core.liveness`), and has each plan it gets
+partitioned and predicted:
 
 - a plan that fits becomes the best; from then on only cheaper plans are asked for;
-- a plan that does not is excluded, with every plan that recomputes the same values and
-  saves more (they hold more for the same work, so they cannot peak lower);
-- when CP-SAT proves that no plan is left, the best is the optimum (``proven``): every
-  cheaper plan was either cut by the bound, or partitioned and found over the limit.
+- a plan that does not first refines the bound at its own need times
+  (:meth:`~budget.core.liveness.LivenessBound.refine`; the model is then rebuilt), and is
+  excluded, with every plan that recomputes the same values and saves more (they hold
+  more for the same work, so they cannot peak lower);
+- when CP-SAT proves that no plan is left, the best is the optimum among them
+  (``proven``): every cheaper plan was either cut by the bound, or partitioned and found
+  over the limit.
 
 It stops earlier at the time limit or after ``max_plans`` partitions, keeping the best
 found (not proven then). It starts from the best plan another search found, when given

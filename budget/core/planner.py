@@ -69,10 +69,10 @@ def cheapest_fit(
         floor = ""
         if floor_bytes is not None:
             floor = (
-                f"; no plan of this graph can peak below {format_bytes(floor_bytes)} "
+                f"; no plan of this graph is predicted to peak below {format_bytes(floor_bytes)} "
                 f"({floor_bytes} bytes)"
                 if floor_bytes > peak_bytes
-                else f"; no plan can peak below {format_bytes(floor_bytes)} ({floor_bytes} "
+                else f"; no plan is predicted below {format_bytes(floor_bytes)} ({floor_bytes} "
                 'bytes), so one may fit: peak_search="exact" searches further'
             )
         raise BudgetTooSmallError(

@@ -340,6 +340,9 @@ def test_solve_peak_search_exact_proves_its_plan_and_needs_a_peak(capsys):
     plan = json.loads(out)
     assert code == 0 and plan["peak_bytes"] <= peak
     assert plan["status"] == "optimal"  # b=1's peak: a plan that recomputes nothing fits
+    assert "exact search" in plan["timings"]  # the exact search ran ...
+    code, out, _ = run(argv, capsys)
+    assert code == 0 and "exact search" not in json.loads(out)["timings"]  # ... by request
     code, _, err = run(["solve", *MLP, "--peak-search", "exact"], capsys)
     assert code == 2 and "--peak-search says how --peak is searched: give --peak too" in err
 

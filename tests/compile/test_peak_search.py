@@ -95,5 +95,7 @@ def test_a_budget_below_the_floor_is_refused_as_unreachable_by_any_plan(tiny):
 
     _, bound, _ = tiny
     example = _tiny()
-    with pytest.raises(budget.BudgetTooSmallError, match="no plan of this graph can peak below"):
+    with pytest.raises(
+        budget.BudgetTooSmallError, match="no plan of this graph is predicted to peak below"
+    ):
         budget.plan(example.step, *example.args, peak_memory_budget=f"{bound.floor() - 1}B")

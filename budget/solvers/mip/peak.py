@@ -39,12 +39,10 @@ SECOND_SOLVE_S = 1.0  # the tie-break's time: the lowest rows among the cheapest
 
 @dataclass
 class Next:
-    """What :meth:`PeakModel.next` found: a saved set (None when no plan is left, or none
-    was found in time), whether it is proven cheapest of those left (``optimal``), and
-    whether no plan is left (``exhausted``: the search is complete)."""
+    """What :meth:`PeakModel.next` found: the cheapest saved set left, or None when no plan
+    is left (``exhausted``: the search is complete) or none was found in time."""
 
     saved: list[int] | None
-    optimal: bool
     exhausted: bool
 
 
@@ -293,9 +291,9 @@ class PeakModel:
         start = time.perf_counter()
         solver, status = self._solve(self.model, time_limit)
         if status == cp.INFEASIBLE:
-            return Next(None, optimal=True, exhausted=True)
+            return Next(None, exhausted=True)
         if status not in (cp.OPTIMAL, cp.FEASIBLE):
-            return Next(None, optimal=False, exhausted=False)
+            return Next(None, exhausted=False)
         saved = sorted(v for v, x in self.s.items() if solver.value(x))
         optimal = status == cp.OPTIMAL
         left = time_limit - (time.perf_counter() - start)
@@ -313,7 +311,7 @@ class PeakModel:
             second, status = self._solve(lowest, min(left, SECOND_SOLVE_S))
             if status in (cp.OPTIMAL, cp.FEASIBLE):
                 saved = sorted(v for v, x in self.s.items() if second.value(var(x.index)))
-        return Next(saved, optimal=optimal, exhausted=False)
+        return Next(saved, exhausted=False)
 
     def _solve(self, model, time_limit: float):  # type: ignore[no-untyped-def]
         cp = self._cp
@@ -321,7 +319,7 @@ class PeakModel:
         solver.parameters.max_time_in_seconds = max(0.05, float(time_limit))
         solver.parameters.num_workers = self.workers
         solver.parameters.random_seed = self.seed
-        solver.parameters.linearization_level = 2  # 0.16 s, not 7.5, on the built-in GPT
+        solver.parameters.linearization_level = 2  # one-off: 0.5 s, not 7.5, on the built-in GPT
         status = solver.solve(model)
         if status == cp.MODEL_INVALID:  # a bug of ours, never a user error
             raise RuntimeError(f"peak model: invalid: {model.validate()}")
