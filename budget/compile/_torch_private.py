@@ -78,6 +78,11 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "compile_fx": ("torch._inductor.compile_fx", "compile_fx"),
     "compile_fx_inner": ("torch._inductor.compile_fx", "compile_fx_inner"),
     "select_decomp_table": ("torch._inductor.compile_fx", "select_decomp_table"),
+    # Inductor's ordering edges (compile/schedule.py: recomputations kept where planned)
+    "preserve_node_ordering": (
+        "torch._inductor.fx_passes.control_dependencies",
+        "preserve_node_ordering",
+    ),
     "OutputCode": ("torch._inductor.output_code", "OutputCode"),
     "CustomPartitionerFn": ("torch._inductor.custom_graph_pass", "CustomPartitionerFn"),
     "CustomKnapsackSolver": ("torch._inductor.custom_graph_pass", "CustomKnapsackSolver"),
@@ -128,6 +133,7 @@ if TYPE_CHECKING:
         CustomPartitionerFn,
         CustomRuntimeEstimator,
     )
+    from torch._inductor.fx_passes.control_dependencies import preserve_node_ordering
     from torch._inductor.graph import GraphLowering
     from torch._inductor.output_code import OutputCode
     from torch._subclasses.fake_tensor import FakeTensor
@@ -243,6 +249,7 @@ __all__ = [
     "is_opaque_node",
     "make_boxed_func",
     "must_recompute",
+    "preserve_node_ordering",
     "raise_getitems",
     "reordering_to_mimic_autograd_engine",
     "reparametrize_module",

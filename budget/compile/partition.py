@@ -47,7 +47,7 @@ from .layout import copied_inputs, copied_inputs_bound, has_convolution, runs_ch
 from .liveness import liveness_bound
 from .peak import Memo, PeakPrediction, predict_peak
 from .peak_search import PeakSearch, search_peak
-from .schedule import lower_peak
+from .schedule import lower_peak, pin_order
 
 
 def prepare_joint(joint_module: fx.GraphModule) -> fx.GraphModule:
@@ -568,12 +568,15 @@ class _Partitions:
         key = (tuple(plan.saved), goal)
         if key not in self._made:
             made = self._extract(set(plan.saved), recomputed)
-            # Under Inductor a rescheduled convnet backward does not measure as predicted:
-            # on the bench convnet 24.83 MiB predicted, 37.11 measured (the eager compiler:
-            # 28.04 / 30.74), and with layout optimisation off (no layout copies) 29.31 /
-            # 38.17. Until that is understood, graphs with convolutions are not
-            # rescheduled under Inductor.
-            blind = self.settings.compiler == "inductor" and has_convolution(made.fw)
+            # Under Inductor a rescheduled convnet backward peaks well above its
+            # prediction, even with its extra recomputations pinned (pin_order): on the
+            # bench convnet 34.3-39.3 MiB compiled against 29.9 predicted. Such graphs are
+            # rescheduled only for a peak budget, whose compiled peak is checked and
+            # planned again where it misses (peak_check), not for a memory budget alone.
+            checked = self.settings.peak_bytes is not None or plan.peak_target_bytes is not None
+            blind = (
+                self.settings.compiler == "inductor" and has_convolution(made.fw) and not checked
+            )
             if goal is not None and made.prediction.peak_bytes > goal and not blind:
                 lowered = lower_peak(
                     made.bw,
@@ -585,6 +588,8 @@ class _Partitions:
                 )
                 if lowered is not None:
                     made.prediction, made.again = lowered.prediction, lowered.again
+                    if self.settings.compiler == "inductor":
+                        pin_order(made.bw, set(lowered.nodes))
             self._made[key] = made
         made = self._made[key]
         plan.peak_bytes, plan.timeline = made.prediction.peak_bytes, list(made.prediction.timeline)
