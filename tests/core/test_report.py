@@ -187,6 +187,7 @@ def test_a_rescheduled_inductor_plan_warns_that_its_peak_may_be_missed():
     text = str(replace(plan, compiler="inductor"))
     assert text.count("caution") == 1
     assert "compiler='eager'" in text.split("caution", 1)[1]
+    assert "--compile" in text.split("caution", 1)[1]  # where the peak is checked
     # once compiled, the plan carries the peak of its code: nothing left to caution about
     assert "caution" not in str(replace(plan, compiler="inductor", compiled_peak_bytes=1 << 20))
     assert "caution" not in str(replace(plan, compiler="eager"))
