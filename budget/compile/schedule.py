@@ -296,8 +296,11 @@ def pin_order(bw: fx.GraphModule, again: set[str]) -> int:
 
 
 def _anchor(node: fx.Node) -> bool:
-    """A node Inductor computes into a buffer of its own anyway (an op with a tensor that is
-    not a view of another), so that waiting for it changes nothing else."""
+    """A node an extra recomputation can wait for: an op that makes a tensor and is not a
+    view of another. Inductor computes a node that is waited for into a buffer of its own
+    (``control_deps`` realizes it), which a pointwise op fused into its reader would not
+    have had: a small buffer, freed when its reader, the next node, has run, and a
+    fusion fewer; the compiled peak (:mod:`budget.compile.compiled_peak`) counts it."""
     if node.op != "call_function" or not tensors(node.meta.get("val")):
         return False
     if node.target is operator.getitem:
