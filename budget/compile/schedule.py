@@ -299,7 +299,7 @@ def _anchor(node: fx.Node) -> bool:
     """A node an extra recomputation can wait for: an op that makes a tensor and is not a
     view of another. Inductor computes a node that is waited for into a buffer of its own
     (``control_deps`` realizes it), which a pointwise op fused into its reader would not
-    have had: a small buffer, freed when its reader, the next node, has run, and a
+    have had, alive until its readers have run (in a backward, usually the next nodes), and a
     fusion fewer; the compiled peak (:mod:`budget.compile.compiled_peak`) counts it."""
     if node.op != "call_function" or not tensors(node.meta.get("val")):
         return False
