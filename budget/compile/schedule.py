@@ -283,8 +283,8 @@ def pin_order(bw: fx.GraphModule, again: set[str]) -> int:
     anchor: fx.Node | None = None
     for node in bw.graph.nodes:
         if node.name in again:
-            if node.target is operator.getitem:
-                continue
+            if node.target is operator.getitem or not tensors(node.meta.get("val")):
+                continue  # a view of a pinned node, or a size: nothing to allocate early
             if anchor is not None:
                 deps[node] = [anchor]
         elif _anchor(node):
