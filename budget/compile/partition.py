@@ -519,7 +519,9 @@ class _Partitions:
 
     def _extract(self, saved_names: set[str], recomputed: frozenset[str]) -> _Made:
         saved = [n for n in self.nodes if n.name in saved_names]
-        saved += list(self.node_info.inputs)
+        # the inputs are saved too, each once: a SymInt input named twice (a plan that
+        # saves it, with dynamic shapes) made the backward take it twice, which fx rejects
+        saved = list(dict.fromkeys([*saved, *self.node_info.inputs]))
         fw, bw = extract(self.joint_module, saved, self.node_info, self.num_fwd_outputs)
         copies = copied_inputs(fw, self.num_fwd_outputs, self.settings.compiler)
         kept = kept_inputs(fw, self.num_fwd_outputs, self.static_inputs)

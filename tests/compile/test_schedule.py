@@ -22,9 +22,9 @@ from budget.models import get_builtin
 SMALL_GPT = dict(layers=2, d=64, heads=2, seq=64, batch=2, vocab=256)
 
 
-def _grads(ex, step):
+def _grads(ex, step, *args):
     ex.model.zero_grad(set_to_none=True)
-    step(*ex.args).backward()
+    step(*(args or ex.args)).backward()
     return [p.grad.clone() for p in ex.model.parameters()]
 
 
@@ -201,3 +201,26 @@ def test_inductor_keeps_extra_recomputations_where_they_are_planned():
         assert plan.compiled_peak_bytes is not None and plan.compiled_peak_bytes <= target
         for got, want in zip(grads, reference, strict=True):
             torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("compiler", ["inductor", "eager"])
+def test_dynamic_shapes_plan_and_keep_gradients(compiler):
+    """torch.compile(dynamic=True) hands the partitioner SymInt inputs, which a plan's
+    saved set names too (b=1: torch's own set); each is saved once (named twice, the
+    backward took it twice and fx refused to build it). At b=0 the backward recomputes
+    values again (pinned under Inductor), and the gradients are the uncompiled step's at
+    two sequence lengths."""
+    ex = get_builtin("gpt", **SMALL_GPT)
+    tokens, targets = ex.args
+    for b in (1.0, 0.0):
+        torch._dynamo.reset()
+        be = budget.backend(memory_budget=b, compiler=compiler)
+        step = torch.compile(ex.step, backend=be, dynamic=True)
+        for length in (64, 48):
+            args = (tokens[:, :length].contiguous(), targets[:, :length].contiguous())
+            reference = _grads(ex, ex.step, *args)
+            for got, want in zip(_grads(ex, step, *args), reference, strict=True):
+                torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        assert be.plans
+        assert all((b == 0.0) == bool(p.recomputed_again) for p in be.plans)
