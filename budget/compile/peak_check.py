@@ -1,6 +1,6 @@
 """A peak budget under Inductor, held by the code Inductor generates, not by the graphs.
 
-The peak search (:func:`budget.compile.partition._plan_for_peak`) picks plans by the
+The peak search (:func:`budget.compile.peak_plan.plan_for_peak`) picks plans by the
 graphs' predicted peak (:mod:`budget.compile.peak`). Inductor fuses and reorders those
 graphs, so the step peaks elsewhere: 8-18% under the prediction on the built-in GPT, 16%
 over it on T5. Each compile therefore reads the peak of its generated code

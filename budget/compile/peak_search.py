@@ -19,7 +19,7 @@ partitioned and predicted:
 
 It stops earlier at the time limit or after ``max_plans`` partitions, keeping the best
 found (not proven then). It starts from the best plan another search found, when given
-(the grid of :func:`budget.compile.partition._plan_for_peak`), so it can only improve on it.
+(the grid of :func:`budget.compile.peak_plan.plan_for_peak`), so it can only improve on it.
 """
 
 from __future__ import annotations

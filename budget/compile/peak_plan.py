@@ -1,0 +1,220 @@
+"""The plan for a peak budget: the search over plans the partitioner predicts.
+
+:func:`plan_for_peak` takes the optimal plans of the memory budget and of the fractions of
+``PEAK_GRID`` below it, partitions and predicts them cheapest first (each distinct saved
+set once, rescheduled where that lowers the peak), bisects the saved-memory target between
+the cheapest fit and the cheaper miss above it (:func:`_refine`), and with
+``peak_search="exact"`` searches on with CP-SAT over the liveness bound
+(:mod:`budget.compile.peak_search`). The partitioning itself is
+:class:`budget.compile.partition._Partitions`; under Inductor the plan kept is then
+checked on the compiled code (:mod:`budget.compile.peak_check`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from ..core.liveness import LivenessBound
+from ..core.plan import Plan
+from ..core.planner import (
+    PEAK_GRID,
+    bisect_target,
+    cheapest_fit,
+    make_plan,
+    solve_ends,
+    solve_problem,
+    solve_sweep,
+)
+from ..core.problem import Problem
+from ..core.settings import PlanSettings
+from ..core.sizes import MemoryBudget
+from ..errors import BudgetTooSmallError
+from ..solvers import get_solver
+from .liveness import liveness_bound
+from .peak_search import PeakSearch, search_peak
+
+if TYPE_CHECKING:
+    from .partition import _Partitions
+
+
+def plan_for_peak(
+    partitions: _Partitions,
+    problem: Problem,
+    settings: PlanSettings,
+    timings: dict[str, float],
+) -> Plan:
+    """The plan with the least recompute whose predicted peak fits ``settings.peak_bytes``,
+    among the optimal plans at the memory budget and at the fractions of ``PEAK_GRID``
+    below it (ties: the lower peak). Not an exact optimisation over liveness: the best
+    plan of a saved-memory target, for a grid of targets. Plans are partitioned and
+    predicted cheapest first, each distinct saved set once, until one fits; then the
+    target between that fit and the cheaper miss above it is bisected (:func:`_refine`)."""
+    assert settings.peak_bytes is not None
+    start = time.perf_counter()
+    cap = settings.budget.fraction
+    grid = [f for f in PEAK_GRID if cap is None or f < cap]
+    plans = solve_sweep(
+        problem,
+        [settings.budget, *(MemoryBudget(fraction=f) for f in grid)],
+        solver=settings.solver,
+        estimator=settings.estimator,
+        time_limit=settings.time_limit,
+        timings=timings,
+    )
+    limit = plans[0].target_bytes  # the memory budget's own target
+    candidates = sorted(
+        (p for p in plans if p.saved_bytes <= limit),
+        key=lambda p: (p.recompute_cost, p.saved_bytes),
+    )
+    tried: dict[tuple[str, ...], Plan] = {}
+    fits: list[Plan] = []
+    for p in candidates:
+        if fits and p.recompute_cost > min(f.total_recompute_cost for f in fits):
+            break  # cheapest first: what is left recomputes more
+        if tuple(p.saved) in tried:  # neighbouring fractions often give the same plan
+            continue
+        tried[tuple(p.saved)] = p
+        partitions.graphs(p)
+        if (p.peak_bytes or 0) <= settings.peak_bytes:
+            fits.append(p)
+    if fits:
+        _refine(partitions, problem, settings, timings, tried, fits)
+    if not fits:  # recompute values again, down to the target itself (cheapest first)
+        for p in sorted(tried.values(), key=lambda p: (p.recompute_cost, p.saved_bytes)):
+            if fits and p.recompute_cost > min(f.total_recompute_cost for f in fits):
+                break
+            partitions.graphs(p, limit=settings.peak_bytes)
+            if (p.peak_bytes or 0) <= settings.peak_bytes:
+                fits.append(p)
+    proven, floor, exact_s = False, None, 0.0
+    if settings.peak_search == "exact":
+        t0 = time.perf_counter()
+        exact = _search_exact(partitions, problem, settings, plans[0], fits, timings)
+        exact_s = time.perf_counter() - t0
+        for p in exact.tried:
+            tried.setdefault(tuple(p.saved), p)
+        if exact.best is not None and exact.best not in fits:
+            fits.append(exact.best)
+        proven, floor = exact.proven, exact.floor_bytes
+    elif not fits:  # what no plan can go below, for the error
+        floor = _bound(partitions).floor()
+    best = cheapest_fit(
+        fits,
+        list(tried.values()),
+        settings.peak_bytes,
+        f"plans tried for this graph within memory budget {settings.budget}, recomputing "
+        "values again where that helps",
+        floor_bytes=floor,
+    )
+    best.timings = {**timings, "peak search": time.perf_counter() - start}
+    if settings.peak_search == "exact":  # the peak search's own status, and its share
+        best.status = "optimal" if proven else "feasible"
+        best.timings["exact search"] = exact_s
+    return best
+
+
+def _bound(partitions: _Partitions) -> LivenessBound:
+    return liveness_bound(
+        partitions.joint_module.graph,
+        partitions.node_info,
+        partitions.nodes,
+        partitions.num_fwd_outputs,
+    )
+
+
+ONCE = 1 << 62  # a limit no prediction is over: the backward is not rescheduled
+
+
+def _search_exact(
+    partitions: _Partitions,
+    problem: Problem,
+    settings: PlanSettings,
+    first: Plan,
+    fits: list[Plan],
+    timings: dict[str, float],
+) -> PeakSearch:
+    """:func:`budget.compile.peak_search.search_peak` from the grid's cheapest fit."""
+    assert settings.peak_bytes is not None
+    peak = settings.peak_bytes
+    bound = _bound(partitions)
+
+    def make(saved: list[int]) -> Plan:
+        return make_plan(
+            problem,
+            saved,
+            budget=settings.budget,
+            target_bytes=first.target_bytes,
+            min_bytes=first.min_bytes,
+            max_bytes=first.max_bytes,
+            status="feasible",
+            gap=None,
+            solver="cpsat",
+            estimator=first.estimator,
+            timings=dict(timings),
+        )
+
+    def fit(plan: Plan) -> bool:
+        partitions.graphs(plan, limit=ONCE)  # each value recomputed once: the bound's plans
+        return (plan.peak_bytes or 0) <= peak
+
+    incumbent = min(fits, key=lambda p: p.total_recompute_cost, default=None)
+    return search_peak(
+        problem,
+        bound,
+        peak,
+        first.target_bytes - problem.fixed_bytes,
+        make,
+        fit,
+        incumbent=incumbent,
+        time_limit=settings.time_limit,
+    )
+
+
+def _refine(
+    partitions: _Partitions,
+    problem: Problem,
+    settings: PlanSettings,
+    timings: dict[str, float],
+    tried: dict[tuple[str, ...], Plan],
+    fits: list[Plan],
+) -> None:
+    """Between the cheapest fitting plan's saved-memory target and the nearest cheaper
+    plan above it that does not fit, the grid's 5% steps can leave recompute on the
+    table: bisect the target (each plan partitioned and predicted once), adding what
+    fits to ``fits``."""
+    assert settings.peak_bytes is not None
+    best = min(fits, key=lambda p: p.total_recompute_cost)
+    above = [
+        p
+        for p in tried.values()
+        if p not in fits
+        and p.target_bytes > best.target_bytes
+        and p.recompute_cost < best.total_recompute_cost
+    ]
+    if not above:
+        return
+    ends = solve_ends(problem, get_solver(settings.solver), settings.time_limit)
+
+    def fits_at(target: int) -> bool:
+        try:
+            p = solve_problem(
+                problem,
+                MemoryBudget(nbytes=target),
+                solver=settings.solver,
+                estimator=settings.estimator,
+                time_limit=settings.time_limit,
+                timings=timings,
+                ends=ends,
+            )
+        except BudgetTooSmallError:  # below what the solver reaches: not a fit
+            return False
+        key = tuple(p.saved)
+        if key not in tried:
+            tried[key] = p
+            partitions.graphs(p)
+            if (p.peak_bytes or 0) <= settings.peak_bytes:  # type: ignore[operator]
+                fits.append(p)
+        return tried[key] in fits
+
+    bisect_target(best.target_bytes, min(p.target_bytes for p in above), fits_at)
