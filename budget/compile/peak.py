@@ -48,20 +48,22 @@ class PeakPrediction:
     live: list[int] | None = None
 
 
-Memo = dict[fx.Node, list[tuple[int, int]]]
+Memo = dict[fx.Node, tuple[object, list[tuple[int, int]]]]
 
 
 def node_storages(node: fx.Node, memo: Memo | None = None) -> list[tuple[int, int]]:
-    """(raw storage, bytes) of each tensor ``node`` makes (kept in ``memo`` when given)."""
-    if memo is not None and node in memo:
-        return memo[node]
+    """(raw storage, bytes) of each tensor ``node`` makes (kept in ``memo`` when given,
+    until the node's value is replaced: the rescheduler gives a rewired view a new one)."""
+    val = node.meta.get("val")
+    if memo is not None and node in memo and memo[node][0] is val:
+        return memo[node][1]
     out = []
-    for t in tensors(node.meta.get("val")):
+    for t in tensors(val):
         s = storage_of(t)
         if s is not None:
             out.append(s)
     if memo is not None:
-        memo[node] = out
+        memo[node] = (val, out)
     return out
 
 

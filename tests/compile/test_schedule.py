@@ -224,3 +224,26 @@ def test_dynamic_shapes_plan_and_keep_gradients(compiler):
                 torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
         assert be.plans
         assert all((b == 0.0) == bool(p.recomputed_again) for p in be.plans)
+
+
+@pytest.mark.slow
+def test_a_relu_output_is_recomputed_again_through_its_alias():
+    """The joint graph reads a ReLU's output in its backward through ``alias`` nodes; the
+    rescheduler frees such an output by rewiring the alias to a recomputation. Before,
+    the alias's fake value still named the first ReLU's storage, so the change never freed
+    anything: the lowest predicted peak of this ResNet was 0.83 of b=1's, now 0.72. A peak
+    budget of 0.75 of b=1's predicted peak is met as measured, recomputing a ReLU again,
+    with the uncompiled step's gradients."""
+    ex = get_builtin("resnet", batch=4, size=16, width=16, blocks=1)
+    reference = _grads(ex, ex.step)
+    _, top, _ = _run(ex, 1.0)
+    target = int(0.75 * top.peak_bytes)
+    torch._dynamo.reset()
+    be = budget.backend(peak_memory_budget=f"{target}B", compiler="eager")
+    step = torch.compile(ex.step, backend=be)
+    peak = measure_peak(step, *ex.args)
+    (plan,) = be.plans
+    assert peak <= target, (peak, target)
+    assert any(name.startswith("relu") for name in plan.recomputed_again), plan.recomputed_again
+    for got, want in zip(_grads(ex, step), reference, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
