@@ -339,7 +339,7 @@ class _Partitions:
         kept = kept_inputs(fw, self.num_fwd_outputs, self.static_inputs)
         channels_last = runs_channels_last(fw, self.settings.compiler)
 
-        memo: Memo = {}  # each node's storages, until its value is replaced
+        memo = Memo()  # each node's storages, until its value is replaced
 
         def predict(backward: fx.GraphModule, names: frozenset[str]) -> PeakPrediction:
             return predict_peak(

@@ -25,7 +25,7 @@ tried, missed on both sides, and a peak budget must hold as measured.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch.fx as fx
 
@@ -48,22 +48,31 @@ class PeakPrediction:
     live: list[int] | None = None
 
 
-Memo = dict[fx.Node, tuple[object, list[tuple[int, int]]]]
+@dataclass
+class Memo:
+    """What the peak model reads off each node, kept between predictions of graphs whose
+    nodes keep their values (the rescheduler predicts the same graphs again and again):
+    a node's storages until its value is replaced (the rescheduler gives a rewired view a
+    new one), its kernel's workspace (shapes only, which no rewiring changes)."""
+
+    storages: dict[fx.Node, tuple[object, list[tuple[int, int]]]] = field(default_factory=dict)
+    workspace: dict[tuple[fx.Node, bool], int] = field(default_factory=dict)
 
 
 def node_storages(node: fx.Node, memo: Memo | None = None) -> list[tuple[int, int]]:
-    """(raw storage, bytes) of each tensor ``node`` makes (kept in ``memo`` when given,
-    until the node's value is replaced: the rescheduler gives a rewired view a new one)."""
+    """(raw storage, bytes) of each tensor ``node`` makes (kept in ``memo`` when given)."""
     val = node.meta.get("val")
-    if memo is not None and node in memo and memo[node][0] is val:
-        return memo[node][1]
+    if memo is not None:
+        kept = memo.storages.get(node)
+        if kept is not None and kept[0] is val:
+            return kept[1]
     out = []
     for t in tensors(val):
         s = storage_of(t)
         if s is not None:
             out.append(s)
     if memo is not None:
-        memo[node] = (val, out)
+        memo.storages[node] = (val, out)
     return out
 
 
@@ -165,7 +174,7 @@ def predict_peak(
             kind = "recompute" if phase == "backward" and node.name in recomputed else phase
             timeline.append(LivePoint(node.name, kind, current))  # type: ignore[arg-type]
         live_after.append(current)
-        at = current + _workspace(node, channels_last)
+        at = current + _workspace(node, channels_last, memo)
         if at > peak:
             peak, peak_step = at, i
         for k in freed_at.get(i, []):
@@ -174,11 +183,16 @@ def predict_peak(
     return PeakPrediction(peak, timeline, peak_step, live_after)
 
 
-def _workspace(node: fx.Node, channels_last: bool) -> int:
+def _workspace(node: fx.Node, channels_last: bool, memo: Memo | None = None) -> int:
     """What ``node``'s kernel allocates and frees inside itself (CPU convolutions)."""
     if node.op != "call_function":
         return 0
+    if memo is not None and (node, channels_last) in memo.workspace:
+        return memo.workspace[node, channels_last]
     args = [a.meta.get("val") if isinstance(a, fx.Node) else a for a in node.args]
-    return workspace_bytes(
+    out = workspace_bytes(
         node.target, args, node.meta.get("val"), channels_last=channels_last or None
     )
+    if memo is not None:
+        memo.workspace[node, channels_last] = out
+    return out
