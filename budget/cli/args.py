@@ -177,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--json",
         metavar="FILE",
         help="also write the plan file (one plan's JSON; several graphs: "
-        '{"version": 5, "plans": [...]}) for budget.backend(plan=FILE)',
+        '{"version": 6, "plans": [...]}) for budget.backend(plan=FILE)',
     )
     solve.add_argument(
         "--plan",

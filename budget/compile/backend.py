@@ -40,7 +40,7 @@ from ..solvers import get_solver
 from . import plan_cache, ranks
 from .compiled_peak import CodeCapture
 from .partition import budget_partition
-from .peak_check import Attempt, fit_compiled_peak
+from .peak_check import Attempt, fit_compiled_peak, hold_b1_peak
 
 
 class BudgetBackend:
@@ -123,15 +123,17 @@ def _compile_within_peak(
     """Compile with Inductor; the plan carries the peak of the code Inductor generated
     (:mod:`budget.compile.compiled_peak`), and a peak budget is held by that peak
     (:func:`budget.compile.peak_check.fit_compiled_peak`: planned and compiled again where
-    it misses or leaves recompute on the table). Each attempt plans into a log of its own:
-    ``backend.plans`` and ``on_plan`` see only the plan kept."""
+    it misses or leaves recompute on the table); under a memory budget alone, a plan
+    whose code peaks above the b=1 plan's is planned again for that peak
+    (:func:`budget.compile.peak_check.hold_b1_peak`). Each attempt plans into a log of its
+    own: ``backend.plans`` and ``on_plan`` see only the plan kept."""
 
     def compile_with(settings: PlanSettings) -> Attempt:
         attempt = BudgetBackend(settings, PlanLog())
         compiled = _compile_cached(attempt, _InductorPartitioner(attempt), gm, example_inputs)
         return Attempt(compiled, attempt.log)
 
-    kept = fit_compiled_peak(be.settings, compile_with)
+    kept = hold_b1_peak(be.settings, compile_with, fit_compiled_peak(be.settings, compile_with))
     be.log.problems.extend(kept.log.problems)
     for plan in kept.log.plans:
         be.log.add_plan(plan)

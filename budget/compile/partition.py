@@ -407,6 +407,7 @@ class _Partitions:
             self._made[key] = made
         made = self._made[key]
         plan.peak_bytes, plan.timeline = made.prediction.peak_bytes, list(made.prediction.timeline)
+        plan.reference_peak_bytes = self.reference_peak() if recomputed else None
         by_name = {d.name: d for d in plan.decisions}
         plan.recomputed_again = list(made.again)
         plan.again_cost = sum(by_name[n].cost for n in made.again if n in by_name)

@@ -21,13 +21,17 @@ from typing import Any
 
 from ..core.plan import Plan
 from ..core.settings import PlanLog, PlanSettings
-from ..core.sizes import format_bytes
+from ..core.sizes import MemoryBudget, format_bytes
 from ..errors import BudgetTooSmallError
 
 # how many times at most a graph is planned and compiled for a peak budget
 PEAK_ATTEMPTS = 4
 # a fitting plan whose compiled peak is within this fraction of the budget is kept as it is
 PEAK_SLACK = 0.02
+# a memory budget's plan predicted to peak within this share of the b=1 plan's peak has
+# its compiled peak checked against the b=1 plan's (hold_b1_peak)
+B1_NEAR = 0.85
+CONVOLUTION = "aten.convolution.default"  # a Decision's op
 
 
 @dataclass
@@ -88,6 +92,46 @@ def fit_compiled_peak(
         assert refused is not None
         raise refused
     raise _missed(target, [a.plan for a in tried if a.plan is not None])
+
+
+def hold_b1_peak(
+    settings: PlanSettings, compile_with: Callable[[PlanSettings], Attempt], kept: Attempt
+) -> Attempt:
+    """Under a memory budget alone, no plan's code may peak above the code of the b=1 plan
+    of the same graph (recompute bought with more memory). Elsewhere the rescheduler holds
+    the graphs' prediction to b=1's (:mod:`budget.compile.schedule`), and the code follows
+    it; but a graph with convolutions is not rescheduled under Inductor for a memory
+    budget (:meth:`budget.compile.partition._Partitions.graphs`), and there the code can
+    peak above b=1's where the predictions are close: the bench convnet at b=0, predicted
+    at b=1's 51.44 MiB, compiled to 51.45 against b=1's 51.07. So where ``kept``'s plan
+    is of such a graph, recomputes, and is predicted within ``B1_NEAR`` of b=1's peak, the
+    b=1 plan is compiled too (one more compile), and where ``kept``'s code peaks above it,
+    the graph is planned again for that peak within the memory budget, which reschedules
+    it (:func:`fit_compiled_peak`); ``kept`` is kept where that fails (nothing within the
+    memory budget gets under it)."""
+    plan = kept.plan
+    if (
+        settings.peak_bytes is not None
+        or plan is None
+        or not any(d.op == CONVOLUTION for d in plan.decisions)
+        or plan.compiled_peak_bytes is None
+        or plan.peak_bytes is None
+        or plan.reference_peak_bytes is None
+        or plan.total_recompute_cost == 0
+        or plan.peak_bytes < B1_NEAR * plan.reference_peak_bytes
+    ):
+        return kept
+    top = compile_with(replace(settings, budget=MemoryBudget(fraction=1.0))).plan
+    if top is None or top.compiled_peak_bytes is None:
+        return kept
+    if plan.compiled_peak_bytes <= top.compiled_peak_bytes:
+        return kept
+    try:
+        return fit_compiled_peak(
+            replace(settings, peak_bytes=top.compiled_peak_bytes), compile_with
+        )
+    except BudgetTooSmallError:
+        return kept
 
 
 def _cost(a: Attempt) -> tuple[float, int]:

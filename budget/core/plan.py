@@ -13,10 +13,11 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-PLAN_FORMAT_VERSION = 5
+PLAN_FORMAT_VERSION = 6
 # version 1: no peak_bytes, no timeline; version 2: no recomputed_again, again_cost/flops
-# version 3: no eager_saved_bytes; version 4: no compiled_peak_bytes
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+# version 3: no eager_saved_bytes; version 4: no compiled_peak_bytes; version 5: no
+# reference_peak_bytes
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 Choice = Literal["save", "recompute", "input"]
 
 
@@ -101,6 +102,12 @@ class Plan:
     # is checked against it: this is the peak the step has, where peak_bytes is the
     # graphs' (Inductor fuses and reorders them)
     compiled_peak_bytes: int | None = None
+    # the predicted peak of the b=1 plan of the same graph (torch's saved set at budget
+    # 1), which no plan's backward is left to peak above for want of a schedule
+    # (budget.compile.schedule), and under Inductor the check of a fraction's compiled
+    # peak against b=1's (budget.compile.peak_check.hold_b1_peak); None where the plan
+    # recomputes nothing, in eager plans, and in plan files before version 6
+    reference_peak_bytes: int | None = None
     version: int = PLAN_FORMAT_VERSION
 
     @property

@@ -139,6 +139,12 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
         lines.append(
             f"  peak       {format_bytes(plan.peak_bytes)} predicted (forward + backward){bound}"
         )
+        if plan.reference_peak_bytes:
+            ratio = plan.peak_bytes / plan.reference_peak_bytes
+            lines.append(
+                f"             {ratio:.2f}x the b=1 plan's {format_bytes(plan.reference_peak_bytes)}"
+                " (torch's saved set at budget 1)"
+            )
     if plan.compiled_peak_bytes is not None:
         lines.append(
             f"  compiled   {format_bytes(plan.compiled_peak_bytes)} peak of the code Inductor "

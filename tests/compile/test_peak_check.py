@@ -6,9 +6,17 @@ and its recompute. The oracle is the table itself, read by hand."""
 from __future__ import annotations
 
 import pytest
-from helpers.plans import make_plan
+from helpers.plans import MiB, make_plan
 
-from budget.compile.peak_check import PEAK_ATTEMPTS, Attempt, fit_compiled_peak
+from budget.compile.peak_check import (
+    B1_NEAR,
+    CONVOLUTION,
+    PEAK_ATTEMPTS,
+    Attempt,
+    fit_compiled_peak,
+    hold_b1_peak,
+)
+from budget.core.plan import Decision
 from budget.core.settings import PlanLog, PlanSettings
 from budget.core.sizes import MemoryBudget
 from budget.errors import BudgetTooSmallError
@@ -105,3 +113,95 @@ def test_an_unknown_compiled_peak_is_kept_first_but_never_after_a_retry():
     compiles = Compiles(("mm", 120, None, 1.0), ("gelu", 100, 80, 2.0))
     assert fit_compiled_peak(settings(100), compiles).compiled == "gelu"
     assert compiles.targets == [100, 125]  # 'mm' (unchecked) was compiled, then dropped
+
+
+class FractionCompiles:
+    """``compile_with`` for a graph whose b=0 plan is predicted at b=1's peak (100): at
+    budget 1 the b=1 plan (compiled ``b1``, nothing recomputed); at budget 0 with no peak
+    budget the b=0 plan (predicted ``b0_predicted``, compiled ``b0``); at budget 0 for a
+    peak budget, the b=0 plan recomputing values again (predicted 95, compiled ``again``),
+    or a refusal where ``again`` is None. The graph has a convolution unless
+    ``convolution`` is False. Each call is recorded as (fraction, peak)."""
+
+    def __init__(
+        self,
+        b1: int,
+        b0: int,
+        again: int | None,
+        b0_predicted: int = 100,
+        convolution: bool = True,
+    ) -> None:
+        self.b1, self.b0, self.again, self.b0_predicted = b1, b0, again, b0_predicted
+        self.convolution = convolution
+        self.calls: list[tuple[float | None, int | None]] = []
+
+    def __call__(self, s: PlanSettings) -> Attempt:
+        self.calls.append((s.budget.fraction, s.peak_bytes))
+        if s.budget.fraction == 1.0:
+            name, predicted, compiled, cost = "b1", 100, self.b1, 0.0
+        elif s.peak_bytes is None:
+            name, predicted, compiled, cost = "b0", self.b0_predicted, self.b0, 5.0
+        elif self.again is None or s.peak_bytes < 95:
+            raise BudgetTooSmallError("none predicted that low", lowest_peak_bytes=95)
+        else:
+            name, predicted, compiled, cost = "again", 95, self.again, 6.0
+        conv = Decision("convolution", CONVOLUTION, 2 * MiB, 1e-3, 1e9, "recompute", "stem")
+        plan = make_plan(
+            graph_hash=name,
+            peak_bytes=predicted,
+            compiled_peak_bytes=compiled,
+            recompute_cost=cost,
+            reference_peak_bytes=100,
+            peak_target_bytes=s.peak_bytes,
+            decisions=[*make_plan().decisions, *([conv] if self.convolution else [])],
+        )
+        return Attempt(compiled=name, log=PlanLog(plans=[plan]))
+
+
+def _at(fraction: float, peak: int | None = None) -> PlanSettings:
+    return PlanSettings(MemoryBudget(fraction=fraction), "auto", "flops", 60.0, peak_bytes=peak)
+
+
+def _hold(compiles: FractionCompiles, s: PlanSettings) -> Attempt:
+    return hold_b1_peak(s, compiles, fit_compiled_peak(s, compiles))
+
+
+def test_a_fraction_whose_code_peaks_above_b1s_is_planned_again_for_b1s_peak():
+    """The bench convnet's case: b=0 predicted at b=1's peak, its code 0.4 MiB above
+    b=1's code; it is planned again for b=1's compiled peak within budget 0."""
+    compiles = FractionCompiles(b1=101, b0=102, again=99)
+    kept = _hold(compiles, _at(0.0))
+    assert kept.compiled == "again"
+    assert compiles.calls == [(0.0, None), (1.0, None), (0.0, 101)]
+
+
+def test_a_fraction_whose_code_peaks_at_b1s_is_kept_after_one_more_compile():
+    compiles = FractionCompiles(b1=101, b0=101, again=99)
+    assert _hold(compiles, _at(0.0)).compiled == "b0"
+    assert compiles.calls == [(0.0, None), (1.0, None)]
+
+
+def test_a_fraction_predicted_well_under_b1s_peak_costs_no_more_compile():
+    compiles = FractionCompiles(b1=101, b0=102, again=99, b0_predicted=int(B1_NEAR * 100) - 1)
+    assert _hold(compiles, _at(0.0)).compiled == "b0"
+    assert compiles.calls == [(0.0, None)]
+
+
+def test_a_graph_without_convolutions_is_held_by_the_rescheduler_not_by_a_compile():
+    compiles = FractionCompiles(b1=101, b0=102, again=99, convolution=False)
+    assert _hold(compiles, _at(0.0)).compiled == "b0"
+    assert compiles.calls == [(0.0, None)]
+
+
+def test_a_fraction_nothing_gets_under_b1s_code_keeps_its_plan():
+    """Where no plan within the memory budget is predicted under b=1's compiled peak, or
+    its code misses it, the fraction's own plan stays (the memory budget is the contract)."""
+    for again in (None, 103):
+        compiles = FractionCompiles(b1=101, b0=102, again=again)
+        assert _hold(compiles, _at(0.0)).compiled == "b0"
+
+
+def test_a_peak_budget_is_not_held_to_b1s_code():
+    compiles = FractionCompiles(b1=101, b0=102, again=99)
+    kept = hold_b1_peak(_at(0.0, 99), compiles, compiles(_at(0.0, 99)))
+    assert kept.compiled == "again" and compiles.calls == [(0.0, 99)]

@@ -153,6 +153,20 @@ def test_a_version_4_plan_reads_without_a_compiled_peak():
     assert Plan.from_dict({**data, "version": 4}).compiled_peak_bytes is None
 
 
+def test_a_plan_shows_its_peak_against_the_b1_plans():
+    from budget.core.plan import Plan
+
+    plan = make_plan(peak_bytes=9 * MiB, reference_peak_bytes=12 * MiB)
+    assert Plan.from_json(plan.to_json()) == plan
+    lines = str(plan).splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("  peak "))
+    assert lines[at + 1].split()[:5] == ["0.75x", "the", "b=1", "plan's", "12.00"]
+    data = plan.to_dict()
+    del data["reference_peak_bytes"]
+    old = Plan.from_dict({**data, "version": 5})
+    assert old.reference_peak_bytes is None and "b=1 plan's" not in str(old)
+
+
 def test_a_version_1_plan_still_reads_without_a_peak():
     from budget.core.plan import PLAN_FORMAT_VERSION, Plan
 
