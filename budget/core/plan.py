@@ -106,7 +106,8 @@ class Plan:
     # 1), which no plan's backward is left to peak above for want of a schedule
     # (budget.compile.schedule), and under Inductor the check of a fraction's compiled
     # peak against b=1's (budget.compile.peak_check.hold_b1_peak); None where the plan
-    # recomputes nothing, in eager plans, and in plan files before version 6
+    # recomputes nothing, in plans for eager training loops (budget.eager), and in plan
+    # files before version 6
     reference_peak_bytes: int | None = None
     version: int = PLAN_FORMAT_VERSION
 
