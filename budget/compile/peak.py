@@ -116,8 +116,8 @@ def predict_peak(
     resident, allocated at the forward's start, freed after the backward's last read.
     ``channels_last``: the compiler runs every convolution channels-last whatever the
     graph's layouts (Inductor's layout optimisation), which changes their workspace.
-    ``memo``: each node's storages, kept between calls on graphs whose nodes' values do not
-    change (the rescheduler predicts the same graphs again and again).
+    ``memo``: what is read off each node, kept between calls (the rescheduler predicts the
+    same graphs again and again; a node whose value it replaces is read again: :class:`Memo`).
     """
     fw_nodes = list(fw.graph.nodes)
     bw_nodes = list(bw.graph.nodes) if bw is not None else []

@@ -10,7 +10,9 @@ leaves more than ``PEAK_SLACK`` of it unused (recompute left on the table): each
 the budget scaled by the last plan's ratio of predicted to compiled peak, at most
 ``PEAK_ATTEMPTS`` compiles in all. It keeps the plan with the least recompute whose code
 fits; when none does it raises :class:`BudgetTooSmallError` naming the lowest compiled
-peak. A compile is a callable here, so the search is tested without Inductor.
+peak. Under a memory budget alone, :func:`hold_b1_peak` holds a convnet's plan to the
+b=1 plan's compiled peak. A compile is a callable here, so the search is tested without
+Inductor.
 """
 
 from __future__ import annotations
@@ -108,16 +110,21 @@ def hold_b1_peak(
     b=1 plan is compiled too (one more compile), and where ``kept``'s code peaks above it,
     the graph is planned again for that peak within the memory budget, which reschedules
     it (:func:`fit_compiled_peak`); ``kept`` is kept where that fails (nothing within the
-    memory budget gets under it)."""
+    memory budget gets under it, or its code is not lower than ``kept``'s). Not for a
+    saved plan (``plan=``: its saved set is the file's at every budget) nor at budget 1
+    (the b=1 plan itself)."""
     plan = kept.plan
     if (
         settings.peak_bytes is not None
+        or settings.book is not None
+        or settings.budget.fraction == 1.0
         or plan is None
+        or plan.status == "reference"
         or not any(d.op == CONVOLUTION for d in plan.decisions)
         or plan.compiled_peak_bytes is None
         or plan.peak_bytes is None
         or plan.reference_peak_bytes is None
-        or plan.total_recompute_cost == 0
+        or not plan.recomputed
         or plan.peak_bytes < B1_NEAR * plan.reference_peak_bytes
     ):
         return kept
@@ -127,11 +134,13 @@ def hold_b1_peak(
     if plan.compiled_peak_bytes <= top.compiled_peak_bytes:
         return kept
     try:
-        return fit_compiled_peak(
+        held = fit_compiled_peak(
             replace(settings, peak_bytes=top.compiled_peak_bytes), compile_with
         )
     except BudgetTooSmallError:
         return kept
+    peak = held.plan.compiled_peak_bytes if held.plan is not None else None
+    return held if peak is not None and peak < plan.compiled_peak_bytes else kept
 
 
 def _cost(a: Attempt) -> tuple[float, int]:

@@ -82,7 +82,7 @@ def _freed_at(
     for s in storages[value]:
         moved = set(late)
         for h in holders.get(s[0], []):  # in graph order: a view after its base
-            if any(a in moved for a in h.all_input_nodes):
+            if any(a in moved and a in holders[s[0]] for a in h.all_input_nodes):
                 moved.add(h)
         readers = (u for h in holders.get(s[0], []) if h not in moved for u in h.users)
         if not any(pos[u] >= at and u not in moved for u in readers):

@@ -69,7 +69,9 @@ class Plan:
     # without the graphs (plan files of format version 1)
     peak_bytes: int | None = None
     timeline: list[LivePoint] = field(default_factory=list)
-    # the peak memory budget the plan was chosen for, in bytes (None: no peak budget)
+    # the peak memory budget the plan was chosen for, in bytes (None: no peak budget); for
+    # a memory budget alone under Inductor, the b=1 plan's compiled peak where the plan
+    # was planned again to stay under it (budget.compile.peak_check.hold_b1_peak)
     peak_target_bytes: int | None = None
     # bytes of graph inputs the compiled forward saves as copies in another layout
     # (Inductor's channels-last convolution inputs and weights: budget.compile.layout),

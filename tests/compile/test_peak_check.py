@@ -10,7 +10,6 @@ from helpers.plans import MiB, make_plan
 
 from budget.compile.peak_check import (
     B1_NEAR,
-    CONVOLUTION,
     PEAK_ATTEMPTS,
     Attempt,
     fit_compiled_peak,
@@ -130,9 +129,10 @@ class FractionCompiles:
         again: int | None,
         b0_predicted: int = 100,
         convolution: bool = True,
+        b0_cost: float = 5.0,
     ) -> None:
         self.b1, self.b0, self.again, self.b0_predicted = b1, b0, again, b0_predicted
-        self.convolution = convolution
+        self.convolution, self.b0_cost = convolution, b0_cost
         self.calls: list[tuple[float | None, int | None]] = []
 
     def __call__(self, s: PlanSettings) -> Attempt:
@@ -140,12 +140,14 @@ class FractionCompiles:
         if s.budget.fraction == 1.0:
             name, predicted, compiled, cost = "b1", 100, self.b1, 0.0
         elif s.peak_bytes is None:
-            name, predicted, compiled, cost = "b0", self.b0_predicted, self.b0, 5.0
+            name, predicted, compiled, cost = "b0", self.b0_predicted, self.b0, self.b0_cost
         elif self.again is None or s.peak_bytes < 95:
             raise BudgetTooSmallError("none predicted that low", lowest_peak_bytes=95)
         else:
             name, predicted, compiled, cost = "again", 95, self.again, 6.0
-        conv = Decision("convolution", CONVOLUTION, 2 * MiB, 1e-3, 1e9, "recompute", "stem")
+        conv = Decision(
+            "convolution", "aten.convolution.default", 2 * MiB, 1e-3, 1e9, "recompute", "stem"
+        )
         plan = make_plan(
             graph_hash=name,
             peak_bytes=predicted,
@@ -173,6 +175,27 @@ def test_a_fraction_whose_code_peaks_above_b1s_is_planned_again_for_b1s_peak():
     kept = _hold(compiles, _at(0.0))
     assert kept.compiled == "again"
     assert compiles.calls == [(0.0, None), (1.0, None), (0.0, 101)]
+
+
+def test_a_fraction_recomputing_only_free_ops_is_held_too():
+    """Under the flops estimator pointwise ops cost nothing: a plan that recomputes only
+    them is not b=1's saved set, and is checked like any other."""
+    compiles = FractionCompiles(b1=101, b0=102, again=99, b0_cost=0.0)
+    assert _hold(compiles, _at(0.0)).compiled == "again"
+
+
+def test_a_saved_plan_or_budget_1_costs_no_more_compile():
+    """With plan= the saved set is the file's at every budget, and at budget 1 the plan
+    is b=1's: compiling b=1 again would only repeat a compile."""
+    from dataclasses import replace
+
+    from budget.core.plan_files import PlanBook
+
+    for s in (replace(_at(0.0), book=PlanBook([], "a file")), _at(1.0)):
+        compiles = FractionCompiles(b1=101, b0=102, again=99)
+        kept = compiles(replace(s, budget=MemoryBudget(fraction=0.0)))
+        assert hold_b1_peak(s, compiles, kept).compiled == "b0"
+        assert compiles.calls == [(0.0, None)]
 
 
 def test_a_fraction_whose_code_peaks_at_b1s_is_kept_after_one_more_compile():
