@@ -139,7 +139,7 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
         lines.append(
             f"  peak       {format_bytes(plan.peak_bytes)} predicted (forward + backward){bound}"
         )
-        if plan.reference_peak_bytes:
+        if plan.reference_peak_bytes and plan.status != "reference":  # not b=1's itself
             ratio = plan.peak_bytes / plan.reference_peak_bytes
             lines.append(
                 f"             {ratio:.2f}x the b=1 plan's {format_bytes(plan.reference_peak_bytes)}"
