@@ -123,8 +123,7 @@ def hold_b1_peak(
         or not any(d.op == CONVOLUTION for d in plan.decisions)
         or plan.compiled_peak_bytes is None
         or plan.peak_bytes is None
-        or plan.reference_peak_bytes is None
-        or not plan.recomputed
+        or plan.reference_peak_bytes is None  # set where the plan recomputes anything
         or plan.peak_bytes < B1_NEAR * plan.reference_peak_bytes
     ):
         return kept
