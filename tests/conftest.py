@@ -23,3 +23,13 @@ def _fresh_dynamo():
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the ``slow`` tests (Inductor compiles, real models: 10 s to 4 min each) first.
+
+    pytest-xdist hands tests out in collection order, and the slow ones were collected
+    last (tests/test_real_models.py, tests/test_notebooks.py): one worker then ran them
+    alone for minutes while the other had finished. Longest first packs the two workers.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -151,7 +151,7 @@ def test_a_peak_budget_the_graphs_accept_but_the_code_misses_is_met_as_measured(
     assert abs(plan.compiled_peak_bytes - measured) <= 1 * KiB
 
 
-@pytest.mark.slow
+@pytest.mark.full  # 157 s in CI; the refusal itself: test_peak_check.py, with stand-in compiles
 def test_a_peak_budget_below_every_compiled_peak_is_refused_naming_the_lowest():
     m = _t5()
     target = 900 * KiB
