@@ -8,8 +8,10 @@ environment).
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,11 +27,18 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-def pytest_collection_modifyitems(config, items):
-    """Run the ``slow`` tests (Inductor compiles, real models: 10 s to 4 min each) first.
+# Seconds each of the 80 longest tests took in a full run (2 workers, a 2-core Zen 3,
+# 2026-11-26; from `python -m pytest -q -n 2 --durations=80`): only the order uses them.
+_DURATIONS = json.loads((Path(__file__).parent / "durations.json").read_text())
 
-    pytest-xdist hands tests out in collection order, and the slow ones were collected
-    last (tests/test_real_models.py, tests/test_notebooks.py): one worker then ran them
-    alone for minutes while the other had finished. Longest first packs the two workers.
-    """
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+def pytest_collection_modifyitems(config, items):
+    """Run the longest tests first: pytest-xdist hands tests out in collection order, and
+    the long ones were collected last (tests/test_real_models.py, tests/test_notebooks.py)
+    or among the short ones, so one worker ran them alone for minutes while the other had
+    finished. Tests the file does not name count 10 s when marked ``slow``, else 0."""
+    items.sort(
+        key=lambda item: (
+            -_DURATIONS.get(item.nodeid, 10.0 if item.get_closest_marker("slow") else 0.0)
+        )
+    )
