@@ -23,7 +23,12 @@ _DEFAULTS: dict[str, Any] = {
     "estimator": "flops",
     "time_limit": 60.0,
     "peak_search": "grid",
+    "conv_workspace": "measure",
 }
+
+# How the peak models price a CPU convolution's workspace (budget.config.conv_workspace):
+# measured on this host once per distinct call, or by budget's rule (fitted on two CPUs)
+CONV_WORKSPACES = ("measure", "rule")
 
 # How a peak memory budget is searched (budget.config.peak_search).
 PEAK_SEARCHES = ("grid", "exact")
@@ -55,6 +60,13 @@ def validate_option(name: str, value: Any) -> Any:
         if value not in PEAK_SEARCHES:
             raise ValueError(
                 f"peak_search must be one of {', '.join(map(repr, PEAK_SEARCHES))}; got {value!r}"
+            )
+        return value
+    if name == "conv_workspace":
+        if value not in CONV_WORKSPACES:
+            raise ValueError(
+                f"conv_workspace must be one of {', '.join(map(repr, CONV_WORKSPACES))}; "
+                f"got {value!r}"
             )
         return value
     raise AttributeError(f"budget.config has no option {name!r}; options: {sorted(_DEFAULTS)}")

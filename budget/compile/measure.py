@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -94,6 +95,14 @@ def _device_of(args: tuple, kwargs: dict[str, Any]) -> torch.device:
     return found[0] if found else torch.device("cpu")
 
 
+def _quiet_kineto() -> None:
+    """Kineto (torch.profiler's library) writes two lines to stderr for every profiled
+    run ("USDT: ... profiler_start"): planning a convnet profiles each convolution once
+    (:mod:`budget.estimators.conv_workspace`), dozens of them. Read when kineto starts;
+    a value the user set is kept."""
+    os.environ.setdefault("KINETO_LOG_LEVEL", "99")
+
+
 def measure_workspace(fn: Callable[[], Any]) -> int:
     """Bytes a CPU call allocates and frees inside itself: the peak of torch.profiler's
     running sum of allocations during ``fn()``, less the storages of what it returns (a
@@ -101,6 +110,7 @@ def measure_workspace(fn: Callable[[], Any]) -> int:
     oneDNN's primitives). What ``budget.estimators.memory.workspace_bytes`` estimates."""
     from torch.profiler import ProfilerActivity, profile
 
+    _quiet_kineto()
     fn()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         out = fn()
@@ -134,6 +144,7 @@ def measure_peak(fn: Callable[..., Any], *args: Any, warmup: int = 1, **kwargs: 
         raise ValueError(f"measure_peak measures CPU and CUDA steps; got {device.type}")
     from torch.profiler import ProfilerActivity, profile
 
+    _quiet_kineto()
     gc.collect()  # no collection of older garbage in the middle of the step
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         _backprop(fn, args, kwargs)

@@ -87,12 +87,15 @@ def code_hash() -> str:
 
 
 def _host(estimator: str) -> str:
-    """What a device-less estimator prices for on this host ('' when nothing)."""
-    if ":" in estimator or estimator == "unit":
-        return ""
+    """What a device-less estimator prices for on this host, and what the peak models
+    price a CPU convolution's workspace by (measured on this host, or the rule)."""
+    from ..config import config
     from ..estimators.devices import _cpu_model
 
-    return f"{_cpu_model()}|{torch.get_num_threads()} threads"
+    workspace = config.conv_workspace
+    if workspace == "measure" or not (":" in estimator or estimator == "unit"):
+        workspace = f"{_cpu_model()}|{torch.get_num_threads()} threads|{workspace}"
+    return workspace
 
 
 def settings_key(settings: PlanSettings) -> str:

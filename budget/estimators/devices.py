@@ -228,12 +228,12 @@ def cache_dir() -> Path | None:
     return Path(base) / "budget"
 
 
-def _cache_file(label: str) -> Path | None:
+def _cache_file(label: str, kind: str = "device") -> Path | None:
     d = cache_dir()
     if d is None:
         return None
     safe = "".join(c if c.isalnum() else "-" for c in label).strip("-")[:150]
-    return d / f"device-{safe}.json"
+    return d / f"{kind}-{safe}.json"
 
 
 def _load(path: Path | None, label: str) -> Device | None:
@@ -251,12 +251,17 @@ def _load(path: Path | None, label: str) -> Device | None:
 
 
 def _store(path: Path | None, label: str, dev: Device) -> None:
+    write_cache(path, {"label": label, "device": asdict(dev)})
+
+
+def write_cache(path: Path | None, data: object) -> None:
+    """Write a cache file whole (a reader never sees half of one); ``None``: no disk cache."""
     if path is None:
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"label": label, "device": asdict(dev)}))
+        tmp.write_text(json.dumps(data, sort_keys=True))
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only home is not an error: the figures stay cached in memory

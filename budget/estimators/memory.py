@@ -18,6 +18,8 @@ import torch
 import torch.fx
 
 from ..compile._torch_private import OpOverload
+from ..config import config
+from .conv_workspace import measured_workspace_bytes
 from .ops import is_alias
 from .values import hint, input_tensors, numel, shape, tensors
 
@@ -152,6 +154,7 @@ def workspace_bytes(
     *,
     channels_last: bool | None = None,
     device: str | None = None,
+    measure: bool | None = None,
 ) -> int:
     """Bytes an op allocates inside its kernel and frees before it returns, which neither
     its inputs nor its outputs show; for the peak models (:mod:`budget.compile.peak`,
@@ -186,7 +189,12 @@ def workspace_bytes(
     output's bytes (a T5 step under ``compiler="eager"`` peaks inside one).
 
     Other ops and devices: 0. ``device``: the device the op runs on, by default its first
-    operand's (given where the operands are ``meta`` tensors standing in for CPU ones)."""
+    operand's (given where the operands are ``meta`` tensors standing in for CPU ones).
+
+    The convolution rule above is a fallback: by default (``budget.config.conv_workspace
+    = "measure"``, or ``measure=True``) a 2-d convolution's workspace is measured on this
+    host (:mod:`budget.estimators.conv_workspace`), since oneDNN picks its path by CPU;
+    ``measure=False`` or ``conv_workspace = "rule"`` gives the rule."""
     if not args or not isinstance(args[0], torch.Tensor):
         return 0
     if (device or args[0].device.type) != "cpu":
@@ -201,6 +209,10 @@ def workspace_bytes(
     x, w = (args[0], args[1]) if forward else (args[1], args[2])
     if channels_last is None:
         channels_last = is_channels_last(x) or is_channels_last(w)
+    if measure if measure is not None else config.conv_workspace == "measure":
+        measured = measured_workspace_bytes(func, args, channels_last=channels_last)
+        if measured is not None:
+            return measured
     stride = args[3 if forward else 4] if len(args) > (3 if forward else 4) else [1]
     threads = torch.get_num_threads()
     groups = args[9] if not forward and len(args) > 9 else 1

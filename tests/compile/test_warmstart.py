@@ -207,7 +207,10 @@ def test_the_settings_key_names_the_version_the_code_and_the_host():
     assert key.startswith(f"budget-{budget.__version__}-{plan_cache.code_hash()}-")
     assert f"{torch.get_num_threads()} threads" in key  # a device-less estimator: this host
     named = _InductorPartitioner(budget.backend(0.5, estimator="roofline:h100")).uuid()
-    assert "threads" not in named
+    assert f"{torch.get_num_threads()} threads|measure" in named  # convolutions measured here
+    with budget.config.patch(conv_workspace="rule"):
+        named = _InductorPartitioner(budget.backend(0.5, estimator="roofline:h100")).uuid()
+    assert "threads" not in named and named.endswith("rule")
     for kw in ({"solver": "cpsat"}, {"estimator": "flops"}, {"time_limit": 5}):
         assert _InductorPartitioner(budget.backend(0.5, **kw)).uuid() != key
 

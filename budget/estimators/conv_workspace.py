@@ -1,0 +1,187 @@
+"""CPU convolution workspace measured on this host, for the peak models.
+
+A CPU convolution allocates inside its kernel and frees before it returns: oneDNN's
+blocked copies of its operands, and scratch per thread. How much depends on the algorithm
+oneDNN picks, and it picks by CPU: the rule in :func:`budget.estimators.memory.
+workspace_bytes`, fitted on two machines, is 2 to 8x over on a third (a ResNet's
+small-image backward path, taken on one CPU and not on another) and can fall short where
+it was not fitted. So each distinct convolution of a graph is measured instead, once per
+host:
+
+- the call (forward or backward, its shapes, strides, padding, groups, dtype, bias, the
+  outputs a backward makes, and the layout it runs in: Inductor runs convolutions
+  channels-last on CPU where the graph's values say otherwise) runs on zeros of those
+  shapes, once unmeasured (oneDNN builds its primitive) and twice under torch.profiler
+  (:func:`budget.compile.measure.measure_workspace`); the estimate is the larger of the
+  two, plus 4 KiB;
+- results are kept in memory and on disk beside the device figures
+  (``$BUDGET_CACHE_DIR``, keyed by CPU model, torch version and thread count): a graph's
+  convolutions are measured the first time any plan on this host meets them (about 0.1 s
+  a call), then read;
+- a call whose operands would take over 256 MiB, or that is not a 2-d convolution, is not
+  run: the rule covers it; so does ``budget.config.conv_workspace = "rule"``.
+
+No model code runs and no user tensor is touched: only ``aten.convolution`` and its
+backward on zeros of the graph's shapes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .devices import _cache_file, _cpu_model, write_cache
+from .values import shape
+
+aten = torch.ops.aten
+
+KiB = 1024
+# above what two profiled runs showed: the runs of one call differ by oneDNN's scratch
+MARGIN = 4 * KiB
+# operands larger than this are not materialised to be measured
+MAX_OPERAND_BYTES = 256 * 2**20
+
+_MEMORY: dict[str, dict[str, int]] = {}
+
+
+def _label() -> str:
+    return f"{_cpu_model()}|torch {torch.__version__}|{torch.get_num_threads()} threads"
+
+
+def _table() -> dict[str, int]:
+    label = _label()
+    if label not in _MEMORY:
+        table: dict[str, int] = {}
+        path = _cache_file(label, "conv-workspace")
+        if path is not None:
+            try:
+                data = json.loads(path.read_text())
+                if data.get("label") == label:
+                    table = {str(k): int(v) for k, v in data["workspace"].items()}
+            except (OSError, ValueError, TypeError, KeyError, AttributeError):
+                table = {}  # missing or corrupt: measure again
+        _MEMORY[label] = table
+    return _MEMORY[label]
+
+
+def _store(key: str, value: int) -> None:
+    label = _label()
+    table = _table()
+    table[key] = value
+    write_cache(_cache_file(label, "conv-workspace"), {"label": label, "workspace": table})
+
+
+def _ints(value: Any) -> list[int]:
+    return [int(v) for v in value]
+
+
+def _signature(forward: bool, args: Sequence[Any], channels_last: bool) -> dict[str, Any] | None:
+    """What decides the workspace of a call, or None when it is not measured."""
+    if forward:
+        x, w, bias = args[0], args[1], args[2]
+        rest = args[3:9]
+        grad, bias_sizes, mask = None, None, None
+    else:
+        grad, x, w, bias_sizes = args[0], args[1], args[2], args[3]
+        rest, mask = args[4:10], args[10]
+        bias = None
+    if not all(isinstance(t, torch.Tensor) for t in (x, w)) or len(shape(x)) != 4:
+        return None
+    stride, padding, dilation, transposed, output_padding, groups = rest
+    sizes = [shape(x), shape(w)] + ([shape(grad)] if isinstance(grad, torch.Tensor) else [])
+    item = x.dtype.itemsize
+    if sum(item * _numel(s) for s in sizes) > MAX_OPERAND_BYTES:
+        return None
+    return {
+        "op": "forward" if forward else "backward",
+        "x": sizes[0],
+        "w": sizes[1],
+        "grad": sizes[2] if len(sizes) > 2 else None,
+        "bias": bias is not None or (bias_sizes is not None and not forward),
+        "stride": _ints(stride),
+        "padding": _ints(padding),
+        "dilation": _ints(dilation),
+        "transposed": bool(transposed),
+        "output_padding": _ints(output_padding),
+        "groups": int(groups),
+        "mask": [bool(m) for m in mask] if mask is not None else None,
+        "dtype": str(x.dtype).removeprefix("torch."),
+        "channels_last": bool(channels_last),
+    }
+
+
+def _numel(size: Sequence[int]) -> int:
+    n = 1
+    for s in size:
+        n *= s
+    return n
+
+
+def _run(sig: dict[str, Any]) -> int:
+    from ..compile.measure import measure_workspace
+
+    dtype = getattr(torch, sig["dtype"])
+    fmt = torch.channels_last if sig["channels_last"] else torch.contiguous_format
+
+    def zeros(size: list[int]) -> torch.Tensor:
+        return torch.zeros(size, dtype=dtype).contiguous(memory_format=fmt)
+
+    x, w = zeros(sig["x"]), zeros(sig["w"])
+    conv = (
+        sig["stride"],
+        sig["padding"],
+        sig["dilation"],
+        sig["transposed"],
+        sig["output_padding"],
+        sig["groups"],
+    )
+    if sig["op"] == "forward":
+        bias = (
+            torch.zeros(sig["w"][1 if sig["transposed"] else 0], dtype=dtype)
+            if sig["bias"]
+            else None
+        )
+        args: tuple = (x, w, bias, *conv)
+        op = aten.convolution.default
+    else:
+        out_channels = sig["w"][1] * sig["groups"] if sig["transposed"] else sig["w"][0]
+        bias_sizes = [out_channels] if sig["bias"] else None
+        args = (zeros(sig["grad"]), x, w, bias_sizes, *conv, sig["mask"])
+        op = aten.convolution_backward.default
+    with torch.no_grad():
+        return max(measure_workspace(lambda: op(*args)) for _ in range(2))
+
+
+def _measure(sig: dict[str, Any]) -> int:
+    """Run outside the modes of the caller (a fake-tensor trace, a live-bytes counter):
+    real zeros, on the CPU."""
+    from ..compile._torch_private import _disable_current_modes
+
+    with _disable_current_modes():
+        return _run(sig)
+
+
+def measured_workspace_bytes(
+    func: object, args: Sequence[Any], *, channels_last: bool
+) -> int | None:
+    """The workspace of a CPU convolution call (``aten.convolution`` or its backward),
+    measured on this host (see the module's docstring), or None where it is not measured
+    (not a 2-d convolution, operands over :data:`MAX_OPERAND_BYTES`, or the run failed)."""
+    forward = func is aten.convolution.default
+    if not forward and func is not aten.convolution_backward.default:
+        return None
+    sig = _signature(forward, args, channels_last)
+    if sig is None:
+        return None
+    key = json.dumps(sig, sort_keys=True)
+    table = _table()
+    if key not in table:
+        try:
+            measured = _measure(sig)
+        except (RuntimeError, ValueError, TypeError):
+            return None  # a call oneDNN refuses on zeros: the rule covers it
+        _store(key, max(0, measured) + MARGIN)
+    return table[key]
