@@ -75,7 +75,15 @@ def _measure(model, x, y, budget_, layout_optimization: bool = True):
     return plan, measured
 
 
-@pytest.mark.parametrize("family", ["resnet", "vit", "separable"])
+# the ViT-style patch embedding and the depthwise block (64 and 51 s in CI) with -m full
+@pytest.mark.parametrize(
+    "family",
+    [
+        "resnet",
+        pytest.param("vit", marks=pytest.mark.full),
+        pytest.param("separable", marks=pytest.mark.full),
+    ],
+)
 def test_conv_models_save_what_their_plans_say_under_inductor(family):
     model, x, y = _family(family)
     for b in (1.0, 0.5):
