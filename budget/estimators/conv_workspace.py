@@ -8,10 +8,10 @@ small-image backward path, taken on one CPU and not on another) and can fall sho
 it was not fitted. So each distinct convolution of a graph is measured instead, once per
 host:
 
-- the call (forward or backward, its shapes, strides, padding, groups, dtype, bias, the
-  outputs a backward makes, and the layout it runs in: Inductor runs convolutions
-  channels-last on CPU where the graph's values say otherwise) runs on zeros of those
-  shapes, once unmeasured (oneDNN builds its primitive) and twice under torch.profiler
+- the call (forward or backward, its shapes, its operands' strides, the convolution's
+  strides, padding and groups, dtype, bias, the outputs a backward makes, and the layout
+  it runs in: Inductor runs convolutions channels-last on CPU where the graph's values
+  say otherwise) runs on zeros of those shapes and strides, once unmeasured (oneDNN builds its primitive) and twice under torch.profiler
   (:func:`budget.compile.measure.measure_workspace`); the estimate is the larger of the
   two, plus 4 KiB;
 - results are kept in memory and on disk beside the device figures
@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from .devices import _cache_file, _cpu_model, write_cache
-from .values import shape
+from .values import hint, shape
 
 aten = torch.ops.aten
 
@@ -95,11 +95,14 @@ def _signature(forward: bool, args: Sequence[Any], channels_last: bool) -> dict[
     item = x.dtype.itemsize
     if sum(item * _numel(s) for s in sizes) > MAX_OPERAND_BYTES:
         return None
+    operands = [x, w] + ([grad] if isinstance(grad, torch.Tensor) else [])
+    strides = [_strides(t, size, channels_last) for t, size in zip(operands, sizes, strict=True)]
     return {
         "op": "forward" if forward else "backward",
         "x": sizes[0],
         "w": sizes[1],
         "grad": sizes[2] if len(sizes) > 2 else None,
+        "strides": strides,
         "bias": bias is not None or (bias_sizes is not None and not forward),
         "stride": _ints(stride),
         "padding": _ints(padding),
@@ -113,6 +116,17 @@ def _signature(forward: bool, args: Sequence[Any], channels_last: bool) -> dict[
     }
 
 
+def _strides(t: torch.Tensor, size: Sequence[int], channels_last: bool) -> list[int]:
+    """The operand's own strides (a gradient reaching a convolution through a transpose is
+    laid out otherwise than its input, and oneDNN copies it), or channels-last ones where
+    the caller says the call runs channels-last and the graph's value is contiguous
+    (Inductor's layout optimisation)."""
+    if channels_last and t.is_contiguous():
+        n, c, h, w = size
+        return [h * w * c, 1, w * c, c]
+    return [hint(st) for st in t.stride()]
+
+
 def _numel(size: Sequence[int]) -> int:
     n = 1
     for s in size:
@@ -124,10 +138,12 @@ def _run(sig: dict[str, Any]) -> int:
     from ..compile.measure import measure_workspace
 
     dtype = getattr(torch, sig["dtype"])
-    fmt = torch.channels_last if sig["channels_last"] else torch.contiguous_format
+    strides = iter(sig["strides"])
 
     def zeros(size: list[int]) -> torch.Tensor:
-        return torch.zeros(size, dtype=dtype).contiguous(memory_format=fmt)
+        stride = next(strides)  # may repeat elements (stride 0: an expanded gradient)
+        extent = 1 + sum((n - 1) * st for n, st in zip(size, stride, strict=True))
+        return torch.zeros(extent, dtype=dtype).as_strided(size, stride)
 
     x, w = zeros(sig["x"]), zeros(sig["w"])
     conv = (
