@@ -28,6 +28,7 @@ backward on zeros of the graph's shapes.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -93,7 +94,7 @@ def _signature(forward: bool, args: Sequence[Any], channels_last: bool) -> dict[
     stride, padding, dilation, transposed, output_padding, groups = rest
     sizes = [shape(x), shape(w)] + ([shape(grad)] if isinstance(grad, torch.Tensor) else [])
     item = x.dtype.itemsize
-    if sum(item * _numel(s) for s in sizes) > MAX_OPERAND_BYTES:
+    if sum(item * math.prod(s) for s in sizes) > MAX_OPERAND_BYTES:
         return None
     operands = [x, w] + ([grad] if isinstance(grad, torch.Tensor) else [])
     strides = [_strides(t, size, channels_last) for t, size in zip(operands, sizes, strict=True)]
@@ -127,13 +128,6 @@ def _strides(t: torch.Tensor, size: Sequence[int], channels_last: bool) -> list[
     return [hint(st) for st in t.stride()]
 
 
-def _numel(size: Sequence[int]) -> int:
-    n = 1
-    for s in size:
-        n *= s
-    return n
-
-
 def _run(sig: dict[str, Any]) -> int:
     from ..compile.measure import measure_workspace
 
@@ -154,16 +148,13 @@ def _run(sig: dict[str, Any]) -> int:
         sig["output_padding"],
         sig["groups"],
     )
+    # a transposed weight is (in, out / groups, ...)
+    out_channels = sig["w"][1] * sig["groups"] if sig["transposed"] else sig["w"][0]
     if sig["op"] == "forward":
-        bias = (
-            torch.zeros(sig["w"][1 if sig["transposed"] else 0], dtype=dtype)
-            if sig["bias"]
-            else None
-        )
+        bias = torch.zeros(out_channels, dtype=dtype) if sig["bias"] else None
         args: tuple = (x, w, bias, *conv)
         op = aten.convolution.default
     else:
-        out_channels = sig["w"][1] * sig["groups"] if sig["transposed"] else sig["w"][0]
         bias_sizes = [out_channels] if sig["bias"] else None
         args = (zeros(sig["grad"]), x, w, bias_sizes, *conv, sig["mask"])
         op = aten.convolution_backward.default
