@@ -36,7 +36,11 @@ def pytest_collection_modifyitems(config, items):
     """Run the longest tests first: pytest-xdist hands tests out in collection order, and
     the long ones were collected last (tests/test_real_models.py, tests/test_notebooks.py)
     or among the short ones, so one worker ran them alone for minutes while the other had
-    finished. Tests the file does not name count 10 s when marked ``slow``, else 0."""
+    finished. With ``--dist load --maxschedchunk 1`` (README's command) each worker takes
+    the next test when it finishes one, so longest-first is list scheduling: the workers
+    end within about one test of each other. (``--dist worksteal`` and plain ``load`` hand
+    out contiguous blocks first, so one worker got every long test.) Tests the file does
+    not name count 10 s when marked ``slow``, else 0."""
     items.sort(
         key=lambda item: (
             -_DURATIONS.get(item.nodeid, 10.0 if item.get_closest_marker("slow") else 0.0)
