@@ -8,9 +8,12 @@ over it on T5. Each compile therefore reads the peak of its generated code
 :func:`fit_compiled_peak` plans and compiles again where that peak misses the budget, or
 leaves more than ``PEAK_SLACK`` of it unused (recompute left on the table): each time for
 the budget scaled by the last plan's ratio of predicted to compiled peak, at most
-``PEAK_ATTEMPTS`` compiles in all. It keeps the plan with the least recompute whose code
-fits; when none does it raises :class:`BudgetTooSmallError` naming the lowest compiled
-peak. Under a memory budget alone, :func:`hold_b1_peak` holds a convnet's plan to the
+``PEAK_ATTEMPTS`` compiles in all. The compiled peak does not follow the prediction
+monotonically (the bench convnet: plans predicted at 31.8 and 23.9 MiB compile to 37.5 and
+28.9), so where no compile has fit by the last attempt, the last one is of the plan the
+graphs predict lowest: a budget is refused only when that plan's code misses it too. It
+keeps the plan with the least recompute whose code fits; when none does it raises
+:class:`BudgetTooSmallError` naming the lowest compiled peak. Under a memory budget alone, :func:`hold_b1_peak` holds a convnet's plan to the
 b=1 plan's compiled peak. A compile is a callable here, so the search is tested without
 Inductor.
 """
@@ -62,7 +65,12 @@ def fit_compiled_peak(
         return compile_with(settings)
     tried: list[Attempt] = []
     refused: BudgetTooSmallError | None = None
-    for first in [True] + [False] * (PEAK_ATTEMPTS - 1):
+    lowest_asked = False
+    # each pass compiles once or is refused by the graphs' search (which names the lowest
+    # prediction, planned for next): at most two passes a compile
+    for n in range(2 * PEAK_ATTEMPTS):
+        if len(tried) == PEAK_ATTEMPTS:
+            break
         try:
             attempt = compile_with(settings)
         except BudgetTooSmallError as e:
@@ -74,7 +82,7 @@ def fit_compiled_peak(
             continue
         plan = attempt.plan
         if plan is None or plan.compiled_peak_bytes is None:
-            if first and refused is None:
+            if n == 0:
                 return attempt  # nothing to check it on: the graphs' search stands
             break  # unchecked after a retry: not kept
         if any(_same(plan, a.plan) for a in tried if a.plan is not None):
@@ -85,15 +93,21 @@ def fit_compiled_peak(
             plan.total_recompute_cost == 0 or target - peak <= PEAK_SLACK * target
         ):
             break
+        if len(tried) == PEAK_ATTEMPTS - 1 and not lowest_asked and not _fitting(tried, target):
+            # the last compile: the plan the graphs predict lowest (a budget of 0 is
+            # refused by the graphs' search, naming it)
+            lowest_asked = True
+            settings = replace(settings, peak_bytes=0)
+            continue
         predicted = plan.peak_bytes or peak
         settings = replace(settings, peak_bytes=int(target * predicted / max(peak, 1)))
-    fits = [a for a in tried if a.plan is not None and (a.plan.compiled_peak_bytes or 0) <= target]
+    fits = _fitting(tried, target)
     if fits:
         return min(fits, key=_cost)
     if not tried:
         assert refused is not None
         raise refused
-    raise _missed(target, [a.plan for a in tried if a.plan is not None])
+    raise _missed(target, [a.plan for a in tried if a.plan is not None], lowest_asked)
 
 
 def hold_b1_peak(
@@ -142,6 +156,10 @@ def hold_b1_peak(
     return held if peak is not None and peak < plan.compiled_peak_bytes else kept
 
 
+def _fitting(tried: list[Attempt], target: int) -> list[Attempt]:
+    return [a for a in tried if a.plan is not None and (a.plan.compiled_peak_bytes or 0) <= target]
+
+
 def _cost(a: Attempt) -> tuple[float, int]:
     assert a.plan is not None
     return a.plan.total_recompute_cost, a.plan.compiled_peak_bytes or 0
@@ -151,12 +169,13 @@ def _same(a: Plan, b: Plan) -> bool:
     return a.saved == b.saved and a.recomputed_again == b.recomputed_again
 
 
-def _missed(target: int, tried: list[Plan]) -> BudgetTooSmallError:
+def _missed(target: int, tried: list[Plan], with_lowest: bool) -> BudgetTooSmallError:
     lowest = min(p.compiled_peak_bytes or 0 for p in tried)
+    which = ", the plan the graphs predict lowest among them" if with_lowest else ""
     return BudgetTooSmallError(
         f"peak memory budget {format_bytes(target)} ({target} bytes) is below the peak of "
-        f"the code Inductor generated for each of the {len(tried)} plan(s) tried (planned on "
-        "the graphs' predicted peak, which Inductor's fusion and reordering change); the "
-        f"lowest: {format_bytes(lowest)} ({lowest} bytes)",
+        f"the code Inductor generated for each of the {len(tried)} plan(s) tried{which} "
+        "(planned on the graphs' predicted peak, which Inductor's fusion and reordering "
+        f"change); the lowest: {format_bytes(lowest)} ({lowest} bytes)",
         lowest_peak_bytes=lowest,
     )
