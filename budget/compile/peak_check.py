@@ -66,6 +66,7 @@ def fit_compiled_peak(
     tried: list[Attempt] = []
     refused: BudgetTooSmallError | None = None
     lowest_asked = False
+    lowest_tried = False  # the plan predicted lowest was compiled (for the refusal's text)
     # each pass compiles once or is refused by the graphs' search (which names the lowest
     # prediction, planned for next): at most two passes a compile
     for n in range(2 * PEAK_ATTEMPTS):
@@ -77,6 +78,7 @@ def fit_compiled_peak(
             refused, lowest = e, e.lowest_peak_bytes
             tried_peaks = {a.plan.peak_bytes for a in tried if a.plan is not None}
             if lowest is None or lowest in tried_peaks:
+                lowest_tried = lowest_asked and lowest is not None
                 break
             settings = replace(settings, peak_bytes=lowest)  # the lowest predicted plan
             continue
@@ -86,8 +88,10 @@ def fit_compiled_peak(
                 return attempt  # nothing to check it on: the graphs' search stands
             break  # unchecked after a retry: not kept
         if any(_same(plan, a.plan) for a in tried if a.plan is not None):
+            lowest_tried = lowest_asked
             break  # the search came back to a plan it has compiled
         tried.append(attempt)
+        lowest_tried = lowest_asked
         peak = plan.compiled_peak_bytes
         if peak <= target and (
             plan.total_recompute_cost == 0 or target - peak <= PEAK_SLACK * target
@@ -107,7 +111,7 @@ def fit_compiled_peak(
     if not tried:
         assert refused is not None
         raise refused
-    raise _missed(target, [a.plan for a in tried if a.plan is not None], lowest_asked)
+    raise _missed(target, [a.plan for a in tried if a.plan is not None], lowest_tried)
 
 
 def hold_b1_peak(

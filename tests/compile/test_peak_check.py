@@ -171,6 +171,22 @@ def test_a_budget_the_lowest_prediction_misses_too_is_refused_saying_so():
     assert len({t for t in compiles.targets if t}) <= PEAK_ATTEMPTS
 
 
+def test_a_refusal_claims_the_lowest_prediction_only_where_it_was_compiled():
+    """Where the graphs' search refuses the budget of 0 without naming its lowest plan,
+    the three plans compiled are refused for, and the text does not claim the lowest."""
+    compiles = convnet()
+
+    def compile_with(s: PlanSettings) -> Attempt:
+        if s.peak_bytes == 0:
+            raise BudgetTooSmallError("no plan predicted that low")
+        return compiles(s)
+
+    with pytest.raises(BudgetTooSmallError, match="plan\\(s\\) tried \\(planned") as info:
+        fit_compiled_peak(settings(33 * MiB), compile_with)
+    assert info.value.lowest_peak_bytes == int(33.607 * MiB)
+    assert len(compiles.targets) == 3
+
+
 class FractionCompiles:
     """``compile_with`` for a graph whose b=0 plan is predicted at b=1's peak (100): at
     budget 1 the b=1 plan (compiled ``b1``, nothing recomputed); at budget 0 with no peak
