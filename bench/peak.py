@@ -75,7 +75,9 @@ def run(ex: Example, backend: Any, ctx: Any = None) -> Row:
             row.flops = backward_flops(step(*ex.args))
     except Exception as e:
         inner = root_error(e)
-        row.error = f"{type(inner).__name__}: {(str(inner).splitlines() or [''])[0][:120]}"
+        line = (str(inner).splitlines() or [""])[0]  # its head and its end (the lowest peak)
+        short = line if len(line) <= 160 else f"{line[:90]} ... {line[-70:]}"
+        row.error = f"{type(inner).__name__}: {short}"
     finally:
         ex.model.zero_grad(set_to_none=True)
     plans = getattr(backend, "plans", None)
