@@ -21,8 +21,10 @@ convolutions, attention) at its call (:func:`budget.estimators.memory.workspace_
 
 The step is the forward's code, then the backward's: the forward's inputs are resident
 (not counted), its outputs (the user's loss, held to the end, and the saved values) are
-handed over, the loss's gradient is allocated as the backward starts, and the gradients
-it returns are held to the end. This is the accounting of :mod:`budget.compile.peak`,
+handed over, the loss's gradient is allocated as the backward starts and held to its end
+(autograd's engine keeps the gradients it passes a node until the node returns, so the
+code's ``del tangents_1`` frees nothing), and the gradients it returns are held to the
+end. This is the accounting of :mod:`budget.compile.peak`,
 over the code that really runs. CPU wrapper code only (on CUDA the wrapper launches
 Triton kernels from another module, and allocates with the caching allocator).
 """
@@ -176,14 +178,15 @@ def compiled_peak(fw: CompiledGraph, bw: CompiledGraph | None, *, num_user_outpu
         handed = {name: v for name, v in zip(fw.outputs, outs, strict=False) if name is not None}
         del outs
         if bw_call is not None and bw is not None:
-            args = []
+            args, tangents = [], []
             for name in bw.inputs:
                 if name in handed:
                     args.append(handed[name])
                 elif name in inputs:
                     args.append(inputs[name])
                 elif name.startswith("tangents"):  # autograd makes it as the backward starts
-                    args.append(_meta(bw.values[name]))  # made in the mode: counted
+                    tangents.append(_meta(bw.values[name]))  # made in the mode: counted
+                    args.append(tangents[-1])
                 else:
                     raise CompiledCodeError(
                         f"the backward takes {name!r}, which the forward does not hand over"
@@ -195,7 +198,7 @@ def compiled_peak(fw: CompiledGraph, bw: CompiledGraph | None, *, num_user_outpu
                 raise CompiledCodeError(
                     f"Inductor's backward code failed on meta tensors: {e}"
                 ) from e
-            del args, grads
+            del args, grads, tangents  # autograd holds the tangents until the backward returns
         del held
     return live.peak
 

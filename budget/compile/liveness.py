@@ -112,8 +112,8 @@ def liveness_bound(
 
         # what is alive as the backward starts (before its first node) starts at -1
         bw_live = [(raw, -1, bend) for n in user for raw in raws(n)]
-        for t in tangents:
-            bw_live += [(raw, -1, last_of(t, -1)) for raw in raws(t)]
+        for t in tangents:  # autograd holds them until the backward returns
+            bw_live += [(raw, -1, bend) for raw in raws(t)]
         for n in walk:
             bw_live += [(raw, bpos[n], last_of(n, bpos[n])) for raw in raws(n)]
             for a in n.all_input_nodes:

@@ -9,8 +9,9 @@ lives from the node that makes it to the last node that reads it, and no longer:
 - every other tensor costs its storage once (views and ``getitem`` share their base's);
 - a forward output stays alive into the backward: the saved values until the backward
   node that last reads them, the user's outputs (the loss) to the end of the step;
-- the backward's tangents (the loss's gradient) are allocated as it starts, its outputs
-  (the gradients) live to its end.
+- the backward's tangents (the loss's gradient) are allocated as it starts and live to
+  its end (autograd's engine holds the gradients it passes a node until the node
+  returns), and so do its outputs (the gradients).
 
 The peak is the largest sum of live storages after any node has made its outputs and
 before anything it was the last reader of is freed. This is what the graphs ask for:
@@ -145,6 +146,9 @@ def predict_peak(
         for arg in node.all_input_nodes:
             for k in keys(arg, phase):
                 last[k] = max(last.get(k, i), i)
+        if node.op == "placeholder" and phase == "backward" and node.name.startswith("tangents"):
+            for k in keys(node, phase):  # autograd holds them until the backward returns
+                last[k] = end
         if node.op == "output":
             # The backward's outputs (gradients) and the forward's outputs the user holds
             # (the loss) live to the end; saved values until the backward's last read.

@@ -91,6 +91,23 @@ def test_wrapper_code_is_run_on_meta_tensors_as_it_allocates():
     assert compiled_peak(fw, bw) == 2 * KiB + 4 + 4 + 4 * KiB + 1 * KiB
 
 
+def test_the_tangents_are_held_until_the_backward_returns():
+    """The code deletes ``tangents_1`` after its last read, but autograd's engine holds the
+    gradients it passes the backward until it returns (a step's loss gradient is freed
+    after the last AccumulateGrad, in torch.profiler's events): a 1 KiB tangent is still
+    live when the backward makes its 4 KiB gradient and a 1 KiB product, with the 2 KiB
+    saved value and the loss: 8 KiB + 4 bytes."""
+    early_free = BACKWARD.replace(
+        "        args.clear()\n", "        args.clear()\n        del tangents_1\n", 1
+    ).replace("        del tangents_1\n        buf1", "        buf1")
+    assert early_free.index("del tangents_1") < early_free.index("buf0 =")
+    fw = CompiledGraph(FORWARD, ["x"], ["loss", "saved"], {"x": torch.empty(8, 8)})
+    bw = CompiledGraph(
+        early_free, ["saved", "tangents_1"], [None, None], {"tangents_1": torch.empty(256)}
+    )
+    assert compiled_peak(fw, bw) == 2 * KiB + 4 + 1 * KiB + 4 * KiB + 1 * KiB
+
+
 def test_code_it_cannot_run_is_an_error_saying_so():
     fw = CompiledGraph("x = 1\n", ["x"], [None], {"x": torch.empty(1)})
     with pytest.raises(CompiledCodeError, match="no Python call"):
