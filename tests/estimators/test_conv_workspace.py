@@ -49,14 +49,15 @@ SHAPES = [(8, 64, 128, 32, 3, 2), (2, 256, 256, 2, 3, 1), (8, 3, 64, 32, 3, 1)]
     "fmt", [torch.contiguous_format, torch.channels_last], ids=["NCHW", "NHWC"]
 )
 @pytest.mark.parametrize("shape", SHAPES, ids=["strided", "small-image", "stem"])
-def test_the_measured_workspace_covers_the_call_and_is_within_the_margin(fresh, shape, fmt):
-    """Each call is priced at what it allocates inside itself on this host, plus the
-    4 KiB margin: where the rule can be several times over (a 3-channel stem run
+def test_the_measured_workspace_is_what_the_call_allocates(fresh, shape, fmt):
+    """Each call is priced at what it allocates inside itself on this host (runs of a
+    call agree to the byte here, so no margin is added; 1 KiB of slack for a host whose
+    runs spread): where the rule can be several times over (a 3-channel stem run
     channels-last: 170 KiB of scratch allowance for a 19 KiB workspace)."""
     for op, args, out in _calls(*shape, fmt):
         measured = measure_workspace(lambda op=op, args=args: op(*args))
         estimate = workspace_bytes(op, args, out)
-        assert measured <= estimate <= measured + 2 * conv_workspace.MARGIN, (op, measured)
+        assert measured <= estimate <= measured + KiB, (op, measured)
 
 
 def test_fake_operands_are_priced_as_real_ones_and_measured_once(fresh, monkeypatch):
@@ -79,6 +80,33 @@ def test_fake_operands_are_priced_as_real_ones_and_measured_once(fresh, monkeypa
     monkeypatch.setattr(conv_workspace, "_MEMORY", {})
     meta = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
     assert workspace_bytes(op, meta, None, device="cpu") == from_fake
+
+
+def test_runs_that_spread_are_priced_above_the_largest_by_the_spread(fresh, monkeypatch):
+    """Where the profiled runs of a call disagree, the next run may go past the largest:
+    the estimate adds the spread (largest less smallest) to the largest."""
+    runs = iter([10 * KiB, 13 * KiB, 12 * KiB])
+    monkeypatch.setattr(
+        "budget.compile.measure.measure_workspace", lambda fn: next(runs), raising=True
+    )
+    (op, args, out), _ = _calls(2, 8, 8, 8, 3, 1, torch.contiguous_format)
+    assert workspace_bytes(op, args, out) == 13 * KiB + 3 * KiB
+
+
+def test_a_cache_file_of_the_old_format_is_measured_again(fresh):
+    """Entries written with the fixed 4 KiB margin (no "format" in the file) are not read:
+    the call is measured again and the file rewritten in the current format."""
+    (op, args, out), _ = _calls(2, 8, 8, 8, 3, 1, torch.contiguous_format)
+    now = workspace_bytes(op, args, out)
+    (path,) = fresh.glob("conv-workspace-*.json")
+    data = json.loads(path.read_text())
+    assert data["format"] == conv_workspace.FORMAT
+    del data["format"]
+    data["workspace"] = {k: v + 4 * KiB for k, v in data["workspace"].items()}
+    path.write_text(json.dumps(data))
+    conv_workspace._MEMORY.clear()
+    assert workspace_bytes(op, args, out) == now
+    assert json.loads(path.read_text())["format"] == conv_workspace.FORMAT
 
 
 def test_the_rule_prices_what_is_not_measured(fresh, monkeypatch):
@@ -130,4 +158,4 @@ def test_a_gradient_in_strides_of_its_own_is_priced_as_it_is_laid_out(fresh):
     bwd = (grad, x, w, [96], *args, [False, True, True])
     op = aten.convolution_backward.default
     measured = measure_workspace(lambda: op(*bwd))
-    assert measured <= workspace_bytes(op, bwd, None) <= measured + 2 * conv_workspace.MARGIN
+    assert measured <= workspace_bytes(op, bwd, None) <= measured + KiB
