@@ -13,8 +13,9 @@ monotonically (the bench convnet: plans predicted at 31.8 and 23.9 MiB compile t
 28.9), so where no compile has fit by the last attempt, the last one is of the plan the
 graphs predict lowest: a budget is refused only when that plan's code misses it too. It
 keeps the plan with the least recompute whose code fits; when none does it raises
-:class:`BudgetTooSmallError` naming the lowest compiled peak. Under a memory budget alone, :func:`hold_b1_peak` holds a convnet's plan to the
-b=1 plan's compiled peak. A compile is a callable here, so the search is tested without
+:class:`BudgetTooSmallError` naming the lowest compiled peak (and saying whether the plan
+the graphs predict lowest was among those compiled). Under a memory budget alone,
+:func:`hold_b1_peak` holds a convnet's plan to the b=1 plan's compiled peak. A compile is a callable here, so the search is tested without
 Inductor.
 """
 
@@ -65,8 +66,8 @@ def fit_compiled_peak(
         return compile_with(settings)
     tried: list[Attempt] = []
     refused: BudgetTooSmallError | None = None
+    lowest_named: int | None = None  # the lowest prediction a refusal by the graphs named
     lowest_asked = False
-    lowest_tried = False  # the plan predicted lowest was compiled (for the refusal's text)
     # each pass compiles once or is refused by the graphs' search (which names the lowest
     # prediction, planned for next): at most two passes a compile
     for n in range(2 * PEAK_ATTEMPTS):
@@ -76,9 +77,8 @@ def fit_compiled_peak(
             attempt = compile_with(settings)
         except BudgetTooSmallError as e:
             refused, lowest = e, e.lowest_peak_bytes
-            tried_peaks = {a.plan.peak_bytes for a in tried if a.plan is not None}
-            if lowest is None or lowest in tried_peaks:
-                lowest_tried = lowest_asked and lowest is not None
+            lowest_named = lowest if lowest is not None else lowest_named
+            if lowest is None or lowest in _predicted(tried):
                 break
             settings = replace(settings, peak_bytes=lowest)  # the lowest predicted plan
             continue
@@ -88,10 +88,8 @@ def fit_compiled_peak(
                 return attempt  # nothing to check it on: the graphs' search stands
             break  # unchecked after a retry: not kept
         if any(_same(plan, a.plan) for a in tried if a.plan is not None):
-            lowest_tried = lowest_asked
             break  # the search came back to a plan it has compiled
         tried.append(attempt)
-        lowest_tried = lowest_asked
         peak = plan.compiled_peak_bytes
         if peak <= target and (
             plan.total_recompute_cost == 0 or target - peak <= PEAK_SLACK * target
@@ -111,7 +109,8 @@ def fit_compiled_peak(
     if not tried:
         assert refused is not None
         raise refused
-    raise _missed(target, [a.plan for a in tried if a.plan is not None], lowest_tried)
+    with_lowest = lowest_named is not None and lowest_named in _predicted(tried)
+    raise _missed(target, [a.plan for a in tried if a.plan is not None], with_lowest)
 
 
 def hold_b1_peak(
@@ -158,6 +157,10 @@ def hold_b1_peak(
         return kept
     peak = held.plan.compiled_peak_bytes if held.plan is not None else None
     return held if peak is not None and peak < plan.compiled_peak_bytes else kept
+
+
+def _predicted(tried: list[Attempt]) -> set[int | None]:
+    return {a.plan.peak_bytes for a in tried if a.plan is not None}
 
 
 def _fitting(tried: list[Attempt], target: int) -> list[Attempt]:

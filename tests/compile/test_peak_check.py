@@ -152,7 +152,7 @@ def test_where_the_scaled_retries_miss_the_last_compile_is_of_the_lowest_predict
     compiles = convnet()
     kept = fit_compiled_peak(settings(33 * MiB), compiles)
     assert kept.compiled == "21.784"
-    assert [c for c in compiles.targets[:3]] == [
+    assert compiles.targets[:3] == [
         33 * MiB,
         int(33 * MiB * int(32.414 * MiB) / int(36.787 * MiB)),
         int(33 * MiB * int(28.783 * MiB) / int(34.534 * MiB)),
@@ -168,7 +168,25 @@ def test_a_budget_the_lowest_prediction_misses_too_is_refused_saying_so():
     with pytest.raises(BudgetTooSmallError, match="predict lowest among them") as info:
         fit_compiled_peak(settings(28 * MiB), compiles)
     assert info.value.lowest_peak_bytes == int(29.660 * MiB)
-    assert len({t for t in compiles.targets if t}) <= PEAK_ATTEMPTS
+    assert compiles.targets == [
+        28 * MiB,
+        int(28 * MiB * int(27.657 * MiB) / int(33.607 * MiB)),
+        int(28 * MiB * int(22.860 * MiB) / int(29.660 * MiB)),  # refused: under 21.784
+        int(21.784 * MiB),
+        0,  # refused naming 21.784, compiled already
+    ]
+
+
+def test_a_budget_below_every_prediction_whose_lowest_plan_misses_says_so():
+    """90 is under every prediction: the graphs' search refuses it naming 100, and 'mm'
+    (predicted 100) compiles to 130; the retry at 90 * 100/130 is refused naming 100
+    again, compiled already. The refusal says the lowest prediction was among the plans
+    tried, as where the last compile asked for it."""
+    compiles = Compiles(("mm", 100, 130, 1.0), ("gelu", 140, 120, 0.5))
+    with pytest.raises(BudgetTooSmallError, match="predict lowest among them") as info:
+        fit_compiled_peak(settings(90), compiles)
+    assert info.value.lowest_peak_bytes == 130
+    assert compiles.targets == [90, 100, int(90 * 100 / 130)]
 
 
 def test_a_refusal_claims_the_lowest_prediction_only_where_it_was_compiled():
