@@ -15,8 +15,8 @@ graphs predict lowest: a budget is refused only when that plan's code misses it 
 keeps the plan with the least recompute whose code fits; when none does it raises
 :class:`BudgetTooSmallError` naming the lowest compiled peak (and saying whether the plan
 the graphs predict lowest was among those compiled). Under a memory budget alone,
-:func:`hold_b1_peak` holds a convnet's plan to the b=1 plan's compiled peak. A compile is a callable here, so the search is tested without
-Inductor.
+:func:`hold_b1_peak` holds a convnet's plan to the b=1 plan's compiled peak. A compile is
+a callable here, so the search is tested without Inductor.
 """
 
 from __future__ import annotations
