@@ -137,6 +137,29 @@ def attention_workspace_bytes(forward: bool, args: tuple | list) -> int:
     return threads * per_thread + copies + max(128, 4 * t_len)
 
 
+def wrapped_scalar_bytes(func: object, args: tuple | list, out: object) -> int:
+    """A graph run op by op (``compiler="eager"``) calls ``aten.mul.Tensor(x, 0.5)`` with a
+    Python number where the op takes a Tensor: torch wraps it in a 0-dim tensor for the
+    call (8 bytes: double or int64) and the op casts that to its dtype (the output's
+    itemsize; none where they agree, so a bound), both freed when it returns. 12 bytes
+    at a float32 op: the built-in GPT's step under the eager compiler peaks inside one
+    (torch.profiler: 8 bytes as the call is made, 4 in ``aten::_to_copy``). Operands that
+    are tensors already (a run on fake or meta tensors sees the wrapped tensor) cost
+    nothing here."""
+    if not isinstance(func, OpOverload):
+        return 0
+    slots = func._schema.arguments
+    wrapped = sum(
+        1
+        for slot, arg in zip(slots, args, strict=False)
+        if isinstance(arg, (bool, int, float)) and str(slot.type) == "Tensor"
+    )
+    if not wrapped:
+        return 0
+    cast = out.dtype.itemsize if isinstance(out, torch.Tensor) else 8
+    return wrapped * (8 + cast)
+
+
 def is_channels_last(t: object) -> bool:
     """Whether ``t`` is a 4-d tensor laid out channels-last and not also contiguous."""
     return (
@@ -186,7 +209,8 @@ def workspace_bytes(
     CPU flash attention (``_scaled_dot_product_flash_attention_for_cpu`` and its backward)
     allocates per-thread blocks: :func:`attention_workspace_bytes`. ``prims.fma`` (in the
     decomposed softmax backward) run op by op makes its product before the sum: one
-    output's bytes (a T5 step under ``compiler="eager"`` peaks inside one).
+    output's bytes (a T5 step under ``compiler="eager"`` peaks inside one). A Python
+    number where an op takes a Tensor: :func:`wrapped_scalar_bytes`.
 
     Other ops and devices: 0. ``device``: the device the op runs on, by default its first
     operand's (given where the operands are ``meta`` tensors standing in for CPU ones).
@@ -204,7 +228,7 @@ def workspace_bytes(
     if isinstance(func, OpOverload) and func.name() == _FMA and isinstance(out, torch.Tensor):
         return tensor_bytes(out)  # run eagerly as a * b, then + c: the product is a temporary
     if func not in _CONVOLUTIONS:
-        return 0
+        return wrapped_scalar_bytes(func, args, out)
     forward = func is aten.convolution.default
     x, w = (args[0], args[1]) if forward else (args[1], args[2])
     if channels_last is None:

@@ -42,13 +42,14 @@ def test_measure_peak_sees_a_known_allocation():
 @pytest.mark.parametrize("name,opts", [("gpt", SMALL_GPT), ("mlp", {})])
 def test_eager_prediction_equals_measurement(name, opts, b):
     """compiler="eager" runs the partitioned graphs op by op: the predicted peak is what
-    the allocator sees (to a few bytes of scalars)."""
+    the allocator sees, to the byte (the Python numbers an op wraps as 0-dim tensors and
+    the loss's gradient, held to the backward's end, included: both were once under)."""
     ex = get_builtin(name, **opts)
     step, be = _compiled(ex, "eager", memory_budget=b)
     measured = measure_peak(step, *ex.args)
     (plan,) = be.plans
     assert plan.peak_bytes is not None
-    assert abs(plan.peak_bytes - measured) <= 1024 + 0.002 * measured, (plan.peak_bytes, measured)
+    assert plan.peak_bytes == measured
 
 
 @pytest.mark.parametrize("b", [1.0, 0.0])
