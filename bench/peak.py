@@ -4,8 +4,11 @@ For each model and compiler, at torch's fractions b: the step compiled with torc
 memory-budget partitioner (Inductor: ``torch.compile(step)``; eager:
 ``backend="aot_eager_decomp_partition"``) under ``activation_memory_budget=b``, and with
 ``budget.backend(b)``; then budget at peak targets between the lowest and the highest peak
-its plans predict, and at 0.5x and 0.7x the b=1 plan's measured peak (issue 11's targets
-for the lowest reachable peak: 0.5x on the GPT, 0.7x on the convnet). Each step's peak is measured by ``budget.compile.measure.measure_peak``
+its plans predict, at 0.5x and 0.7x the b=1 plan's measured peak (issue 11's targets
+for the lowest reachable peak: 0.5x on the GPT, 0.7x on the convnet), and at each torch
+fraction's measured peak (marked ``= torch b``: a target torch's step meets to the byte,
+so budget must meet it with no more recompute). Each step's peak is measured by
+``budget.compile.measure.measure_peak``
 (CPU: torch.profiler's memory events over one warmed-up step, above what was resident;
 CUDA: max_memory_allocated). Reported: measured peak, budget's predicted peak and its
 error, backward FLOPs (FlopCounterMode, gaps filled as in bench/pareto.py), and checks:
@@ -143,13 +146,16 @@ def bench(name: str, compiler: str) -> tuple[list[str], list[tuple[str, bool]]]:
     ]
     targets = {lo + (hi - lo) * k // 4 + (1 if k == 0 else 0) for k in (0, 1, 2, 3)}
     targets |= {int(ref * 0.5), int(ref * 0.7)}
+    torch_peaks = {t.measured: b for b, t in torch_rows.items() if t.measured}
+    targets |= set(torch_peaks)
     for target in sorted(targets):
         o = run(ex, budget.backend(compiler=compiler, peak_memory_budget=f"{target}B"))
         fits = [b for b, t in torch_rows.items() if t.measured is not None and t.measured <= target]
         best = min(fits, key=lambda b: torch_rows[b].flops or 0) if fits else None
         tf = torch_rows[best].flops if best is not None else None
+        mark = f" = torch b={torch_peaks[target]:g}" if target in torch_peaks else ""
         lines.append(
-            f"| {mib(target)} | {mib(o.measured)} | {mib(o.predicted)} | {mib(o.compiled)} | "
+            f"| {mib(target)}{mark} | {mib(o.measured)} | {mib(o.predicted)} | {mib(o.compiled)} | "
             f"{(o.flops or 0) / 1e9:.3f} | {'-' if best is None else f'{best:g}'} | "
             f"{'-' if tf is None else f'{tf / 1e9:.3f}'} |"
         )
