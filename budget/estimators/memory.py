@@ -138,26 +138,38 @@ def attention_workspace_bytes(forward: bool, args: tuple | list) -> int:
 
 
 def wrapped_scalar_bytes(func: object, args: tuple | list, out: object) -> int:
-    """A graph run op by op (``compiler="eager"``) calls ``aten.mul.Tensor(x, 0.5)`` with a
-    Python number where the op takes a Tensor: torch wraps it in a 0-dim tensor for the
-    call (8 bytes: double or int64) and the op casts that to its dtype (the output's
-    itemsize; none where they agree, so a bound), both freed when it returns. 12 bytes
-    at a float32 op: the built-in GPT's step under the eager compiler peaks inside one
-    (torch.profiler: 8 bytes as the call is made, 4 in ``aten::_to_copy``). Operands that
-    are tensors already (a run on fake or meta tensors sees the wrapped tensor) cost
-    nothing here."""
+    """A Python number an op takes as a Tensor (``aten.mul.Tensor(x, 0.5)``, as a graph run
+    op by op calls it) or as the ``other`` Scalar of a binary op (``aten.ge.Scalar(x,
+    0.5)``) is wrapped in a 0-dim tensor for the call (8 bytes: double or int64; 1: bool),
+    which the op casts to the dtype it computes in where they differ (the output's, or
+    the operand's where the output is not floating: a comparison), both freed when it
+    returns: 12 bytes at a float32 op. torch.profiler, per op (torch 2.13, CPU): mul, add,
+    sub, div, rsub and comparisons wrap; clamp, pow, fill, masked_fill, leaky_relu,
+    hardtanh and threshold_backward take their Scalars as they are. The built-in GPT's
+    step under the eager compiler peaks inside such a mul. Tensors (a run on fake or meta
+    tensors sees a wrapped tensor where one was made) cost nothing here, nor does a
+    tensor operand the op casts to another dtype (an int32 tensor times 0.5: 256 bytes
+    more for 64 elements; decomposed graphs make such casts nodes of their own)."""
     if not isinstance(func, OpOverload):
         return 0
-    slots = func._schema.arguments
-    wrapped = sum(
-        1
-        for slot, arg in zip(slots, args, strict=False)
-        if isinstance(arg, (bool, int, float)) and str(slot.type) == "Tensor"
-    )
-    if not wrapped:
-        return 0
-    cast = out.dtype.itemsize if isinstance(out, torch.Tensor) else 8
-    return wrapped * (8 + cast)
+    operand = next((a for a in args if isinstance(a, torch.Tensor)), None)
+    total = 0
+    for slot, arg in zip(func._schema.arguments, args, strict=False):
+        kind = str(slot.type)
+        if not isinstance(arg, (bool, int, float)) or not (
+            kind == "Tensor" or (kind == "number" and slot.name == "other")
+        ):
+            continue
+        wrapped = (
+            torch.bool
+            if isinstance(arg, bool)
+            else (torch.int64 if isinstance(arg, int) else torch.float64)
+        )
+        target = out.dtype if isinstance(out, torch.Tensor) else wrapped
+        if not target.is_floating_point and operand is not None:
+            target = operand.dtype
+        total += wrapped.itemsize + (target.itemsize if target != wrapped else 0)
+    return total
 
 
 def is_channels_last(t: object) -> bool:
