@@ -33,7 +33,9 @@ from unittest import mock
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
+from ..compile import _torch_private as T
 from ..compile.live import LiveStorages
 from ..core.plan import LivePoint
 from .fake import fake_step
@@ -73,6 +75,37 @@ class _Live(LiveStorages):
         self.timeline.append(LivePoint(f"{name}_{k}" if k else name, phase, self.live))
 
 
+class _SavedNumbers(TorchFunctionMode):
+    """Counts the 0-dim tensor autograd saves for a Python number (``x * 0.5`` saves 0.5 as
+    an 8-byte double for the backward of x; ``x / 3`` too): torch wraps the number above
+    the dispatcher, so no op call makes it and the saved-tensor hooks never see it. Its
+    storage is counted from the call until autograd lets it go (after the node's backward
+    runs), as :class:`_Live` counts any storage. Only the slot the number was given in is
+    read: reading another (a saved activation) would run its unpack hook."""
+
+    def __init__(self, live: _Live) -> None:
+        super().__init__()
+        self.live = live
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        slots = [
+            name
+            for name, arg in (("_saved_self", args[:1]), ("_saved_other", args[1:2]))
+            if arg and isinstance(arg[0], (bool, int, float))
+        ]
+        node = getattr(out, "grad_fn", None) if slots and isinstance(out, torch.Tensor) else None
+        for name in slots if node is not None else ():
+            saved = getattr(node, name, None)
+            if (
+                isinstance(saved, torch.Tensor)
+                and saved.dim() == 0
+                and not isinstance(saved, T.FakeTensor)
+            ):
+                self.live.count(saved.untyped_storage())
+        return out
+
+
 def simulate(
     model: nn.Module,
     run: Callable[..., torch.Tensor],
@@ -103,6 +136,7 @@ def simulate(
             fake.mode,
             reads_as_traced(trace.reads) if trace is not None else contextlib.nullcontext(),
             live,
+            _SavedNumbers(live),
         ):
             loss = run(*fake.args, **fake.kwargs)
             seed = torch.ones_like(loss)  # backward()'s own seed, made before it starts
