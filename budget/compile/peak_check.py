@@ -6,9 +6,15 @@ graphs, so the step peaks elsewhere: 8-18% under the prediction on the built-in 
 over it on T5. Each compile therefore reads the peak of its generated code
 (:mod:`budget.compile.compiled_peak`, ``plan.compiled_peak_bytes``), and
 :func:`fit_compiled_peak` plans and compiles again where that peak misses the budget, or
-leaves more than ``PEAK_SLACK`` of it unused (recompute left on the table): each time for
-the budget scaled by the last plan's ratio of predicted to compiled peak, at most
-``PEAK_ATTEMPTS`` compiles in all. The compiled peak does not follow the prediction
+leaves more than ``PEAK_SLACK`` of it unused (recompute left on the table), at most
+``PEAK_ATTEMPTS`` new plans compiled: for the budget scaled by the last plan's ratio of
+predicted to compiled peak; once one graphs' target gave a plan whose code fits and a
+higher one a plan whose code misses, for the midpoint between (a cheaper plan that fits
+can only be predicted there); where a plan compiled before comes back with room to
+spare, for the target it came back at raised by that room (the built-in GPT at 46.58
+MiB: 17.985 GFLOP, then 17.448; torch's b=0.6 step peaks there at 17.717). A search
+that comes back to a compiled plan twice, or once inside that interval, stops: each
+costs a compile. The compiled peak does not follow the prediction
 monotonically (the bench convnet: plans predicted at 31.8 and 23.9 MiB compile to 37.5 and
 28.9), so where no compile has fit by the last attempt, the last one is of the plan the
 graphs predict lowest: a budget is refused only when that plan's code misses it too. It
@@ -68,11 +74,17 @@ def fit_compiled_peak(
     refused: BudgetTooSmallError | None = None
     lowest_named: int | None = None  # the lowest prediction a refusal by the graphs named
     lowest_asked = False
+    # the graphs' targets tried so far: the highest whose plan's code fits the budget, the
+    # lowest above it whose plan's code misses (between them: bisection)
+    fit_at: int | None = None
+    miss_at: int | None = None
+    revisits = 0  # compiles of a plan compiled before (a graphs' target that found no new one)
     # each pass compiles once or is refused by the graphs' search (which names the lowest
     # prediction, planned for next): at most two passes a compile
     for n in range(2 * PEAK_ATTEMPTS):
         if len(tried) == PEAK_ATTEMPTS:
             break
+        asked = settings.peak_bytes
         try:
             attempt = compile_with(settings)
         except BudgetTooSmallError as e:
@@ -87,22 +99,36 @@ def fit_compiled_peak(
             if n == 0:
                 return attempt  # nothing to check it on: the graphs' search stands
             break  # unchecked after a retry: not kept
-        if any(_same(plan, a.plan) for a in tried if a.plan is not None):
-            break  # the search came back to a plan it has compiled
-        tried.append(attempt)
         peak = plan.compiled_peak_bytes
-        if peak <= target and (
-            plan.total_recompute_cost == 0 or target - peak <= PEAK_SLACK * target
-        ):
+        if asked is not None and asked > 0:
+            # the graphs' search gives this plan for every target from its prediction up
+            # to ``asked``: a cheaper one can only be found above ``asked``, and not
+            # above a plan that misses (it gives that plan or a dearer one)
+            if peak <= target:
+                fit_at = max(fit_at or 0, asked)
+            else:
+                bound = min(asked, plan.peak_bytes or asked)
+                miss_at = bound if miss_at is None else min(miss_at, bound)
+        again = any(_same(plan, a.plan) for a in tried if a.plan is not None)
+        revisits += again
+        if not again:
+            tried.append(attempt)
+            if peak <= target and (
+                plan.total_recompute_cost == 0 or target - peak <= PEAK_SLACK * target
+            ):
+                break
+            if len(tried) == PEAK_ATTEMPTS - 1 and not lowest_asked and not _fitting(tried, target):
+                # the last compile: the plan the graphs predict lowest (a budget of 0 is
+                # refused by the graphs' search, naming it)
+                lowest_asked = True
+                settings = replace(settings, peak_bytes=0)
+                continue
+        if again and (revisits > 1 or (fit_at is not None and miss_at is not None)):
+            break  # no new plan where one was likeliest: more compiles would be wasted
+        ahead = _next_target(target, asked, plan.peak_bytes or peak, peak, fit_at, miss_at, again)
+        if ahead is None:
             break
-        if len(tried) == PEAK_ATTEMPTS - 1 and not lowest_asked and not _fitting(tried, target):
-            # the last compile: the plan the graphs predict lowest (a budget of 0 is
-            # refused by the graphs' search, naming it)
-            lowest_asked = True
-            settings = replace(settings, peak_bytes=0)
-            continue
-        predicted = plan.peak_bytes or peak
-        settings = replace(settings, peak_bytes=int(target * predicted / max(peak, 1)))
+        settings = replace(settings, peak_bytes=ahead)
     fits = _fitting(tried, target)
     if fits:
         return min(fits, key=_cost)
@@ -157,6 +183,33 @@ def hold_b1_peak(
         return kept
     peak = held.plan.compiled_peak_bytes if held.plan is not None else None
     return held if peak is not None and peak < plan.compiled_peak_bytes else kept
+
+
+def _next_target(
+    target: int,
+    asked: int | None,
+    predicted: int,
+    peak: int,
+    fit_at: int | None,
+    miss_at: int | None,
+    again: bool,
+) -> int | None:
+    """The graphs' target to plan for next, after a plan predicted at ``predicted`` whose
+    code peaks at ``peak`` (asked for at ``asked``; ``again``: a plan compiled before), or
+    None to stop. Between a graphs' target whose code fits and one whose code misses, the
+    midpoint; else the budget scaled by the plan's ratio of predicted to compiled peak
+    (the graphs' search then picks the cheapest plan under it). Where that brings back a
+    plan compiled before whose code fits with room to spare, the target it was asked for
+    is raised by the same room (the next cheaper plan is predicted above it)."""
+    if fit_at is not None and miss_at is not None:
+        middle = (fit_at + miss_at) // 2
+        return middle if fit_at < middle < miss_at else None
+    if not again:
+        return int(target * predicted / max(peak, 1))
+    if asked is None or peak > target:
+        return None  # came back to a plan that misses: nothing below it to try
+    raised = int(asked * target / max(peak, 1))
+    return raised if raised > asked else None
 
 
 def _predicted(tried: list[Attempt]) -> set[int | None]:
