@@ -106,7 +106,9 @@ def fit_compiled_peak(
             # above a plan that misses (it gives that plan or a dearer one)
             if peak <= target:
                 fit_at = max(fit_at or 0, asked)
-            else:
+                if miss_at is not None and miss_at <= fit_at:
+                    miss_at = None  # not monotonic: the miss below says nothing above
+            elif fit_at is None or asked > fit_at:
                 bound = min(asked, plan.peak_bytes or asked)
                 miss_at = bound if miss_at is None else min(miss_at, bound)
         again = any(_same(plan, a.plan) for a in tried if a.plan is not None)
