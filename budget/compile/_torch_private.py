@@ -67,6 +67,11 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "functorch_config": ("torch._functorch.config", None),
     "fx_graph_cse": ("torch._functorch.compile_utils", "fx_graph_cse"),
     "is_opaque_node": ("torch._functorch._aot_autograd.graph_compile", "is_opaque_node"),
+    # what each of a graph's outputs is for (compile/peak.py: input mutations)
+    "InputMutationAOTOutput": (
+        "torch._functorch._aot_autograd.descriptors",
+        "InputMutationAOTOutput",
+    ),
     "make_boxed_func": ("torch._functorch.aot_autograd", "make_boxed_func"),
     # dynamo: the backend and preview entry points
     "aot_autograd": ("torch._dynamo.backends.common", "aot_autograd"),
@@ -105,6 +110,7 @@ if TYPE_CHECKING:
     from torch._dynamo.exc import BackendCompilerFailed
     from torch._dynamo.utils import counters
     from torch._functorch import config as functorch_config
+    from torch._functorch._aot_autograd.descriptors import InputMutationAOTOutput
     from torch._functorch._aot_autograd.graph_compile import is_opaque_node
     from torch._functorch.aot_autograd import make_boxed_func
     from torch._functorch.compile_utils import fx_graph_cse
@@ -153,6 +159,19 @@ def memory_events(prof: Any) -> list[tuple[int, int]]:
         for e in prof.profiler.kineto_results.events()
         if e.name() == "[memory]" and e.device_type() == cpu
     ]
+
+
+def input_mutation_outputs(output: Any) -> frozenset[int]:
+    """Positions, among an AOTAutograd graph's ``output`` node's outputs, of the new values
+    of mutated inputs: AOTAutograd's runtime copies each into its input as the graph
+    returns and drops it (BatchNorm's running statistics under a compiler that keeps no
+    mutation in the graph). Read off the node's output descriptors (``meta["desc"]``);
+    empty where it has none."""
+    descs = output.meta.get("desc")
+    if not isinstance(descs, (list, tuple)):
+        return frozenset()
+    kind = __getattr__("InputMutationAOTOutput")
+    return frozenset(i for i, d in enumerate(descs) if isinstance(d, kind))
 
 
 def __getattr__(name: str) -> Any:
@@ -204,6 +223,7 @@ __all__ = [
     # budget's own
     "boykov_kolmogorov_cuts",
     "frame_code",
+    "input_mutation_outputs",
     "memory_events",
     # loaded with torch
     "DataDependentOutputException",
@@ -224,6 +244,7 @@ __all__ = [
     "FakeTensor",
     "FunctionalTensor",
     "GraphLowering",
+    "InputMutationAOTOutput",
     "NodeInfo",
     "OutputCode",
     "TorchDispatchMode",

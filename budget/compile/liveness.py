@@ -54,6 +54,14 @@ def liveness_bound(
     output = next(iter(graph.find_nodes(op="output")))
     outs = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
     user = [a for a in outs[:num_fwd_outputs] if isinstance(a, fx.Node) and a in fpos]
+    # the new values of mutated inputs are copied into them as the forward returns: they
+    # run in every forward but are not held into the backward (compile/peak.py)
+    dropped = T.input_mutation_outputs(output)
+    held = [
+        a
+        for j, a in enumerate(outs[:num_fwd_outputs])
+        if isinstance(a, fx.Node) and a in fpos and j not in dropped
+    ]
 
     # storages of the values a plan may save: their bytes, members, first forward step
     key: dict[int, int] = {}
@@ -111,7 +119,7 @@ def liveness_bound(
             return max((bpos[u] for u in n.users if u in bpos), default=default)
 
         # what is alive as the backward starts (before its first node) starts at -1
-        bw_live = [(raw, -1, bend) for n in user for raw in raws(n)]
+        bw_live = [(raw, -1, bend) for n in held for raw in raws(n)]
         for t in tangents:  # autograd holds them until the backward returns
             bw_live += [(raw, -1, bend) for raw in raws(t)]
         for n in walk:

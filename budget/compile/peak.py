@@ -8,7 +8,10 @@ lives from the node that makes it to the last node that reads it, and no longer:
   step: they cost nothing here, and neither does a view of them;
 - every other tensor costs its storage once (views and ``getitem`` share their base's);
 - a forward output stays alive into the backward: the saved values until the backward
-  node that last reads them, the user's outputs (the loss) to the end of the step;
+  node that last reads them, the user's outputs (the loss) to the end of the step; the
+  new values of mutated inputs (BatchNorm's running statistics, where the compiler keeps
+  no mutation in the graph: ``compiler="eager"``) only to the forward's end, where
+  AOTAutograd copies them into their inputs;
 - the backward's tangents (the loss's gradient) are allocated as it starts and live to
   its end (autograd's engine holds the gradients it passes a node until the node
   returns), and so do its outputs (the gradients).
@@ -33,6 +36,7 @@ import torch.fx as fx
 from ..core.plan import LivePoint
 from ..estimators.memory import workspace_bytes
 from ..estimators.values import storage_of, tensors
+from ._torch_private import input_mutation_outputs
 
 
 @dataclass
@@ -152,8 +156,15 @@ def predict_peak(
         if node.op == "output":
             # The backward's outputs (gradients) and the forward's outputs the user holds
             # (the loss) live to the end; saved values until the backward's last read.
+            # The new values of mutated inputs (first among the forward's outputs) are
+            # copied into their inputs as the forward returns and dropped.
             outputs = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
-            held = outputs if phase == "backward" else outputs[:num_user_outputs]
+            dropped = input_mutation_outputs(node) if phase == "forward" else frozenset()
+            held = [
+                arg
+                for j, arg in enumerate(outputs)
+                if phase == "backward" or (j < num_user_outputs and j not in dropped)
+            ]
             for arg in held:
                 if isinstance(arg, fx.Node):
                     for k in keys(arg, phase):

@@ -39,29 +39,20 @@ def test_measure_peak_sees_a_known_allocation():
 
 
 @pytest.mark.parametrize("b", [1.0, 0.5, 0.0])
-@pytest.mark.parametrize("name,opts", [("gpt", SMALL_GPT), ("mlp", {})])
+@pytest.mark.parametrize("name,opts", [("gpt", SMALL_GPT), ("mlp", {}), ("resnet", SMALL_RESNET)])
 def test_eager_prediction_equals_measurement(name, opts, b):
     """compiler="eager" runs the partitioned graphs op by op: the predicted peak is what
-    the allocator sees, to the byte (the Python numbers an op wraps as 0-dim tensors and
-    the loss's gradient, held to the backward's end, included: both were once under)."""
+    the allocator sees, to the byte (each was once under or over: the Python numbers an
+    op wraps as 0-dim tensors and the loss's gradient, held to the backward's end; the
+    resnet's BatchNorm running statistics, which the forward returns and AOTAutograd
+    copies into the buffers and drops before the backward; the convolutions' workspace,
+    profiled per call)."""
     ex = get_builtin(name, **opts)
     step, be = _compiled(ex, "eager", memory_budget=b)
     measured = measure_peak(step, *ex.args)
     (plan,) = be.plans
     assert plan.peak_bytes is not None
     assert plan.peak_bytes == measured
-
-
-@pytest.mark.parametrize("b", [1.0, 0.0])
-def test_eager_prediction_of_a_convnet_is_over_by_at_most_kernel_scratch(b):
-    """CPU convolutions allocate workspace inside the kernel that no graph value shows.
-    The peak model adds an upper estimate of it (workspace_bytes): on a convnet this
-    small, oneDNN's scratch allowance is most of the error, and nothing else is over."""
-    ex = get_builtin("resnet", **SMALL_RESNET)
-    step, be = _compiled(ex, "eager", memory_budget=b)
-    measured = measure_peak(step, *ex.args)
-    predicted = be.plans[0].peak_bytes
-    assert measured <= predicted <= 1.05 * measured + conv_scratch_allowance()
 
 
 @pytest.mark.slow

@@ -70,6 +70,7 @@ LAZY = {
     "functorch_config": "torch._functorch.config",
     "fx_graph_cse": "torch._functorch.compile_utils",
     "is_opaque_node": "torch._functorch._aot_autograd.graph_compile",
+    "InputMutationAOTOutput": "torch._functorch._aot_autograd.descriptors",
     "make_boxed_func": "torch._functorch.aot_autograd",
     "aot_autograd": "torch._dynamo.backends.common",
     "boxed_nop": "torch._dynamo.backends.debugging",
@@ -91,7 +92,12 @@ LAZY = {
     "FakeTensor": "torch._subclasses.fake_tensor",
     "FunctionalTensor": "torch._subclasses.functional_tensor",
 }
-OWN = {"boykov_kolmogorov_cuts", "frame_code", "memory_events"}  # budget's own helpers
+OWN = {
+    "boykov_kolmogorov_cuts",
+    "frame_code",
+    "input_mutation_outputs",
+    "memory_events",
+}  # budget's own helpers
 # exports named differently from torch's private originals
 ALIASES = {"reparametrize_module": "_reparametrize_module", "sac_is_compiling": "_is_compiling"}
 

@@ -8,13 +8,19 @@ import copy
 import pytest
 import torch
 from helpers.small import small_gpt, small_mlp, small_resnet
-from helpers.steps import conv_scratch_allowance
 
 import budget
 import budget.eager
 from budget.compile.measure import measure_peak
 
-EXACT = {"gpt": small_gpt, "gpt-dropout": lambda: small_gpt(0.1), "mlp": small_mlp}
+# the resnet: its convolutions' workspace is profiled per call (budget.estimators), so the
+# prediction holds to the byte there too
+EXACT = {
+    "gpt": small_gpt,
+    "gpt-dropout": lambda: small_gpt(0.1),
+    "mlp": small_mlp,
+    "resnet": small_resnet,
+}
 
 
 def _measured(ex) -> int:
@@ -35,18 +41,6 @@ def test_predicted_peak_is_the_measured_one(name, b):
     # checkpointed modules run their forward again inside the backward
     assert ("recompute" in phases) == (plan.recompute_flops > 0)
     assert {"forward", "backward"} <= phases
-
-
-def test_convnet_prediction_is_not_under_and_over_by_at_most_kernel_scratch():
-    """CPU convolutions allocate workspace inside the kernel, which fake tensors do not
-    show; the prediction adds a conservative estimate of it (budget.eager.peak), whose
-    scratch allowance is most of the error on a convnet this small."""
-    ex = small_resnet()
-    for b in (1.0, 0.0):
-        plan = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=b)
-        measured = _measured(ex)
-        assert measured <= plan.peak_bytes <= 1.05 * measured + conv_scratch_allowance()
-        budget.unapply(ex.model)
 
 
 def test_prediction_changes_nothing_real():
