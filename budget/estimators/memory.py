@@ -231,9 +231,9 @@ def workspace_bytes(
     = "measure"``, or ``measure=True``) a 2-d convolution's workspace is measured on this
     host (:mod:`budget.estimators.conv_workspace`), since oneDNN picks its path by CPU;
     ``measure=False`` or ``conv_workspace = "rule"`` gives the rule."""
-    if not args or not isinstance(args[0], torch.Tensor):
-        return 0
-    if (device or args[0].device.type) != "cpu":
+    # the first tensor operand says where the op runs (a number may come first: sub(1, x))
+    first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+    if first is None or (device or first.device.type) != "cpu":
         return 0
     if func in _ATTENTIONS:
         return attention_workspace_bytes(func is _ATTENTIONS[0], args)

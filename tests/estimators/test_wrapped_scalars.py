@@ -25,6 +25,9 @@ CALLS = {
     "mul.Tensor bool": (aten.mul.Tensor, (mask, True)),
     "add.Tensor int64 (no cast)": (aten.add.Tensor, (longs, 1)),
     "sub.Tensor": (aten.sub.Tensor, (x, 1.0)),
+    # a number first (a decomposed 1 - x: Llama's SiLU backward, which a step peaks in)
+    "sub.Tensor of a number and a tensor": (aten.sub.Tensor, (1, x)),
+    "add.Tensor of a number and a tensor": (aten.add.Tensor, (1.0, x)),
     "div.Tensor": (aten.div.Tensor, (x, 2)),
     "mul.Scalar": (aten.mul.Scalar, (x, 0.5)),
     "div.Scalar": (aten.div.Scalar, (x, 2.0)),
