@@ -348,11 +348,13 @@ def test_solve_peak_search_exact_proves_its_plan_and_needs_a_peak(capsys):
 
 
 @pytest.mark.slow
-def test_solve_compile_shows_the_peak_of_the_generated_code_and_checks_a_budget_on_it(capsys):
+def test_solve_compile_shows_the_peak_of_the_generated_code_and_checks_a_budget_on_it(
+    capsys, tmp_path
+):
     """--compile makes the plan training makes: its report has the compiled peak, and a
     --peak is checked on that peak, which the profiler measures. The graphs' prediction
     of the GPT is 9-22% over it: 95% of the lowest predicted peak is refused by a
-    preview and met by the compiled step."""
+    preview, met by the compiled step, and by training with the plan file it writes."""
     import torch
 
     from budget.compile.measure import measure_peak
@@ -368,12 +370,15 @@ def test_solve_compile_shows_the_peak_of_the_generated_code_and_checks_a_budget_
     target = int(0.95 * refused.value.lowest_peak_bytes)
     code, out, err = run(["solve", *gpt, "--peak", f"{target}B"], capsys)
     assert code == 2 and "lowest predicted peak" in out + err
+    plan_file = tmp_path / "plan.json"
     argv = ["solve", *gpt, "--compile", "--peak", f"{target}B", "--format=json"]
-    code, out, _ = run(argv, capsys)
+    code, out, _ = run([*argv, "--json", str(plan_file)], capsys)
     plan = json.loads(out)
     assert code == 0 and plan["compiled_peak_bytes"] <= target < plan["peak_bytes"]
+    # training with the plan file it wrote (no second search) measures within the budget
     torch._dynamo.reset()
-    be = budget.backend(peak_memory_budget=f"{target}B")
+    be = budget.backend(plan=plan_file)
     assert measure_peak(torch.compile(ex.step, backend=be), *ex.args) <= target
+    assert be.plans[0].saved_bytes == plan["saved_bytes"]
     code, _, err = run(["solve", *gpt, "--compile", "--compiler", "eager"], capsys)
     assert code == 2 and "--compile" in err
