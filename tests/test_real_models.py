@@ -23,7 +23,7 @@ pytest.importorskip("timm")
 
 import budget  # noqa: E402
 from budget.cli.main import main as cli_main  # noqa: E402
-from budget.compile.measure import saved_bytes  # noqa: E402
+from budget.compile.measure import measure_peak, saved_bytes  # noqa: E402
 
 ALL = list(FACTORIES)
 # under Inductor by default: a decoder with a graph break. Convnets' layout copies under
@@ -162,8 +162,6 @@ def test_eager_compiler_predicts_llamas_peak_to_the_byte():
     Llama's step peaks inside its SiLU backward's ``1 - sigmoid(x)``, a number first in a
     Tensor slot, whose wrapping (an 8-byte int64 cast to float32) was once not counted:
     12 bytes under, which a peak budget at the measured peak would miss."""
-    from budget.compile.measure import measure_peak
-
     m = make("llama")
     be = budget.backend(0.5, compiler="eager")
     measured = measure_peak(torch.compile(m.step, backend=be), *m.args)

@@ -104,6 +104,7 @@ def test_a_size_budget_holds_with_the_copies_in_it():
     target = (low.saved_bytes + high.saved_bytes) // 2
     plan, measured = _measure(model, x, y, f"{target}B")
     assert plan.target_bytes == target
+    assert plan.min_bytes == low.saved_bytes  # the compile knows the previews' floor
     assert measured == plan.saved_bytes <= target
     # below the copies plus the fewest activations: refused, naming what the copies are
     # (the preview: the same partitioner, errors not wrapped by torch.compile)
