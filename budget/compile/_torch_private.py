@@ -219,12 +219,26 @@ def frame_code() -> Any:
     return codes[0] if codes else None
 
 
+def nodes_prefer_channels_last(graph: Any) -> set[Any]:
+    """The nodes of ``graph`` (an fx.Graph) Inductor lays out channels-last under layout
+    optimisation: every ancestor of a convolution (through any op but ``bmm``) and the
+    descendants of those up to the last convolution. Inductor's own rule,
+    ``GraphLowering.find_nodes_prefer_channels_last``, which reads only the graph."""
+    from types import SimpleNamespace
+
+    from torch._inductor.graph import GraphLowering
+
+    holder = SimpleNamespace(module=SimpleNamespace(graph=graph))
+    return set(GraphLowering.find_nodes_prefer_channels_last(holder))  # type: ignore[arg-type]
+
+
 __all__ = [
     # budget's own
     "boykov_kolmogorov_cuts",
     "frame_code",
     "input_mutation_outputs",
     "memory_events",
+    "nodes_prefer_channels_last",
     # loaded with torch
     "DataDependentOutputException",
     "FakeTensorMode",

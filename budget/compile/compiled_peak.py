@@ -7,26 +7,37 @@ kernels, and it reuses buffers. On small transformers that put the measured peak
 the graph model's (T5 by 16%, bench/real_model_peaks.py), so a peak budget checked on
 the graphs alone could be missed.
 
-Inductor's CPU wrapper code (``CompiledFxGraph.source_code``, the Python that runs the
-kernels) says exactly what is allocated and when: ``empty_strided_cpu`` for each buffer,
-``del`` when it dies, reuse by renaming, views by ``reinterpret_tensor``, and calls of
-extern kernels (matmuls into buffers, fallback ATen ops that allocate their outputs).
-This module runs that code with every generated kernel replaced by a no-op and every
-tensor on the ``meta`` device: the allocations and frees happen as they would, in the
-same order (CPython frees a tensor when its last reference goes, as in the real run),
-and nothing is computed. Live bytes are counted as for the eager planner's run on fake
-tensors (:class:`budget.compile.live.LiveStorages`): each storage from the op that makes
-it until its last tensor is gone, and what an extern kernel allocates inside itself (CPU
-convolutions, attention) at its call (:func:`budget.estimators.memory.workspace_bytes`).
+Inductor's Python wrapper code (``CompiledFxGraph.source_code``, the Python that runs the
+kernels), for CPU and CUDA alike, says exactly what is allocated and when:
+``empty_strided_cpu`` or ``empty_strided_cuda`` for each buffer, ``del`` when it dies,
+reuse by renaming, views by ``reinterpret_tensor`` and ``alloc_from_pool``, and calls of
+extern kernels (matmuls into buffers, fallback ATen ops that allocate their outputs:
+attention on CUDA). This module runs that code with every generated kernel (C++ or
+Triton, called or launched with ``.run(..., stream=stream0)``) replaced by a no-op and
+every tensor on the ``meta`` device: the allocations and frees happen as they would, in
+the same order (CPython frees a tensor when its last reference goes, as in the real
+run), and nothing is computed. Nothing touches a GPU either: the code sees a ``torch``
+whose CUDA device guard, ``set_device``, streams and synchronisation do nothing, and
+module imports that fail where there is no CUDA or Triton (``import triton``, ``from
+torch._C import _cuda_getCurrentRawStream``) bind stand-ins; an op that makes a tensor
+on a device other than meta or the CPU is an error. Live bytes are counted as for the
+eager planner's run on fake tensors (:class:`budget.compile.live.LiveStorages`): each
+storage from the op that makes it until its last tensor is gone, and what an extern
+kernel allocates inside itself at its call (:func:`budget.estimators.memory.workspace_bytes`:
+CPU convolutions and attention; on CUDA none is modelled). The device is the graph's
+(:attr:`CompiledGraph.device`, from its inputs).
 
 The step is the forward's code, then the backward's: the forward's inputs are resident
 (not counted), its outputs (the user's loss, held to the end, and the saved values) are
 handed over, the loss's gradient is allocated as the backward starts and held to its end
 (autograd's engine keeps the gradients it passes a node until the node returns, so the
 code's ``del tangents_1`` frees nothing), and the gradients it returns are held to the
-end. This is the accounting of :mod:`budget.compile.peak`,
-over the code that really runs. CPU wrapper code only (on CUDA the wrapper launches
-Triton kernels from another module, and allocates with the caching allocator).
+end. This is the accounting of :mod:`budget.compile.peak`, over the code that really
+runs. On CUDA it is the bytes requested from the caching allocator (which rounds blocks
+up to 512 bytes and caches freed ones), less what ATen's kernels allocate inside
+themselves: the attention backwards' workspace left it 4-6% under the measured peak of a
+small GPT (tests/compile/test_compiled_peak.py). Not run: C++ wrapper code
+(``cpp_wrapper``), and CUDA code on user streams.
 """
 
 from __future__ import annotations
@@ -51,12 +62,22 @@ class CompiledCodeError(RuntimeError):
 @dataclass
 class CompiledGraph:
     """One compiled graph: its wrapper code, and its fx graph's placeholder names (the
-    code's argument order) and output names (None where an output is not a node)."""
+    code's argument order) and output names (None where an output is not a node).
+    ``device``: where it runs (``"cpu"``, ``"cuda"``), which says how its ops' workspace
+    is counted; :func:`describe` reads it off the placeholders."""
 
     source: str
     inputs: list[str]
     outputs: list[str | None]
     values: dict[str, Any] = field(default_factory=dict)  # placeholder -> meta["val"]
+    device: str = "cpu"
+
+
+def _device(values: dict[str, Any]) -> str:
+    """The device of a graph's tensor inputs: the first that is not the CPU (a CUDA
+    graph can take CPU scalars), else ``"cpu"``."""
+    types = [v.device.type for v in values.values() if isinstance(v, torch.Tensor)]
+    return next((t for t in types if t != "cpu"), "cpu")
 
 
 def describe(gm: fx.GraphModule, source: str = "") -> CompiledGraph:
@@ -71,22 +92,71 @@ def describe(gm: fx.GraphModule, source: str = "") -> CompiledGraph:
     out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     args = out.args[0] if isinstance(out.args[0], (list, tuple)) else [out.args[0]]
     outputs = [a.name if isinstance(a, fx.Node) else None for a in args]
-    return CompiledGraph(source, inputs, outputs, values)
+    return CompiledGraph(source, inputs, outputs, values, _device(values))
 
 
 def _noop(*_: Any, **__: Any) -> None:
     return None
 
 
-def _runnable(source: str) -> tuple[ast.Module, set[str]]:
-    """The wrapper module without its kernels' compilation and its benchmark harness, and
-    the names of the generated kernels (bound to no-ops when it runs)."""
-    tree = ast.parse(source)
+class _Stub:
+    """Stands for what the meta run must not run: a generated kernel (called, launched
+    with ``.run(...)``, or a CUDA template's ``kernel.kernel_name(...)``), a module that
+    does not import here (``triton``), a device guard, a stream. A call or an attribute
+    gives another stand-in, which is also a context manager that does nothing."""
+
+    def __call__(self, *_: Any, **__: Any) -> _Stub:
+        return self
+
+    def __getattr__(self, name: str) -> _Stub:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self
+
+    def __enter__(self) -> _Stub:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        return None
+
+
+class _Cuda:
+    """``torch.cuda`` as the wrapper code sees it: what would set up or wait on a GPU
+    (``with torch.cuda._DeviceGuard(0):``, ``torch.cuda.set_device(0)``, streams,
+    ``synchronize()``, NVTX ranges) does nothing; the rest is torch.cuda's."""
+
+    STUBBED = frozenset(
+        {"_DeviceGuard", "device", "set_device", "synchronize", "current_stream", "stream"}
+        | {"Stream", "Event", "set_stream", "nvtx"}
+    )
+
+    def __getattr__(self, name: str) -> Any:
+        return _Stub() if name in self.STUBBED else getattr(torch.cuda, name)
+
+
+class _Torch:
+    """``torch`` as the wrapper code sees it: its ``cuda`` is :class:`_Cuda` and its
+    ``Event`` (a device-to-host copy's) a stand-in; the rest is torch's."""
+
+    cuda = _Cuda()
+    Event = _Stub()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+
+_FILE = "<inductor wrapper>"
+
+
+def _runnable(source: str) -> tuple[list[ast.stmt], set[str]]:
+    """The wrapper module's statements without its kernels' compilation and its
+    benchmark harness, each import split into one statement per name; and the names of
+    the generated kernels (bound to stand-ins when it runs)."""
     kernels: set[str] = set()
-    body = []
-    for stmt in tree.body:
+    body: list[ast.stmt] = []
+    for stmt in ast.parse(source).body:
         text = ast.unparse(stmt) if isinstance(stmt, (ast.Assign, ast.Expr, ast.Delete)) else ""
-        if "async_compile" in text:
+        if "async_compile" in text:  # kernel = async_compile.triton(...), .wait(), del
             if isinstance(stmt, ast.Assign):
                 kernels.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
             continue
@@ -97,9 +167,34 @@ def _runnable(source: str) -> tuple[ast.Module, set[str]]:
             "benchmark_compiled_module",
         ):
             continue
-        body.append(stmt)
-    tree.body = body
-    return tree, kernels
+        if isinstance(stmt, ast.Import):
+            body.extend(ast.Import(names=[a]) for a in stmt.names)
+        elif isinstance(stmt, ast.ImportFrom):
+            body.extend(ast.ImportFrom(stmt.module, [a], stmt.level) for a in stmt.names)
+        else:
+            body.append(stmt)
+    return body, kernels
+
+
+def _load(body: list[ast.stmt]) -> dict[str, Any]:
+    """The module's scope after running ``body``, one statement at a time. An import
+    that fails here binds its name to a stand-in: Triton's modules and CUDA's stream
+    getter where there is no Triton or CUDA, used only by the kernels and launches the
+    run replaces. Any other failure: :class:`CompiledCodeError`."""
+    scope: dict[str, Any] = {"__name__": "budget_compiled_peak"}
+    for stmt in body:
+        code = compile(ast.fix_missing_locations(ast.Module([stmt], [])), _FILE, "exec")
+        try:
+            exec(code, scope)
+        except ImportError as e:
+            if not isinstance(stmt, (ast.Import, ast.ImportFrom)) or stmt.names[0].name == "*":
+                raise CompiledCodeError(f"Inductor's wrapper code did not load: {e}") from e
+            alias = stmt.names[0]
+            name = alias.asname or alias.name
+            scope[name if isinstance(stmt, ast.ImportFrom) else name.split(".")[0]] = _Stub()
+        except Exception as e:  # noqa: BLE001 - any failure means: unknown construct
+            raise CompiledCodeError(f"Inductor's wrapper code did not load: {e}") from e
+    return scope
 
 
 def _meta(val: Any) -> Any:
@@ -111,47 +206,70 @@ def _meta(val: Any) -> Any:
     return torch.empty_strided(size, stride, dtype=val.dtype, device="meta")
 
 
+def _empty(
+    size: Sequence[int],
+    stride: Sequence[int],
+    dtype: torch.dtype | None = None,
+    *,
+    device: Any = None,
+) -> torch.Tensor:
+    """``empty_strided_cpu``, ``empty_strided_cuda`` (...) and ``empty_strided``: on meta."""
+    return torch.empty_strided(size, stride, dtype=dtype, device="meta")
+
+
+def _reinterpret(t: torch.Tensor, size: Sequence[int], stride: Sequence[int], offset: int = 0):
+    return torch.as_strided(t, size, stride, offset)
+
+
+# What the module's own names are replaced by once it has loaded (it assigns some of them,
+# empty_strided_cuda = torch._C._dynamo.guards._empty_strided_cuda: these win).
+_OVERRIDES: dict[str, Any] = {
+    "torch": _Torch(),
+    "device": lambda *_, **__: torch.device("meta"),  # device(type='cuda', index=0)
+    "get_raw_stream": lambda *_: 0,
+    "reinterpret_tensor": _reinterpret,
+    "assert_size_stride": _noop,
+    "assert_alignment": _noop,
+    "run_intermediate_hooks": _noop,
+    "start_graph": _noop,
+    "end_graph": _noop,
+    **{
+        f"empty_strided{device}": _empty
+        for device in ("", "_cpu", "_cpu_pinned", "_cuda", "_xpu", "_mtia")
+    },
+    "empty_strided_p2p": lambda size, stride, dtype, *_: _empty(size, stride, dtype),
+}
+
+
 def _call(graph: CompiledGraph) -> Callable[[list[Any]], Any]:
     if "load_pybinding" in graph.source or "CppWrapperCodeCache" in graph.source:
         # cpp_wrapper: call() is C++ that would run the kernels on meta tensors' pointers
         raise CompiledCodeError("C++ wrapper code (cpp_wrapper): only Python wrapper code is run")
+    if "get_external_object_by_index" in graph.source:  # with stream1: ...
+        raise CompiledCodeError("code on user streams: one stream's allocations are modelled")
     try:
-        tree, kernels = _runnable(graph.source)
+        body, kernels = _runnable(graph.source)
     except SyntaxError as e:
         raise CompiledCodeError(f"Inductor's wrapper code did not parse: {e}") from e
-    scope: dict[str, Any] = {"__name__": "budget_compiled_peak"}
-    try:
-        exec(compile(tree, "<inductor wrapper>", "exec"), scope)
-    except Exception as e:  # noqa: BLE001 - any failure means: unknown construct
-        raise CompiledCodeError(f"Inductor's wrapper code did not load: {e}") from e
-    for name in kernels:
-        scope[name] = _noop
-
-    def empty(size: Sequence[int], stride: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
-        return torch.empty_strided(size, stride, dtype=dtype, device="meta")
-
-    def reinterpret(t: torch.Tensor, size: Sequence[int], stride: Sequence[int], offset: int = 0):
-        return torch.as_strided(t, size, stride, offset)
-
-    def device_code(*_: Any, **__: Any) -> None:
-        raise CompiledCodeError("not CPU code: only Inductor's CPU wrapper code is run")
-
-    scope.update(
-        empty_strided_cuda=device_code,
-        empty_strided_xpu=device_code,
-        empty_strided_mtia=device_code,
-        empty_strided_cpu=empty,
-        empty_strided_cpu_pinned=empty,
-        reinterpret_tensor=reinterpret,
-        assert_size_stride=_noop,
-        assert_alignment=_noop,
-        run_intermediate_hooks=_noop,
-    )
+    scope = _load(body)
+    scope.update({name: _Stub() for name in kernels}, **_OVERRIDES)
     call = scope.get("call")
     code = getattr(getattr(call, "__func__", call), "__code__", None)
-    if code is None or code.co_filename != "<inductor wrapper>":
+    if code is None or code.co_filename != _FILE:
         raise CompiledCodeError("Inductor's wrapper code has no Python call(): not run")
     return call
+
+
+class _MetaRun(LiveStorages):
+    """:class:`LiveStorages` that refuses a tensor made off the meta device (but on the
+    CPU): the code would have allocated on a device, which the run must not do."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        for t in out if isinstance(out, (list, tuple)) else [out]:
+            if isinstance(t, torch.Tensor) and t.device.type not in ("meta", "cpu"):
+                raise CompiledCodeError(f"{func} made a tensor on {t.device}, not meta")
+        return out
 
 
 def compiled_peak(fw: CompiledGraph, bw: CompiledGraph | None, *, num_user_outputs: int = 1) -> int:
@@ -159,7 +277,7 @@ def compiled_peak(fw: CompiledGraph, bw: CompiledGraph | None, *, num_user_outpu
     above what was resident before the step. The forward's first ``num_user_outputs``
     outputs (the loss) and those the backward does not take are held to the end of the
     step. Raises :class:`CompiledCodeError` when the code cannot be run on meta tensors."""
-    live = LiveStorages(device="cpu")  # the code runs on meta tensors for CPU ones
+    live = _MetaRun(device=fw.device)  # meta tensors standing in for the device's
     fw_call = _call(fw)
     bw_call = _call(bw) if bw is not None else None
     inputs = {name: _meta(fw.values[name]) for name in fw.inputs}  # resident: made outside
@@ -205,8 +323,8 @@ def compiled_peak(fw: CompiledGraph, bw: CompiledGraph | None, *, num_user_outpu
 
 class CodeCapture:
     """An Inductor ``inner_compile`` that compiles as Inductor does and keeps each graph's
-    wrapper code: :meth:`peak` is then the compiled step's peak (the backward must be
-    compiled with the forward: ``force_non_lazy_backward_lowering``)."""
+    wrapper code (CPU or CUDA): :meth:`peak` is then the compiled step's peak (the
+    backward must be compiled with the forward: ``force_non_lazy_backward_lowering``)."""
 
     def __init__(self) -> None:
         self.graphs: dict[str, CompiledGraph] = {}
@@ -224,7 +342,8 @@ class CodeCapture:
 
     def peak(self, num_user_outputs: int = 1) -> int | None:
         """The compiled step's peak; None when a graph's code was not seen (a compile cache
-        skipped it) or could not be run on meta tensors."""
+        skipped it) or could not be run on meta tensors (C++ wrapper code, user streams,
+        a construct this module does not know)."""
         fw, bw = self.graphs.get("forward"), self.graphs.get("backward")
         if fw is None or bw is None:
             return None

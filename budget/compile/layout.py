@@ -2,19 +2,23 @@
 
 With layout optimisation (``torch._inductor.config.layout_optimization``, on by default;
 always taken on CPU with oneDNN, by a FLOP heuristic on CUDA), Inductor runs
-convolutions channels-last. A convolution's input or weight that is a graph input (the
-image batch, every conv weight) is copied to channels-last in the forward, and when the
-backward needs it too (``convolution_backward`` reads both), the forward hands the
-backward the *copy*, not the input: memory that stays allocated from the forward to the
-backward although the plan saves no activation for it (ResNet-style models: about the
-size of all their conv weights). Measured in bench/layout_copies.py.
+convolutions channels-last, and with them every node it prefers channels-last (its
+rule, :func:`budget.compile._torch_private.nodes_prefer_channels_last`: the ancestors of
+a convolution, through any op but ``bmm``). A 4-D graph input among them (the image
+batch, every conv weight, and under autocast the float32 weights and images the bfloat16
+casts read) is copied to channels-last in the forward, and when the backward needs it
+too (``convolution_backward`` reads both; a recomputed cast reads the float32 weight),
+the forward hands the backward the *copy*, not the input: memory that stays allocated
+from the forward to the backward although the plan saves no activation for it
+(ResNet-style models: about the size of all their conv weights). Measured in
+bench/layout_copies.py.
 
 budget counts these copies in every plan so that what it promises holds as measured:
 
 - :func:`copied_inputs_bound`, on the joint graph before solving: the bytes of every
-  graph input that a forward convolution reads (as input or weight), that the backward
-  needs, and that is not already channels-last, when layout optimisation is enabled at
-  all. The planner charges them to every plan (``Problem.fixed_bytes``) so a target is
+  4-D graph input Inductor prefers channels-last, that the backward reads or that a
+  forward value the backward may recompute reads, and that is not already channels-last,
+  when layout optimisation is enabled at all. The planner charges them to every plan (``Problem.fixed_bytes``) so a target is
   met with the copies in it.
 - :func:`copied_inputs`, on each partitioned forward graph: the copies Inductor will make,
   with Inductor's own decision for that graph (``GraphLowering.decide_layout_opt``); the
@@ -27,7 +31,7 @@ the plan's activations exactly; the convolutions run in the inputs' layout).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Set
 
 import torch
 import torch.fx as fx
@@ -37,14 +41,15 @@ from . import _torch_private as T
 CONVOLUTION = torch.ops.aten.convolution.default
 
 
-def _copied(placeholder: fx.Node, convs: Iterable[fx.Node]) -> bool:
-    """Whether Inductor copies ``placeholder`` to channels-last for one of ``convs``."""
+def _copied(placeholder: fx.Node, preferred: Set[fx.Node]) -> bool:
+    """Whether Inductor copies ``placeholder`` to channels-last (``preferred``: the nodes
+    it lays out channels-last)."""
     val = placeholder.meta.get("val")
     if not isinstance(val, torch.Tensor) or val.dim() != 4:
         return False
     if val.is_contiguous(memory_format=torch.channels_last):
         return False  # already channels-last (or of a shape where both layouts agree)
-    return any(placeholder in conv.args[:2] for conv in convs)
+    return placeholder in preferred
 
 
 def _nbytes(node: fx.Node) -> int:
@@ -63,13 +68,15 @@ def copied_inputs_bound(graph: fx.Graph, node_info: T.NodeInfo, compiler: str) -
     optimisation off)."""
     if compiler != "inductor" or not T.inductor_config.layout_optimization:
         return 0
-    convs = [n for n in graph.nodes if n.target is CONVOLUTION and node_info.is_required_fw(n)]
-    if not convs:
+    if not any(n.target is CONVOLUTION and node_info.is_required_fw(n) for n in graph.nodes):
         return 0
+    preferred = T.nodes_prefer_channels_last(graph)
     bw = node_info.required_bw_nodes
     total = 0
     for p in node_info.inputs:
-        if any(u in bw and u.op != "output" for u in p.users) and _copied(p, convs):
+        # read by the backward, or by a forward value a plan may have it recompute
+        read = any(u.op != "output" and (u in bw or node_info.is_required_fw(u)) for u in p.users)
+        if read and _copied(p, preferred):
             total += _nbytes(p)
     return total
 
@@ -88,11 +95,11 @@ def copied_inputs(fw: fx.GraphModule, num_fwd_outputs: int, compiler: str) -> di
     bytes of the copy (empty for the eager compiler or where Inductor keeps layouts)."""
     if not runs_channels_last(fw, compiler):
         return {}
-    convs = [n for n in fw.graph.nodes if n.target is CONVOLUTION]
+    preferred = T.nodes_prefer_channels_last(fw.graph)
     output = next(n for n in reversed(fw.graph.nodes) if n.op == "output")
     saved = output.args[0][num_fwd_outputs:]
     return {
         p.name: _nbytes(p)
         for p in dict.fromkeys(saved)
-        if isinstance(p, fx.Node) and p.op == "placeholder" and _copied(p, convs)
+        if isinstance(p, fx.Node) and p.op == "placeholder" and _copied(p, preferred)
     }

@@ -44,14 +44,22 @@ class Measured:
 def saved_bytes(
     fn: Callable[..., Any], *args: Any, exclude: Iterable[torch.Tensor] = (), **kwargs: Any
 ) -> Measured:
-    """Run ``fn`` and count the bytes of new storages saved for backward."""
+    """Run ``fn`` and count the bytes of new storages saved for backward.
+
+    Without ``exclude``, a leaf that requires grad is taken for a parameter and not
+    counted. With it, only the storages of ``exclude`` and of the arguments are left out:
+    a compiled step hands autograd some of its new values as leaves that require grad
+    (the bf16 copies of weights autocast makes), which are new memory all the same."""
+    exclude = list(exclude)
     existing = {_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
     existing |= {_key(t) for t in exclude}
+    leaves_are_parameters = not exclude
     storages: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         k = _key(t)
-        if k not in existing and not (t.is_leaf and t.requires_grad):
+        parameter = leaves_are_parameters and t.is_leaf and t.requires_grad
+        if k not in existing and not parameter:
             storages[k] = t.untyped_storage().nbytes()
         return t
 
@@ -122,24 +130,31 @@ def measure_workspace(fn: Callable[[], Any]) -> int:
     return peak - sum(t.untyped_storage().nbytes() for t in outs if t is not None)
 
 
-def measure_peak(fn: Callable[..., Any], *args: Any, warmup: int = 1, **kwargs: Any) -> int:
+def measure_peak(
+    fn: Callable[..., Any], *args: Any, warmup: int = 1, requested: bool = False, **kwargs: Any
+) -> int:
     """Peak bytes of one training step, ``fn(*args, **kwargs)`` then ``backward()`` of its
     loss (the output, or its first tensor), above what was allocated before the step.
 
     ``warmup`` steps run first and are not measured (compilation, the first ``.grad``
     allocations). CPU: the running sum of torch.profiler's memory events; CUDA:
-    ``max_memory_allocated`` minus ``memory_allocated`` before the step.
+    ``max_memory_allocated`` minus ``memory_allocated`` before the step, the caching
+    allocator's blocks (each size rounded up to 512 bytes, and a cached block reused
+    whole when what is left of it would be small). ``requested=True`` counts on CUDA the
+    bytes asked for instead (``requested_bytes`` of ``torch.cuda.memory_stats``): what
+    the peak models predict, the rounding aside. On CPU both are the same.
     """
     for _ in range(warmup):
         _backprop(fn, args, kwargs)
     device = _device_of(args, kwargs)
     if device.type == "cuda":
+        stat = "requested_bytes.all" if requested else "allocated_bytes.all"
         torch.cuda.synchronize(device)
-        before = torch.cuda.memory_allocated(device)
+        before = torch.cuda.memory_stats(device).get(f"{stat}.current", 0)
         torch.cuda.reset_peak_memory_stats(device)
         _backprop(fn, args, kwargs)
         torch.cuda.synchronize(device)
-        return int(torch.cuda.max_memory_allocated(device) - before)
+        return int(torch.cuda.memory_stats(device).get(f"{stat}.peak", 0) - before)
     if device.type != "cpu":
         raise ValueError(f"measure_peak measures CPU and CUDA steps; got {device.type}")
     from torch.profiler import ProfilerActivity, profile

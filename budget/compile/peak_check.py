@@ -65,8 +65,8 @@ def fit_compiled_peak(
     """The attempt to keep for ``settings`` (module docstring). ``compile_with(s)`` plans
     and compiles the graph with settings ``s`` (their ``peak_bytes`` is the target the
     graphs are searched for) or raises the search's BudgetTooSmallError. Without a peak
-    budget, or when the first compile's peak is unknown (CUDA code, a compile cache that
-    skipped code generation), the first attempt is kept as it is."""
+    budget, or when the first compile's peak is unknown (C++ wrapper code, a compile cache
+    that skipped code generation), the first attempt is kept as it is."""
     target = settings.peak_bytes
     if target is None:
         return compile_with(settings)

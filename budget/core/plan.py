@@ -100,7 +100,7 @@ class Plan:
     # training under Inductor: the peak of the code Inductor generated for this plan's
     # graphs, run on meta tensors (budget.compile.compiled_peak); None where no code was
     # generated (previews, compiler="eager"), a compile cache skipped it, or the code was
-    # not run (CUDA or cpp_wrapper code, or code the meta run failed on). A peak budget
+    # not run (cpp_wrapper code, or code the meta run failed on). A peak budget
     # is checked against it: this is the peak the step has, where peak_bytes is the
     # graphs' (Inductor fuses and reorders them)
     compiled_peak_bytes: int | None = None

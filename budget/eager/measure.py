@@ -6,7 +6,7 @@ saved-tensors count of :func:`budget.compile.measure.saved_bytes` does not apply
 :func:`retained_bytes` measures allocations instead: the bytes allocated during the
 forward and still alive when it returns, less the storages of what it returns (the loss).
 On CPU from torch.profiler's memory events (every allocation and free); on CUDA from
-``torch.cuda.memory_allocated``. Nothing else may run meanwhile.
+the caching allocator's requested bytes (``torch.cuda.memory_stats``). Nothing else may run meanwhile.
 """
 
 from __future__ import annotations
@@ -47,12 +47,13 @@ def retained_bytes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Retaine
     """Run ``fn(*args, **kwargs)`` (a forward) and count the bytes it leaves allocated."""
     gc.collect()
     device = _device(args, kwargs)
-    if device.type == "cuda":
+    if device.type == "cuda":  # bytes requested: the caching allocator's rounding aside
+        stat = "requested_bytes.all.current"
         torch.cuda.synchronize(device)
-        before = torch.cuda.memory_allocated(device)
+        before = torch.cuda.memory_stats(device).get(stat, 0)
         out = fn(*args, **kwargs)
         torch.cuda.synchronize(device)
-        net = torch.cuda.memory_allocated(device) - before
+        net = torch.cuda.memory_stats(device).get(stat, 0) - before
     elif device.type == "cpu":
         from torch.profiler import ProfilerActivity, profile
 

@@ -20,6 +20,7 @@ import torch.fx
 from ..compile._torch_private import OpOverload
 from ..config import config
 from .conv_workspace import measured_workspace_bytes
+from .cuda_workspace import cuda_workspace_bytes
 from .ops import is_alias
 from .values import hint, input_tensors, numel, shape, tensors
 
@@ -224,8 +225,10 @@ def workspace_bytes(
     output's bytes (a T5 step under ``compiler="eager"`` peaks inside one). A Python
     number where an op takes a Tensor: :func:`wrapped_scalar_bytes`.
 
+    On CUDA, the kernels that allocate inside themselves (attention backwards, cuDNN
+    convolutions) are measured on this GPU (:mod:`budget.estimators.cuda_workspace`).
     Other ops and devices: 0. ``device``: the device the op runs on, by default its first
-    operand's (given where the operands are ``meta`` tensors standing in for CPU ones).
+    operand's (given where the operands are ``meta`` tensors standing in for others).
 
     The convolution rule above is a fallback: by default (``budget.config.conv_workspace
     = "measure"``, or ``measure=True``) a 2-d convolution's workspace is measured on this
@@ -233,7 +236,12 @@ def workspace_bytes(
     ``measure=False`` or ``conv_workspace = "rule"`` gives the rule."""
     # the first tensor operand says where the op runs (a number may come first: sub(1, x))
     first = next((a for a in args if isinstance(a, torch.Tensor)), None)
-    if first is None or (device or first.device.type) != "cpu":
+    if first is None:
+        return 0
+    where = device or first.device.type
+    if where == "cuda":
+        return cuda_workspace_bytes(func, args)
+    if where != "cpu":
         return 0
     if func in _ATTENTIONS:
         return attention_workspace_bytes(func is _ATTENTIONS[0], args)

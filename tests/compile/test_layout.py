@@ -131,3 +131,28 @@ def test_the_eager_compiler_makes_no_copies():
     measured = saved_bytes(step, x, y, exclude=exclude).saved_bytes
     assert be.plans[0].copied_input_bytes == 0
     assert measured == be.plans[0].saved_bytes <= be.plans[0].target_bytes
+
+
+def test_under_autocast_the_float32_inputs_of_the_casts_are_copied_and_counted():
+    """Under bf16 autocast a convolution reads casts of the float32 weights and images;
+    Inductor lays out their float32 inputs channels-last too (every ancestor of a
+    convolution), and a plan that recomputes the casts hands the backward those copies.
+    They count, as measured (the saved-tensor hooks see them as leaves that require grad:
+    counted all the same, as new storages)."""
+    model, x, y = _family("resnet")
+
+    def step(x, y):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return F.cross_entropy(model(x), y)
+
+    torch._dynamo.reset()
+    be = budget.backend(0.5)
+    compiled = torch.compile(step, backend=be)
+    exclude = list(model.parameters()) + list(model.buffers())
+    measured = saved_bytes(compiled, x, y, exclude=exclude).saved_bytes
+    (plan,) = be.plans
+    assert measured == plan.saved_bytes <= plan.target_bytes
+    float32_images_and_weights = x.numel() * 4 + sum(
+        p.numel() * 4 for p in model.parameters() if p.dim() == 4
+    )
+    assert 0 < plan.copied_input_bytes <= float32_images_and_weights

@@ -97,6 +97,7 @@ OWN = {
     "frame_code",
     "input_mutation_outputs",
     "memory_events",
+    "nodes_prefer_channels_last",
 }  # budget's own helpers
 # exports named differently from torch's private originals
 ALIASES = {"reparametrize_module": "_reparametrize_module", "sac_is_compiling": "_is_compiling"}
