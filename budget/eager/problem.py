@@ -77,6 +77,13 @@ class CostCache:
         return self.costs[node]
 
 
+def _on(val: object, device: torch.device) -> bool:
+    """Whether ``val`` lives on the step's device: a GPU step's memory is the GPU's, and
+    the CPU scalars some of its kernels save (efficient attention's RNG seed and offset
+    on CUDA) take none of it."""
+    return not isinstance(val, torch.Tensor) or val.device.type == device.type
+
+
 def build_problem(
     trace: Trace, checkpointed: Collection[int], costs: CostCache
 ) -> tuple[Problem, list[fx.Node | None]]:
@@ -141,7 +148,7 @@ def build_problem(
         if key not in storage_id:
             storage_id[key] = len(storage_bytes)
             storage_bytes.append(0)
-        if st[0] not in free and st[0] not in counted:
+        if st[0] not in free and st[0] not in counted and _on(val, trace.device):
             counted.add(st[0])
             storage_bytes[storage_id[key]] += st[1]
         return storage_id[key]

@@ -9,7 +9,9 @@ its other arguments) runs twice on zeros of those shapes on this GPU, and the se
 peak of requested bytes, above what was allocated before it and less what it returns, is
 the workspace (the first run builds cuDNN's plans, which persist). Results are kept in
 memory for the process (a GPU is measured in milliseconds, and its allocator's state is
-the process's).
+the process's). Measuring resets the allocator's peak statistics
+(``torch.cuda.reset_peak_memory_stats``): it happens while a step is planned or
+compiled, never inside a step.
 
 Only ops named in :data:`MEASURED` are run, on zeros; no model code runs and no user
 tensor is touched. Calls whose operands would take over :data:`MAX_OPERAND_BYTES`, or any
@@ -23,6 +25,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+
+from ..compile._torch_private import _disable_current_modes
 
 # Ops whose kernels allocate inside themselves on CUDA, by name (overloads included).
 MEASURED = frozenset(
@@ -85,17 +89,24 @@ def _storages(out: Any) -> int:
 
 
 def _run(func: Any, args: Sequence[Any], kwargs: dict[str, Any], device: torch.device) -> int:
+    """The measurement, outside every dispatch mode: the peak models call it from inside
+    theirs (fake tensors, the compiled peak's meta run), which must neither see these
+    real tensors nor count them."""
+    with _disable_current_modes(), torch.no_grad():
+        return _measure(func, args, kwargs, device)
+
+
+def _measure(func: Any, args: Sequence[Any], kwargs: dict[str, Any], device: torch.device) -> int:
     stat = "requested_bytes.all"
     real = _materialise(list(args), device)
     real_kwargs = {k: _materialise(v, device) for k, v in kwargs.items()}
-    with torch.no_grad():
-        func(*real, **real_kwargs)  # cuDNN builds and caches its plan
-        torch.cuda.synchronize(device)
-        before = torch.cuda.memory_stats(device).get(f"{stat}.current", 0)
-        torch.cuda.reset_peak_memory_stats(device)
-        out = func(*real, **real_kwargs)
-        torch.cuda.synchronize(device)
-        peak = torch.cuda.memory_stats(device).get(f"{stat}.peak", 0)
+    func(*real, **real_kwargs)  # cuDNN builds and caches its plan
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_stats(device).get(f"{stat}.current", 0)
+    torch.cuda.reset_peak_memory_stats(device)
+    out = func(*real, **real_kwargs)
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.memory_stats(device).get(f"{stat}.peak", 0)
     return max(int(peak - before - _storages(out)), 0)
 
 

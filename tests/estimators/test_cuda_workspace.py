@@ -67,3 +67,28 @@ def test_efficient_attention_backward_allocates_inside_itself_on_the_gpu():
 def test_matmuls_are_not_measured():
     a = torch.empty(64, 64, device="meta")
     assert cuda_workspace_bytes(aten.mm.default, (a, a)) == 0
+
+
+def test_the_measurement_runs_outside_the_callers_dispatch_modes(monkeypatch):
+    """The peak models ask from inside their own modes (fake tensors, the compiled peak's
+    meta run); the real run on the GPU must see none of them (under the compiled peak's
+    mode it recursed into itself and counted 0)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    import budget.estimators.cuda_workspace as cw
+
+    modes = []
+
+    def measure(func, args, kwargs, device):
+        modes.append(_get_current_dispatch_mode())
+        return 123
+
+    monkeypatch.setattr(cw.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cw.torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(cw, "_measure", measure)
+    monkeypatch.setattr(cw, "_MEMORY", {})
+    op = aten._scaled_dot_product_efficient_attention_backward.default
+    with FakeTensorMode():
+        assert cuda_workspace_bytes(op, _attention_backward_args("meta")) == 123
+    assert modes == [None]

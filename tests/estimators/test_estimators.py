@@ -28,7 +28,13 @@ from budget.estimators.ops import is_alias
 
 aten = torch.ops.aten
 H100 = D.DEVICES["h100"]
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def needs_cuda(test):
+    """A test of a CUDA path: run by ``pytest -m cuda`` (bench/gpu_check.py), skipped
+    without a GPU."""
+    skip = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+    return pytest.mark.cuda(skip(test))
 
 
 def meta(*shape, dtype=torch.float32, device="meta"):
