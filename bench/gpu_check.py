@@ -148,6 +148,14 @@ class Check:
         print(f"  {block} {label}: {row.seconds:.1f}s {row.error}", file=sys.stderr, flush=True)
         return row
 
+    def pair(
+        self, block: str, dtype: str, b: float, ex: Example, step: Any, args: tuple, ref: Any
+    ) -> tuple[Row, Row]:
+        """The step at fraction ``b`` under torch's partitioner, then under budget's."""
+        t = self.run(block, f"{dtype} torch b={b:g}", ex, step, args, ref, self.torch_backend(), b)
+        be = budget.backend(b, compiler=self.compiler)
+        return t, self.run(block, f"{dtype} budget b={b:g}", ex, step, args, ref, be)
+
 
 def torch_211() -> str:
     """On torch before 2.13 (the lent GPUs carry 2.11; budget pins 2.13, and
@@ -206,9 +214,7 @@ def block_gpt(c: Check, dtypes: list[str]) -> None:
             if not c.clock.fits(2):
                 c.report.skip(f"gpt {dtype} b={b:g} and after (time)")
                 break
-            t = c.run("gpt", f"{dtype} torch b={b:g}", ex, step, args, ref, c.torch_backend(), b)
-            be = budget.backend(b, compiler=c.compiler)
-            o = c.run("gpt", f"{dtype} budget b={b:g}", ex, step, args, ref, be)
+            t, o = c.pair("gpt", dtype, b, ex, step, args, ref)
             c.gpt_rows[(dtype, "torch", b)], c.gpt_rows[(dtype, "budget", b)] = t, o
             check_plan_row(c, o, f"gpt {dtype} b={b:g}", TOLERANCE[dtype], t)
             if t.ms and o.ms:
@@ -460,9 +466,7 @@ def block_convnet(c: Check) -> None:
         if not c.clock.fits(2):
             c.report.skip(f"convnet b={b:g} (time)")
             return
-        t = c.run("convnet", f"bf16 torch b={b:g}", ex, step, args, ref, c.torch_backend(), b)
-        be = budget.backend(b, compiler=c.compiler)
-        o = c.run("convnet", f"bf16 budget b={b:g}", ex, step, args, ref, be)
+        t, o = c.pair("convnet", "bf16", b, ex, step, args, ref)
         if o.prediction and o.peak:
             o.extra["unpredicted_bytes"] = o.peak - o.prediction  # convolution workspace
         check_plan_row(c, o, f"convnet b={b:g}", TOLERANCE["bf16"], t)

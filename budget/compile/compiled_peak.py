@@ -24,8 +24,8 @@ on a device other than meta or the CPU is an error. Live bytes are counted as fo
 eager planner's run on fake tensors (:class:`budget.compile.live.LiveStorages`): each
 storage from the op that makes it until its last tensor is gone, and what an extern
 kernel allocates inside itself at its call (:func:`budget.estimators.memory.workspace_bytes`:
-CPU convolutions and attention; on CUDA none is modelled). The device is the graph's
-(:attr:`CompiledGraph.device`, from its inputs).
+CPU convolutions and attention; on CUDA the attention backwards and convolutions, measured
+on the GPU). The device is the graph's (:attr:`CompiledGraph.device`, from its inputs).
 
 The step is the forward's code, then the backward's: the forward's inputs are resident
 (not counted), its outputs (the user's loss, held to the end, and the saved values) are
@@ -34,10 +34,8 @@ handed over, the loss's gradient is allocated as the backward starts and held to
 code's ``del tangents_1`` frees nothing), and the gradients it returns are held to the
 end. This is the accounting of :mod:`budget.compile.peak`, over the code that really
 runs. On CUDA it is the bytes requested from the caching allocator (which rounds blocks
-up to 512 bytes and caches freed ones), less what ATen's kernels allocate inside
-themselves: the attention backwards' workspace left it 4-6% under the measured peak of a
-small GPT (tests/compile/test_compiled_peak.py). Not run: C++ wrapper code
-(``cpp_wrapper``), and CUDA code on user streams.
+up to 512 bytes and caches freed ones). Not run: C++ wrapper code (``cpp_wrapper``), and
+CUDA code on user streams.
 """
 
 from __future__ import annotations

@@ -14,35 +14,27 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory):
+def test_the_gpu_checks_code_runs_at_toy_sizes_and_what_is_deterministic_holds(tmp_path):
+    """One run (all its blocks share it; a fixture would run once per xdist worker).
+    Every block runs; what is deterministic on a CPU holds: saved bytes as predicted and
+    within the target, gradients equal to the unplanned step's, the GPT's peaks as
+    predicted (the eager compiler's prediction is exact on it), budget.apply's bytes and
+    peak. Timing targets are the GPU's to meet, and the convnet's peak under bf16
+    autocast with the eager compiler is a known miss (README, limitations)."""
     sys.path.insert(0, str(BENCH))
     try:
         import gpu_check
     finally:
         sys.path.remove(str(BENCH))
-    out = tmp_path_factory.mktemp("gpu_check")
-    argv = ["--device", "cpu", "--tiny", "--compiler", "eager", "--out", str(out)]
-    code = gpu_check.main([*argv, "--blocks", "gpt,peak,eager,estimators,convnet"])
-    data = json.loads((out / "gpu_check.json").read_text())
-    assert (out / "gpu_check.md").read_text().startswith("### GPU check")
-    return code, data
+    argv = ["--device", "cpu", "--tiny", "--compiler", "eager", "--out", str(tmp_path)]
+    gpu_check.main([*argv, "--blocks", "gpt,peak,eager,estimators,convnet"])
+    data = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert (tmp_path / "gpu_check.md").read_text().startswith("### GPU check")
 
-
-def test_every_block_runs_and_nothing_was_skipped(report):
-    _, data = report
     assert not data["skipped"]
     assert {r["block"] for r in data["rows"]} == {"gpt", "peak", "eager", "estimators", "convnet"}
     assert not [r["label"] for r in data["rows"] if r["error"] and r["block"] != "peak"]
     assert not [c["name"] for c in data["checks"] if c["name"].endswith(": runs")]
-
-
-def test_saved_bytes_gradients_and_gpt_peaks_hold_as_measured(report):
-    """What is deterministic on a CPU: saved bytes as predicted and within the target,
-    gradients equal to the unplanned step's, the GPT's peaks as predicted (the eager
-    compiler's prediction is exact on it), budget.apply's bytes and peak. Timing targets
-    are the GPU's to meet."""
-    _, data = report
     failed = [
         c["name"]
         for c in data["checks"]
