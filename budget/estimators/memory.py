@@ -21,6 +21,7 @@ from ..compile._torch_private import OpOverload
 from ..config import config
 from .conv_workspace import measured_workspace_bytes
 from .cuda_workspace import cuda_workspace_bytes
+from .matmul_workspace import matmul_workspace_bytes
 from .ops import is_alias
 from .values import hint, input_tensors, numel, shape, tensors
 
@@ -225,6 +226,9 @@ def workspace_bytes(
     output's bytes (a T5 step under ``compiler="eager"`` peaks inside one). A Python
     number where an op takes a Tensor: :func:`wrapped_scalar_bytes`.
 
+    CPU matmuls in bfloat16 or float16 (oneDNN's packed operands and scratch) are
+    measured on this host (:mod:`budget.estimators.matmul_workspace`), unless
+    ``conv_workspace = "rule"`` or ``measure=False``.
     On CUDA, the kernels that allocate inside themselves (attention backwards, cuDNN
     convolutions) are measured on this GPU (:mod:`budget.estimators.cuda_workspace`).
     Other ops and devices: 0. ``device``: the device the op runs on, by default its first
@@ -248,7 +252,9 @@ def workspace_bytes(
     if isinstance(func, OpOverload) and func.name() == _FMA and isinstance(out, torch.Tensor):
         return tensor_bytes(out)  # run eagerly as a * b, then + c: the product is a temporary
     if func not in _CONVOLUTIONS:
-        return wrapped_scalar_bytes(func, args, out)
+        measuring = measure if measure is not None else config.conv_workspace == "measure"
+        inner = matmul_workspace_bytes(func, args) if measuring else 0
+        return inner + wrapped_scalar_bytes(func, args, out)
     forward = func is aten.convolution.default
     x, w = (args[0], args[1]) if forward else (args[1], args[2])
     if channels_last is None:

@@ -1,0 +1,83 @@
+"""CPU matmuls in bfloat16 or float16: what they allocate inside themselves, measured.
+
+On the CPU, torch runs low-precision matmuls through oneDNN, which packs its operands into
+blocked copies and takes scratch while the call runs and frees them before it returns
+(a 64x64 by 64x192 bf16 ``mm`` takes 48 KiB): memory no graph value shows, at the moment
+a step may peak (an eager step under bf16 autocast peaked inside one). float32 matmuls
+(MKL) take none. As for convolutions (:mod:`budget.estimators.conv_workspace`), each
+distinct call (the op, its operands' sizes, strides and dtype) runs on zeros on this host,
+once unmeasured, then ``RUNS`` times under torch.profiler; the estimate is the largest run
+plus the runs' spread, kept in memory and on disk in the same table, keyed by CPU model,
+torch version and thread count. Calls whose operands would take over
+:data:`budget.estimators.conv_workspace.MAX_OPERAND_BYTES` are not run (0).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .conv_workspace import MAX_OPERAND_BYTES, RUNS, _store, _table
+from .values import hint
+
+aten = torch.ops.aten
+
+MATMULS = (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default)
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def _signature(func: Any, args: Sequence[Any]) -> dict[str, Any] | None:
+    operands, others = [], []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            size = [hint(n) for n in a.shape]
+            stride = [hint(s) for s in a.stride()]
+            operands.append({"size": size, "stride": stride, "dtype": str(a.dtype)[6:]})
+        else:
+            others.append(a if isinstance(a, (int, float, bool)) else hint(a))
+    extent = sum(
+        (1 + sum((n - 1) * s for n, s in zip(o["size"], o["stride"], strict=True)))
+        * getattr(torch, o["dtype"]).itemsize
+        for o in operands
+    )
+    if extent > MAX_OPERAND_BYTES:
+        return None
+    return {"op": func.name(), "operands": operands, "others": others}
+
+
+def _run(func: Any, sig: dict[str, Any]) -> int:
+    from ..compile._torch_private import _disable_current_modes
+    from ..compile.measure import measure_workspace
+
+    with _disable_current_modes(), torch.no_grad():  # real zeros, outside the caller's modes
+        real = []
+        for o in sig["operands"]:
+            extent = 1 + sum((n - 1) * s for n, s in zip(o["size"], o["stride"], strict=True))
+            flat = torch.zeros(extent, dtype=getattr(torch, o["dtype"]))
+            real.append(flat.as_strided(o["size"], o["stride"]))
+        args = [*real, *sig["others"]]
+        runs = [measure_workspace(lambda: func(*args)) for _ in range(RUNS)]
+    return max(runs) + (max(runs) - min(runs))
+
+
+def matmul_workspace_bytes(func: Any, args: Sequence[Any]) -> int:
+    """The bytes a CPU matmul in bfloat16 or float16 allocates inside itself, measured on
+    this host (0 for other ops and dtypes, operands too large to run, or a failed run)."""
+    first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+    if func not in MATMULS or first is None or first.dtype not in LOW_PRECISION:
+        return 0
+    sig = _signature(func, args)
+    if sig is None:
+        return 0
+    key = json.dumps(sig, sort_keys=True)
+    table = _table()
+    if key not in table:
+        try:
+            measured = _run(func, sig)
+        except (RuntimeError, ValueError, TypeError):
+            measured = 0
+        _store(key, max(0, measured))
+    return table[key]
