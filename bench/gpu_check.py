@@ -3,6 +3,10 @@
     python bench/gpu_check.py --out /tmp/gpu              # on a GPU: about 8 minutes
     python bench/gpu_check.py --device cpu --tiny         # the same code at toy sizes (CI)
 
+On this project's lent GPU machines (torch 2.11, no package index), carry the wheels
+``bench/gpu_wheels.sh`` downloads and put ``bench/torch211`` first on ``PYTHONPATH``
+(the script's header says how).
+
 Blocks, in this order (each skipped, and said so, when the time limit is near):
 
 - ``gpt``: a GPT at fractions 1, 0.5, 0.2, 0, in bf16 autocast then fp32, compiled with
