@@ -171,9 +171,9 @@ def torch_211() -> str:
     major, minor = (int(x) for x in torch.__version__.split(".")[:2])
     if (major, minor) >= (2, 13):
         return ""
-    import budget.compile.partition as partition
+    import budget.compile.split as split
 
-    partition.pin_order = lambda bw, again: 0
+    split.pin_order = lambda bw, again: 0
     return f"torch {torch.__version__}: extra recomputations not pinned (control_deps)"
 
 

@@ -329,11 +329,11 @@ def test_a_timeout_says_where_the_time_limit_is_set(capsys):
 def test_the_inductor_partitioner_key_changes_with_every_setting_of_a_plan():
     """torch's compile caches key on this uuid: two settings that can give different plans
     must never share one (sizes to the byte, saved plans by what they save)."""
-    from budget.compile.backend import _InductorPartitioner
+    from budget.compile.inductor_hooks import InductorPartitioner
     from budget.core.plan import Decision
 
     def key(**kw):
-        return _InductorPartitioner(budget.backend(**kw)).uuid()
+        return InductorPartitioner(budget.backend(**kw)).uuid()
 
     assert key(memory_budget="512MiB") == key(memory_budget="512MiB")
     assert key(memory_budget="512MiB") != key(memory_budget=f"{512 * 2**20 + 1000}B")

@@ -298,6 +298,18 @@ def check_options(args: argparse.Namespace) -> None:
         get_estimator(args.estimator)
 
 
+def check_report_options(args: argparse.Namespace) -> None:
+    """The options of ``budget solve``'s report and its files, compiled or eager."""
+    if args.depth < 1:
+        raise UsageError(f"--depth must be at least 1; got {args.depth}")
+    if args.top < 0:
+        raise UsageError(f"--top must be 0 or more; got {args.top}")
+    if args.json:
+        check_writable(args.json, "--json")
+    if args.timeline:
+        check_png(args.timeline, "--timeline")
+
+
 def check_png(path: str, flag: str) -> None:
     """A PNG the command may write: named *.png, in a writable directory, matplotlib there."""
     from .plots import require_matplotlib

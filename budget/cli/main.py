@@ -31,13 +31,13 @@ from .args import (
     build_parser,
     check_options,
     check_png,
-    check_writable,
+    check_report_options,
     parse_budget_arg,
     parse_budgets,
     parse_peak_arg,
     size_options,
 )
-from .targets import Target, describe_error, load_target
+from .targets import Target, describe_error, load_eager_target, load_target
 
 __all__ = ["UsageError", "main", "parse_budget_arg", "parse_budgets"]
 
@@ -98,10 +98,7 @@ def _solve(args: argparse.Namespace) -> int:
     peak = parse_peak_arg(args.peak)
     if args.peak_search is not None and peak is None:
         raise UsageError("--peak-search says how --peak is searched: give --peak too")
-    if args.depth < 1:
-        raise UsageError(f"--depth must be at least 1; got {args.depth}")
-    if args.top < 0:
-        raise UsageError(f"--top must be 0 or more; got {args.top}")
+    check_report_options(args)
     if args.plan is not None:
         given = [
             f for f in ("budget", "peak", "solver", "time_limit") if getattr(args, f) is not None
@@ -111,10 +108,6 @@ def _solve(args: argparse.Namespace) -> int:
             raise UsageError(f"--plan applies a saved plan: {flags} cannot be used with it")
         if not Path(args.plan).is_file():
             raise UsageError(f"--plan {args.plan!r}: no such file")
-    if args.json:
-        check_writable(args.json, "--json")
-    if args.timeline:
-        check_png(args.timeline, "--timeline")
     start = time.perf_counter()
     target = _target(args)
     loaded = time.perf_counter()
@@ -193,35 +186,6 @@ def _compiled(
     return be.plans
 
 
-def _eager_target(target: str, options: dict[str, int | float]) -> tuple[Any, Any, tuple, str]:
-    """(model, step or None, example args, description) of a TARGET, for --eager: the
-    model itself is needed (its modules are what is checkpointed)."""
-    from torch import nn
-
-    from ..errors import TargetError
-    from ..models import Example, get_builtin
-    from .targets import _import_file, describe_error
-
-    loaded = load_target(target, options)  # validates the target, its options and factory
-    if target.startswith("builtin:"):
-        ex = get_builtin(target.removeprefix("builtin:"), **options)
-        return ex.model, ex.step, tuple(ex.args), ex.describe()
-    if isinstance(loaded.step, nn.Module):
-        return loaded.step, None, loaded.args, loaded.description
-    path, _, factory_name = target.rpartition(":")
-    made = getattr(_import_file(Path(path)), factory_name)
-    try:
-        made = made()
-    except Exception as e:  # it ran once already; report it the same way
-        raise TargetError(f"target {target!r}: {factory_name}() raised {describe_error(e)}") from e
-    if isinstance(made, Example):
-        return made.model, made.step, tuple(made.args), target
-    raise TargetError(
-        f"--eager needs the model: {factory_name}() must return a budget.models.Example or a "
-        "(module, args) pair, not a (step, args) pair"
-    )
-
-
 def _solve_eager(args: argparse.Namespace) -> int:
     """``budget solve --eager``: the eager plan (modules to checkpoint, per-op policy)."""
     from .report import eager_solve_report
@@ -235,12 +199,7 @@ def _solve_eager(args: argparse.Namespace) -> int:
         )
     memory_budget = parse_budget_arg(args.budget)
     peak = parse_peak_arg(args.peak)
-    if args.timeline:
-        check_png(args.timeline, "--timeline")
-    if args.depth < 1:
-        raise UsageError(f"--depth must be at least 1; got {args.depth}")
-    if args.top < 0:
-        raise UsageError(f"--top must be 0 or more; got {args.top}")
+    check_report_options(args)
     modules = None
     if args.modules is not None:
         modules = [m.strip() for m in args.modules.split(",")]
@@ -248,12 +207,10 @@ def _solve_eager(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"--modules must be comma-separated module names; got {args.modules!r}"
             )
-    if args.json:
-        check_writable(args.json, "--json")
     from ..eager.apply import plan as eager_plan
 
     start = time.perf_counter()
-    model, step, example, description = _eager_target(args.target, size_options(args))
+    model, step, example, description = load_eager_target(args.target, size_options(args))
     loaded = time.perf_counter()
     plan = _planning(
         lambda: eager_plan(

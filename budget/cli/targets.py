@@ -125,3 +125,30 @@ def describe_error(e: BaseException) -> str:
     """'RuntimeError: boom': the type and the first line of an exception."""
     first = str(e).strip().splitlines()
     return f"{type(e).__name__}: {first[0]}" if first else type(e).__name__
+
+
+def load_eager_target(target: str, options: dict[str, int | float]) -> tuple[Any, Any, tuple, str]:
+    """(model, step or None, example args, description) of a TARGET, for --eager: the
+    model itself is needed (its modules are what is checkpointed)."""
+    from torch import nn
+
+    from ..models import Example, get_builtin
+
+    loaded = load_target(target, options)  # validates the target, its options and factory
+    if target.startswith("builtin:"):
+        ex = get_builtin(target.removeprefix("builtin:"), **options)
+        return ex.model, ex.step, tuple(ex.args), ex.describe()
+    if isinstance(loaded.step, nn.Module):
+        return loaded.step, None, loaded.args, loaded.description
+    path, _, factory_name = target.rpartition(":")
+    made = getattr(_import_file(Path(path)), factory_name)
+    try:
+        made = made()
+    except Exception as e:  # it ran once already; report it the same way
+        raise TargetError(f"target {target!r}: {factory_name}() raised {describe_error(e)}") from e
+    if isinstance(made, Example):
+        return made.model, made.step, tuple(made.args), target
+    raise TargetError(
+        f"--eager needs the model: {factory_name}() must return a budget.models.Example or a "
+        "(module, args) pair, not a (step, args) pair"
+    )

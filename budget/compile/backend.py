@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -39,6 +38,7 @@ from ..estimators import get_estimator
 from ..solvers import get_solver
 from . import plan_cache, ranks
 from .compiled_peak import CodeCapture
+from .inductor_hooks import InductorPartitioner, run_uncompiled
 from .partition import budget_partition
 from .peak_check import Attempt, fit_compiled_peak, hold_b1_peak
 
@@ -107,12 +107,12 @@ class BudgetBackend:
     def _inductor(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         from ._torch_private import compile_fx, functorch_config
 
-        partitioner = _InductorPartitioner(self)
+        partitioner = InductorPartitioner(self)
         if self.preview:  # a preview is the partitioner's plan: no cache may skip it
             patches = {"custom_partitioner_fn": partitioner, "fx_graph_cache": False}
             with functorch_config.patch(enable_autograd_cache=False):
                 return compile_fx(
-                    gm, example_inputs, inner_compile=_run_uncompiled, config_patches=patches
+                    gm, example_inputs, inner_compile=run_uncompiled, config_patches=patches
                 )
         return _compile_within_peak(self, gm, example_inputs)
 
@@ -130,7 +130,7 @@ def _compile_within_peak(
 
     def compile_with(settings: PlanSettings) -> Attempt:
         attempt = BudgetBackend(settings, PlanLog())
-        compiled = _compile_cached(attempt, _InductorPartitioner(attempt), gm, example_inputs)
+        compiled = _compile_cached(attempt, InductorPartitioner(attempt), gm, example_inputs)
         return Attempt(compiled, attempt.log)
 
     kept = hold_b1_peak(be.settings, compile_with, fit_compiled_peak(be.settings, compile_with))
@@ -163,7 +163,7 @@ def _marked(compiled: Callable[..., Any]) -> Callable[..., Any]:
 
 def _compile_cached(
     be: BudgetBackend,
-    partitioner: _InductorPartitioner,
+    partitioner: InductorPartitioner,
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
 ) -> Any:
@@ -224,101 +224,6 @@ def _compile_cached(
             compiled = compile_and_read_peak(gm, example_inputs, config_patches=patches)
         plan_cache.store(key, be.log.plans[first:])
     return compiled
-
-
-def _run_uncompiled(gm: torch.fx.GraphModule, _inputs: Sequence[Any], **_: Any) -> Any:
-    """An Inductor ``inner_compile`` that generates no code: runs the graph as it is.
-
-    Previews trace on fake tensors through Inductor's whole pipeline (pre-grad passes,
-    decompositions, joint-graph passes, the partitioner) so that they plan the very graph
-    training compiles; only the code generation, the slow part, is skipped.
-    """
-    from ._torch_private import make_boxed_func
-
-    return _uncompiled_class()(make_boxed_func(gm.forward))
-
-
-@functools.cache
-def _uncompiled_class() -> type:
-    from ._torch_private import OutputCode
-
-    class Uncompiled(OutputCode):  # type: ignore[misc]
-        """Inductor's compiled-graph interface around a plain (boxed) graph function."""
-
-        _boxed_call = True
-
-        def __init__(self, fn: Callable[..., Any]) -> None:
-            super().__init__()
-            self.fn = fn
-
-        def __call__(self, inputs: Sequence[Any]) -> Any:
-            return self.fn(inputs)
-
-        def post_compile(self, *args: Any, **kwargs: Any) -> None:
-            pass
-
-        def set_triton_bundle(self, triton_bundle: Any) -> None:
-            pass
-
-    return Uncompiled
-
-
-def _inductor_partitioner_base() -> type:
-    from ._torch_private import CustomPartitionerFn
-
-    return CustomPartitionerFn
-
-
-class _InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
-    """Adapter for ``torch._inductor.config.custom_partitioner_fn``.
-
-    Its ``uuid()`` (torch's key for a custom partitioner, in the FX graph and AOTAutograd
-    cache keys) covers budget's version and source and every setting that changes a plan
-    (:func:`budget.compile.plan_cache.settings_key`); torch pickles it as that uuid.
-    """
-
-    def __init__(self, backend: BudgetBackend) -> None:
-        self.backend = backend
-        self.calls = 0  # joint graphs partitioned: 0 when a compile cache skipped it
-        self.num_fwd_outputs = 1  # the user's outputs of the forward (the last partitioned)
-        self._uuid: str | None = None
-        # plans to apply instead of planning (on several ranks, the plan cache's, which
-        # every rank holds the same): no solve, no collective
-        self.book: PlanBook | None = None
-
-    def __call__(self, gm: torch.fx.GraphModule, joint_inputs: Sequence[Any], **kwargs: Any) -> Any:
-        kwargs.pop("compiler", None)
-        self.calls += 1
-        self.num_fwd_outputs = kwargs.get("num_fwd_outputs", 1)
-        be = self.backend
-        settings = be.settings if self.book is None else replace(be.settings, book=self.book)
-        return budget_partition(gm, joint_inputs, settings=settings, log=be.log, **kwargs)
-
-    def uuid(self) -> str:
-        if self._uuid is None:
-            self._uuid = plan_cache.settings_key(self.backend.settings)
-        return self._uuid
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # torch's cache keys pickle Inductor's config, this object included: the backend
-        # it holds (its plans, on_plan) must not enter them, only what decides a plan.
-        return (_PartitionerId, (self.uuid(),))
-
-
-class _PartitionerId(_inductor_partitioner_base()):  # type: ignore[misc]
-    """What a pickled :class:`_InductorPartitioner` becomes: its uuid, not runnable."""
-
-    def __init__(self, uuid: str) -> None:
-        self._id = uuid
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("budget's partitioner cannot run from a pickled copy")
-
-    def uuid(self) -> str:
-        return self._id
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_PartitionerId, (self._id,))
 
 
 def graph_break(gm: torch.fx.GraphModule) -> str:

@@ -148,7 +148,7 @@ def hold_b1_peak(
     of the same graph (recompute bought with more memory). Elsewhere the rescheduler holds
     the graphs' prediction to b=1's (:mod:`budget.compile.schedule`), and the code follows
     it; but a graph with convolutions is not rescheduled under Inductor for a memory
-    budget (:meth:`budget.compile.partition._Partitions.graphs`), and there the code can
+    budget (:meth:`budget.compile.split.Partitions.graphs`), and there the code can
     peak above b=1's where the predictions are close: the bench convnet at b=0, predicted
     at b=1's 51.44 MiB, compiled to 51.45 against b=1's 51.07. So where ``kept``'s plan
     is of such a graph, recomputes, and is predicted within ``B1_NEAR`` of b=1's peak, the

@@ -6,7 +6,7 @@ set once, rescheduled where that lowers the peak), bisects the saved-memory targ
 the cheapest fit and the cheaper miss above it (:func:`_refine`), and with
 ``peak_search="exact"`` searches on with CP-SAT over the liveness bound
 (:mod:`budget.compile.peak_search`). The partitioning itself is
-:class:`budget.compile.partition._Partitions`; under Inductor the plan kept is then
+:class:`budget.compile.split.Partitions`; under Inductor the plan kept is then
 checked on the compiled code (:mod:`budget.compile.peak_check`).
 """
 
@@ -35,11 +35,11 @@ from .liveness import liveness_bound
 from .peak_search import PeakSearch, search_peak
 
 if TYPE_CHECKING:
-    from .partition import _Partitions
+    from .split import Partitions
 
 
 def plan_for_peak(
-    partitions: _Partitions,
+    partitions: Partitions,
     problem: Problem,
     settings: PlanSettings,
     timings: dict[str, float],
@@ -114,7 +114,7 @@ def plan_for_peak(
     return best
 
 
-def _bound(partitions: _Partitions) -> LivenessBound:
+def _bound(partitions: Partitions) -> LivenessBound:
     return liveness_bound(
         partitions.joint_module.graph,
         partitions.node_info,
@@ -127,7 +127,7 @@ ONCE = 1 << 62  # a limit no prediction is over: the backward is not rescheduled
 
 
 def _search_exact(
-    partitions: _Partitions,
+    partitions: Partitions,
     problem: Problem,
     settings: PlanSettings,
     first: Plan,
@@ -172,7 +172,7 @@ def _search_exact(
 
 
 def _refine(
-    partitions: _Partitions,
+    partitions: Partitions,
     problem: Problem,
     settings: PlanSettings,
     timings: dict[str, float],

@@ -4,7 +4,7 @@ The exact peak search (:mod:`budget.compile.peak_search`) needs the step's live 
 rows of an integer programme. The peak model of :mod:`budget.compile.peak` is not linear in
 the plan (what a recomputation keeps alive depends on when the backward first needs it),
 but a bound below it is, for plans that recompute each value once (torch's schedule,
-:func:`budget.compile.partition.extract`): at each step of the step's fixed order, count
+:func:`budget.compile.split.extract`): at each step of the step's fixed order, count
 what is alive there under the plan, where it can be said with linear rows, and no more.
 
 - The forward runs a value when the plan saves it, when the user's outputs (the loss) need

@@ -57,7 +57,7 @@ def _label() -> str:
     return f"{_cpu_model()}|torch {torch.__version__}|{torch.get_num_threads()} threads"
 
 
-def _table() -> dict[str, int]:
+def known_workspace() -> dict[str, int]:
     label = _label()
     if label not in _MEMORY:
         table: dict[str, int] = {}
@@ -73,9 +73,9 @@ def _table() -> dict[str, int]:
     return _MEMORY[label]
 
 
-def _store(key: str, value: int) -> None:
+def store_workspace(key: str, value: int) -> None:
     label = _label()
-    table = _table()
+    table = known_workspace()
     table[key] = value
     write_cache(
         _cache_file(label, "conv-workspace"), {"label": label, "format": FORMAT, "workspace": table}
@@ -136,8 +136,6 @@ def _strides(t: torch.Tensor, size: Sequence[int], channels_last: bool) -> list[
 
 
 def _run(sig: dict[str, Any]) -> int:
-    from ..compile.measure import measure_workspace
-
     dtype = getattr(torch, sig["dtype"])
     strides = iter(sig["strides"])
 
@@ -166,7 +164,15 @@ def _run(sig: dict[str, Any]) -> int:
         args = (zeros(sig["grad"]), x, w, bias_sizes, *conv, sig["mask"])
         op = aten.convolution_backward.default
     with torch.no_grad():
-        runs = [measure_workspace(lambda: op(*args)) for _ in range(RUNS)]
+        return measured_runs(lambda: op(*args))
+
+
+def measured_runs(call: Any) -> int:
+    """The workspace estimate of a CPU call: ``RUNS`` profiled runs (after one unmeasured,
+    :func:`budget.compile.measure.measure_workspace`), the largest plus their spread."""
+    from ..compile.measure import measure_workspace
+
+    runs = [measure_workspace(call) for _ in range(RUNS)]
     return max(runs) + (max(runs) - min(runs))
 
 
@@ -192,11 +198,11 @@ def measured_workspace_bytes(
     if sig is None:
         return None
     key = json.dumps(sig, sort_keys=True)
-    table = _table()
+    table = known_workspace()
     if key not in table:
         try:
             measured = _measure(sig)
         except (RuntimeError, ValueError, TypeError):
             return None  # a call oneDNN refuses on zeros: the rule covers it
-        _store(key, max(0, measured))
+        store_workspace(key, max(0, measured))
     return table[key]

@@ -1,14 +1,13 @@
 """CPU matmuls in bfloat16 or float16: what they allocate inside themselves, measured.
 
 On the CPU, torch runs low-precision matmuls through oneDNN, which packs its operands into
-blocked copies and takes scratch while the call runs and frees them before it returns
-(a 64x64 by 64x192 bf16 ``mm`` takes 48 KiB): memory no graph value shows, at the moment
-a step may peak (an eager step under bf16 autocast peaked inside one). float32 matmuls
-(MKL) take none. As for convolutions (:mod:`budget.estimators.conv_workspace`), each
+blocked copies and takes scratch while the call runs and frees them before it returns:
+memory no graph value shows, at a moment a step may peak (an eager step under bf16
+autocast). float32 matmuls (MKL) take none. As for convolutions (:mod:`budget.estimators.conv_workspace`), each
 distinct call (the op, its operands' sizes, strides and dtype) runs on zeros on this host,
-once unmeasured, then ``RUNS`` times under torch.profiler; the estimate is the largest run
-plus the runs' spread, kept in memory and on disk in the same table, keyed by CPU model,
-torch version and thread count. Calls whose operands would take over
+measured as a convolution is (:func:`budget.estimators.conv_workspace.measured_runs`), and
+kept in the same table (in memory and on disk, keyed by CPU model, torch version and
+thread count). Calls whose operands would take over
 :data:`budget.estimators.conv_workspace.MAX_OPERAND_BYTES` are not run (0).
 """
 
@@ -20,7 +19,7 @@ from typing import Any
 
 import torch
 
-from .conv_workspace import MAX_OPERAND_BYTES, RUNS, _store, _table
+from .conv_workspace import MAX_OPERAND_BYTES, known_workspace, measured_runs, store_workspace
 from .values import hint
 
 aten = torch.ops.aten
@@ -50,7 +49,6 @@ def _signature(func: Any, args: Sequence[Any]) -> dict[str, Any] | None:
 
 def _run(func: Any, sig: dict[str, Any]) -> int:
     from ..compile._torch_private import _disable_current_modes
-    from ..compile.measure import measure_workspace
 
     with _disable_current_modes(), torch.no_grad():  # real zeros, outside the caller's modes
         real = []
@@ -59,8 +57,7 @@ def _run(func: Any, sig: dict[str, Any]) -> int:
             flat = torch.zeros(extent, dtype=getattr(torch, o["dtype"]))
             real.append(flat.as_strided(o["size"], o["stride"]))
         args = [*real, *sig["others"]]
-        runs = [measure_workspace(lambda: func(*args)) for _ in range(RUNS)]
-    return max(runs) + (max(runs) - min(runs))
+        return measured_runs(lambda: func(*args))
 
 
 def matmul_workspace_bytes(func: Any, args: Sequence[Any]) -> int:
@@ -73,11 +70,11 @@ def matmul_workspace_bytes(func: Any, args: Sequence[Any]) -> int:
     if sig is None:
         return 0
     key = json.dumps(sig, sort_keys=True)
-    table = _table()
-    if key not in table:
+    known = known_workspace()
+    if key not in known:
         try:
             measured = _run(func, sig)
         except (RuntimeError, ValueError, TypeError):
             measured = 0
-        _store(key, max(0, measured))
-    return table[key]
+        store_workspace(key, max(0, measured))
+    return known[key]

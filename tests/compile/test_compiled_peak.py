@@ -529,8 +529,7 @@ def test_compiled_peak_of_cuda_code_is_the_measured_peak_of_the_builtin_gpt(auto
     on meta tensors predicts the step's peak on the GPU, to 1% and 16 KiB of the bytes
     requested from the caching allocator. The step peaks inside an attention backward
     (efficient attention in fp32, cuDNN's under bf16 autocast), whose own allocations
-    are measured on the GPU (budget.estimators.cuda_workspace): without them the
-    prediction is 4-6% under."""
+    are measured on the GPU (budget.estimators.cuda_workspace)."""
     torch._dynamo.reset()
     ex = get_builtin("gpt", layers=2, d=128, seq=128, batch=2)
     ex.model.to("cuda")

@@ -22,7 +22,7 @@ from helpers.plans import make_plan
 
 import budget
 from budget.compile import plan_cache
-from budget.compile.backend import _InductorPartitioner
+from budget.compile.inductor_hooks import InductorPartitioner
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -196,23 +196,23 @@ def test_the_partitioner_pickles_as_its_uuid_alone():
     the same settings give the same bytes whatever plans and observers they hold."""
     a, b = budget.backend(0.5), budget.backend(0.5, on_plan=print)
     b.log.plans.append(make_plan())
-    pa, pb = _InductorPartitioner(a), _InductorPartitioner(b)
+    pa, pb = InductorPartitioner(a), InductorPartitioner(b)
     assert pickle.dumps(pa) == pickle.dumps(pb)
     assert pickle.loads(pickle.dumps(pa)).uuid() == pa.uuid()
-    assert pickle.dumps(pa) != pickle.dumps(_InductorPartitioner(budget.backend(0.3)))
+    assert pickle.dumps(pa) != pickle.dumps(InductorPartitioner(budget.backend(0.3)))
 
 
 def test_the_settings_key_names_the_version_the_code_and_the_host():
-    key = _InductorPartitioner(budget.backend(0.5, estimator="roofline")).uuid()
+    key = InductorPartitioner(budget.backend(0.5, estimator="roofline")).uuid()
     assert key.startswith(f"budget-{budget.__version__}-{plan_cache.code_hash()}-")
     assert f"{torch.get_num_threads()} threads" in key  # a device-less estimator: this host
-    named = _InductorPartitioner(budget.backend(0.5, estimator="roofline:h100")).uuid()
+    named = InductorPartitioner(budget.backend(0.5, estimator="roofline:h100")).uuid()
     assert f"{torch.get_num_threads()} threads|measure" in named  # convolutions measured here
     with budget.config.patch(conv_workspace="rule"):
-        named = _InductorPartitioner(budget.backend(0.5, estimator="roofline:h100")).uuid()
+        named = InductorPartitioner(budget.backend(0.5, estimator="roofline:h100")).uuid()
     assert "threads" not in named and named.endswith("rule")
     for kw in ({"solver": "cpsat"}, {"estimator": "flops"}, {"time_limit": 5}):
-        assert _InductorPartitioner(budget.backend(0.5, **kw)).uuid() != key
+        assert InductorPartitioner(budget.backend(0.5, **kw)).uuid() != key
 
 
 def test_the_graph_key_follows_the_graph_its_inputs_and_the_settings():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from budget.estimators.cuda_workspace import MEASURED, cuda_workspace_bytes
+from budget.estimators.cuda_workspace import cuda_workspace_bytes
 from budget.estimators.memory import workspace_bytes
 
 aten = torch.ops.aten
@@ -18,12 +18,6 @@ def _attention_backward_args(device: str, dtype=torch.float32):
     lse = torch.empty(b, h, t, device=device, dtype=torch.float32)
     seed = torch.empty((), device=device, dtype=torch.int64)
     return (grad, q, k, v, None, out, lse, seed, seed, 0.0, [True, True, True, False], True)
-
-
-def test_the_measured_ops_are_attention_and_convolution():
-    assert "aten::_scaled_dot_product_efficient_attention_backward" in MEASURED
-    assert "aten::convolution_backward" in MEASURED
-    assert not any("mm" in name.split("::")[1] for name in MEASURED)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the answer without CUDA")
@@ -71,8 +65,7 @@ def test_matmuls_are_not_measured():
 
 def test_the_measurement_runs_outside_the_callers_dispatch_modes(monkeypatch):
     """The peak models ask from inside their own modes (fake tensors, the compiled peak's
-    meta run); the real run on the GPU must see none of them (under the compiled peak's
-    mode it recursed into itself and counted 0)."""
+    meta run); the real run on the GPU must see none of them, nor they it."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils._python_dispatch import _get_current_dispatch_mode
 

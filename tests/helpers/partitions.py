@@ -1,4 +1,4 @@
-"""The partitioner's state for one graph (its _Partitions and Problem), captured while
+"""The partitioner's state for one graph (its Partitions and Problem), captured while
 budget.plan plans the step, for tests that partition and predict plans of their own."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ ONCE = peak_plan.ONCE  # a limit no prediction is over: each value recomputed on
 
 @dataclass
 class Captured:
-    partitions: Any  # budget.compile.partition._Partitions
+    partitions: Any  # budget.compile.split.Partitions
     problem: Problem
 
     def plan(self, saved: list[int], limit: int | None = ONCE) -> Plan:
