@@ -3,7 +3,7 @@
 1. The meta run (budget.compile.compiled_peak, Inductor's wrapper code on meta tensors)
    beside the first training step it is part of (compile + one forward/backward), on
    built-in GPTs of 4 and 12 layers (d=128) at b=0.5; and the compiled peak beside the
-   measured one (budget.compile.measure.measure_peak).
+   measured one (budget.runtime.measure.measure_peak).
 2. T5 (tests/helpers/real_models.py) under peak budgets: the step's measured peak, the
    kept plan's compiled and predicted peaks, the target it was planned for, how many
    compiles the check took, and the wall time of the first step; or the refusal.
@@ -26,8 +26,8 @@ from helpers.real_models import make  # noqa: E402
 import budget  # noqa: E402
 from budget.compile import compiled_peak  # noqa: E402
 from budget.compile.backend import root_error  # noqa: E402
-from budget.compile.measure import measure_peak  # noqa: E402
 from budget.models import get_builtin  # noqa: E402
+from budget.runtime.measure import measure_peak  # noqa: E402
 
 KiB, MiB = 2**10, 2**20
 

@@ -17,8 +17,8 @@ import itertools
 
 import torch
 
-from budget.compile.measure import measure_workspace
 from budget.estimators.memory import workspace_bytes
+from budget.runtime.measure import measure_workspace
 
 aten = torch.ops.aten
 # batch, in channels, out channels, image side, kernel, stride

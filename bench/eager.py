@@ -45,10 +45,10 @@ from torch.utils.checkpoint import (
 
 import budget
 import budget.eager
-from budget.compile.measure import measure_peak
 from budget.eager.measure import measure_eager
 from budget.eager.regions import select_candidates
 from budget.models import gpt, mlp
+from budget.runtime.measure import measure_peak
 
 if TYPE_CHECKING:
     from torch.distributed._tools.ilp_utils import Graph
@@ -139,7 +139,7 @@ def _wrap_all(model: nn.Module, blocks: list[nn.Module], context_fn: Callable | 
 
 def _measure(step: Callable[..., Any], args: tuple, seed: int = 0) -> tuple[int, int, int]:
     """(bytes kept after the forward, backward FLOPs, peak of the step above the
-    parameters, inputs and gradients: budget.compile.measure.measure_peak)."""
+    parameters, inputs and gradients: budget.runtime.measure.measure_peak)."""
     torch.manual_seed(seed)
     m = measure_eager(step, *args)
     torch.manual_seed(seed)

@@ -25,8 +25,8 @@ from typing import Any
 import torch
 
 from budget.compile.backend import root_error
-from budget.compile.measure import measure_peak, saved_bytes
 from budget.eager.measure import retained_bytes
+from budget.runtime.measure import measure_peak, saved_bytes
 
 MiB = 2**20
 

@@ -17,8 +17,8 @@ import torch
 import torch._inductor.config as inductor_config
 
 import budget
-from budget.compile.measure import measure_peak, saved_bytes
 from budget.models import get_builtin
+from budget.runtime.measure import measure_peak, saved_bytes
 
 MiB = 2**20
 

@@ -6,7 +6,7 @@ For each model and each memory budget b, compile the training step twice in one 
           ``torch._functorch.config.patch(activation_memory_budget=b)``;
 - budget: ``torch.compile(step, backend=budget.backend(b, compiler="eager"))``;
 
-and measure what each really does (``budget.compile.measure.measure_step``): the activation bytes
+and measure what each really does (``budget.runtime.measure.measure_step``): the activation bytes
 saved by the forward and the FLOPs of the backward (recomputation shows up there). Then,
 for every memory torch reached, budget is given that memory as an absolute size. Checks:
 budget never exceeds its target, and every torch point is matched or beaten by a budget
@@ -31,8 +31,8 @@ import torch._functorch.config
 
 import budget
 from budget.compile.backend import root_error
-from budget.compile.measure import measure_step
 from budget.models import Example, get_builtin
+from budget.runtime.measure import measure_step
 
 MiB = 2**20
 DEFAULT_BUDGETS = [round(1.0 - i / 10, 1) for i in range(11)]

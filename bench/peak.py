@@ -8,7 +8,7 @@ its plans predict, at 0.5x and 0.7x the b=1 plan's measured peak (issue 11's tar
 for the lowest reachable peak: 0.5x on the GPT, 0.7x on the convnet), and at each torch
 fraction's measured peak (marked ``= torch b``: a target torch's step meets to the byte,
 so budget must meet it with no more recompute). Each step's peak is measured by
-``budget.compile.measure.measure_peak``
+``budget.runtime.measure.measure_peak``
 (CPU: torch.profiler's memory events over one warmed-up step, above what was resident;
 CUDA: max_memory_allocated). Reported: measured peak, budget's predicted peak and its
 error, backward FLOPs (FlopCounterMode, gaps filled as in bench/pareto.py), and checks:
@@ -36,8 +36,8 @@ import torch._functorch.config
 
 import budget
 from budget.compile.backend import root_error
-from budget.compile.measure import backward_flops, measure_peak
 from budget.models import Example, get_builtin
+from budget.runtime.measure import backward_flops, measure_peak
 
 MiB = 2**20
 FRACTIONS = [1.0, 0.8, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0]

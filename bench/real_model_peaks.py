@@ -2,7 +2,7 @@
 
 For each model (tests/helpers/real_models.py: transformers, timm and torchvision models
 from small configs) and compiler: one training step compiled with ``budget.backend(b)``,
-its peak measured by ``budget.compile.measure.measure_peak`` (CPU: torch.profiler's
+its peak measured by ``budget.runtime.measure.measure_peak`` (CPU: torch.profiler's
 memory events over one warmed-up step), beside the plan's ``peak_bytes`` (predicted from
 the graphs) and, under Inductor, its ``compiled_peak_bytes`` (the peak of the code
 Inductor generated, run on meta tensors: what a peak budget is checked on). Ratios:
@@ -26,7 +26,7 @@ from helpers.real_models import FACTORIES, make  # noqa: E402
 
 import budget  # noqa: E402
 from budget.compile.backend import root_error  # noqa: E402
-from budget.compile.measure import measure_peak  # noqa: E402
+from budget.runtime.measure import measure_peak  # noqa: E402
 
 KiB = 1024
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from helpers.real_models import FACTORIES, make  # noqa: E402
 
 import budget  # noqa: E402
-from budget.compile.measure import saved_bytes  # noqa: E402
+from budget.runtime.measure import saved_bytes  # noqa: E402
 
 TORCH_BACKEND = {"eager": "aot_eager_decomp_partition", "inductor": "inductor"}
 KiB = 1024

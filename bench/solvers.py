@@ -30,10 +30,10 @@ import numpy as np
 import torch
 
 import budget
-from budget.core.planner import solve_ends, target_bytes
 from budget.core.problem import Problem
 from budget.core.sizes import parse_budget
 from budget.models import get_builtin
+from budget.planning.planner import solve_ends, target_bytes
 from budget.solvers import InfeasibleError, Solver, SolverTimeout, available_solvers, get_solver
 from budget.solvers.reduce import reduce_problem
 

@@ -15,9 +15,9 @@ import sys
 import torch
 import torch._functorch.config as fconfig
 
-from budget.compile.measure import measure_step
 from budget.compile.torch_hooks import KnapsackSolver, RuntimeEstimator
 from budget.models import get_builtin
+from budget.runtime.measure import measure_step
 
 FRACTIONS = [0.8, 0.6, 0.4, 0.2, 0.1]
 MODELS = {

@@ -269,8 +269,8 @@ def test_time_limit_never_gives_a_plan_over_budget():
 
 
 def test_measured_flops_price_cpu_attention_like_the_estimator():
-    """torch's counter gives CPU attention 0 FLOPs; budget.compile.measure uses the estimator's table."""
-    from budget.compile.measure import backward_flops
+    """torch's counter gives CPU attention 0 FLOPs; budget.runtime.measure uses the estimator's table."""
+    from budget.runtime.measure import backward_flops
 
     q = torch.randn(2, 4, 64, 32, requires_grad=True)
     priced = backward_flops(F.scaled_dot_product_attention(q, q, q).sum())

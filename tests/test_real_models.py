@@ -23,7 +23,7 @@ pytest.importorskip("timm")
 
 import budget  # noqa: E402
 from budget.cli.main import main as cli_main  # noqa: E402
-from budget.compile.measure import measure_peak, saved_bytes  # noqa: E402
+from budget.runtime.measure import measure_peak, saved_bytes  # noqa: E402
 
 ALL = list(FACTORIES)
 # under Inductor by default: a decoder with a graph break. Convnets' layout copies under

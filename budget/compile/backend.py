@@ -29,13 +29,10 @@ from typing import Any
 
 import torch
 
-from ..config import COMPILERS, config, validate_option
 from ..core.plan import Plan
 from ..core.plan_files import PlanBook, PlanSource
 from ..core.settings import PlanLog, PlanSettings
-from ..core.sizes import parse_budget, parse_peak_budget
-from ..estimators import get_estimator
-from ..solvers import get_solver
+from ..planning.options import resolve_settings
 from . import plan_cache, ranks
 from .compiled_peak import CodeCapture
 from .inductor_hooks import InductorPartitioner, run_uncompiled
@@ -65,7 +62,7 @@ class BudgetBackend:
         return functools.partial(budget_partition, settings=self.settings, log=self.log)
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
-        from ._torch_private import frame_code
+        from ..runtime._torch_private import frame_code
 
         # The first frame compiled is the step's own; any other (the rest of a frame after
         # a graph break, a function eager code calls) takes values of code before it.
@@ -87,7 +84,7 @@ class BudgetBackend:
         return compiled
 
     def _eager(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
-        from ._torch_private import (
+        from ..runtime._torch_private import (
             aot_autograd,
             boxed_nop,
             functorch_config,
@@ -105,7 +102,7 @@ class BudgetBackend:
             )(gm, example_inputs)
 
     def _inductor(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
-        from ._torch_private import compile_fx, functorch_config
+        from ..runtime._torch_private import compile_fx, functorch_config
 
         partitioner = InductorPartitioner(self)
         if self.preview:  # a preview is the partitioner's plan: no cache may skip it
@@ -179,7 +176,7 @@ def _compile_cached(
     The FX graph cache stays on in every case: it caches code generated from the
     partitioned graphs, after planning.
     """
-    from ._torch_private import compile_fx, counters, functorch_config
+    from ..runtime._torch_private import compile_fx, counters, functorch_config
 
     first = len(be.log.plans)
 
@@ -192,7 +189,10 @@ def _compile_cached(
             compiled = compile_fx(gm, example_inputs, inner_compile=capture, **kw)
         made = be.log.plans[first:]
         if len(made) == 1:
-            made[0].compiled_peak_bytes = capture.peak(partitioner.num_fwd_outputs)
+            made[0].compiled_peak_bytes = capture.peak(
+                partitioner.num_fwd_outputs,
+                measure_workspace=be.settings.measure_workspace,
+            )
         return compiled
 
     patches = {"custom_partitioner_fn": partitioner}
@@ -290,29 +290,14 @@ def backend(
     that recompute each value once, cheapest first, and proves the plan optimal among them
     when it can (:mod:`budget.compile.peak_search`; slower).
     """
-    if compiler not in COMPILERS:
-        raise ValueError(f"unknown compiler {compiler!r}; available: {', '.join(COMPILERS)}")
-    peak = config.peak_memory_budget if peak_memory_budget is None else peak_memory_budget
-    if plan is not None and (memory_budget is not None or peak_memory_budget is not None):
-        raise ValueError(
-            "pass a budget (memory_budget, peak_memory_budget) or plan, not both: a saved "
-            "plan carries its own budget"
-        )
-    book = PlanBook.load(plan) if plan is not None else None
-    settings = PlanSettings(
-        budget=parse_budget(
-            config.activation_memory_budget if memory_budget is None else memory_budget
-        ),
-        solver=get_solver(solver or config.solver).name,
-        estimator=get_estimator(estimator or config.estimator).spec,
-        time_limit=config.time_limit
-        if time_limit is None
-        else validate_option("time_limit", time_limit),
+    settings = resolve_settings(
+        memory_budget=memory_budget,
+        peak_memory_budget=peak_memory_budget,
+        solver=solver,
+        estimator=estimator,
+        time_limit=time_limit,
+        peak_search=peak_search,
         compiler=compiler,
-        book=book,
-        peak_bytes=None if peak is None or book is not None else parse_peak_budget(peak),
-        peak_search=validate_option(
-            "peak_search", config.peak_search if peak_search is None else peak_search
-        ),
+        plan=plan,
     )
     return BudgetBackend(settings, PlanLog(on_plan=on_plan))

@@ -21,7 +21,7 @@ whose CUDA device guard, ``set_device``, streams and synchronisation do nothing,
 module imports that fail where there is no CUDA or Triton (``import triton``, ``from
 torch._C import _cuda_getCurrentRawStream``) bind stand-ins; an op that makes a tensor
 on a device other than meta or the CPU is an error. Live bytes are counted as for the
-eager planner's run on fake tensors (:class:`budget.compile.live.LiveStorages`): each
+eager planner's run on fake tensors (:class:`budget.estimators.live.LiveStorages`): each
 storage from the op that makes it until its last tensor is gone, and what an extern
 kernel allocates inside itself at its call (:func:`budget.estimators.memory.workspace_bytes`:
 CPU convolutions and attention; on CUDA the attention backwards and convolutions, measured
@@ -48,8 +48,8 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from ..estimators.values import hint
-from .live import LiveStorages
+from ..estimators.live import LiveStorages
+from ..runtime.values import hint
 
 
 class CompiledCodeError(RuntimeError):
@@ -270,12 +270,19 @@ class _MetaRun(LiveStorages):
         return out
 
 
-def compiled_peak(fw: CompiledGraph, bw: CompiledGraph | None, *, num_user_outputs: int = 1) -> int:
+def compiled_peak(
+    fw: CompiledGraph,
+    bw: CompiledGraph | None,
+    *,
+    num_user_outputs: int = 1,
+    measure_workspace: bool = True,
+) -> int:
     """The peak bytes of running the compiled forward then backward (module docstring),
     above what was resident before the step. The forward's first ``num_user_outputs``
     outputs (the loss) and those the backward does not take are held to the end of the
     step. Raises :class:`CompiledCodeError` when the code cannot be run on meta tensors."""
-    live = _MetaRun(device=fw.device)  # meta tensors standing in for the device's
+    # meta tensors standing in for the device's
+    live = _MetaRun(device=fw.device, measure_workspace=measure_workspace)
     fw_call = _call(fw)
     bw_call = _call(bw) if bw is not None else None
     inputs = {name: _meta(fw.values[name]) for name in fw.inputs}  # resident: made outside
@@ -328,7 +335,7 @@ class CodeCapture:
         self.graphs: dict[str, CompiledGraph] = {}
 
     def __call__(self, gm: fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Any:
-        from ._torch_private import compile_fx_inner
+        from ..runtime._torch_private import compile_fx_inner
 
         graph = describe(gm)  # before Inductor's passes edit gm
         compiled = compile_fx_inner(gm, example_inputs, **kwargs)
@@ -338,7 +345,7 @@ class CodeCapture:
             self.graphs["backward" if kwargs.get("is_backward") else "forward"] = graph
         return compiled
 
-    def peak(self, num_user_outputs: int = 1) -> int | None:
+    def peak(self, num_user_outputs: int = 1, *, measure_workspace: bool = True) -> int | None:
         """The compiled step's peak; None when a graph's code was not seen (a compile cache
         skipped it) or could not be run on meta tensors (C++ wrapper code, user streams,
         a construct this module does not know)."""
@@ -346,6 +353,8 @@ class CodeCapture:
         if fw is None or bw is None:
             return None
         try:
-            return compiled_peak(fw, bw, num_user_outputs=num_user_outputs)
+            return compiled_peak(
+                fw, bw, num_user_outputs=num_user_outputs, measure_workspace=measure_workspace
+            )
         except Exception:  # noqa: BLE001 - an unknown construct: the peak is unknown
             return None

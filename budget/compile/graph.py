@@ -9,7 +9,6 @@ classification of :mod:`budget.estimators.ops`).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 
 import torch
@@ -18,8 +17,9 @@ import torch.fx as fx
 from ..core.problem import Problem
 from ..estimators import Estimator, NodeCost
 from ..estimators.ops import forbidden_recompute
-from ..estimators.values import storage_of
-from . import _torch_private as T
+from ..runtime import _torch_private as T
+from ..runtime.graph_hash import graph_hash
+from ..runtime.values import storage_of
 
 
 def _read_by_backward(node: fx.Node, bw: object) -> bool:
@@ -47,20 +47,6 @@ def _source_name(path: str) -> str:
 def _class_name(cls: object) -> str:
     name = cls if isinstance(cls, str) else getattr(cls, "__qualname__", str(cls))
     return str(name).rsplit(".", 1)[-1]
-
-
-def graph_hash(graph: fx.Graph) -> str:
-    """A hash of the graph's structure, ops, shapes and dtypes (not of names' memory ids)."""
-    h = hashlib.sha256()
-    for node in graph.nodes:
-        val = node.meta.get("val")
-        desc = (
-            f"{tuple(val.shape)}{val.dtype}"
-            if isinstance(val, torch.Tensor)
-            else type(val).__name__
-        )
-        h.update(f"{node.op}|{node.target}|{node.args}|{node.kwargs}|{desc}\n".encode())
-    return h.hexdigest()[:16]
 
 
 def build_problem(

@@ -33,14 +33,14 @@ def run_uncompiled(gm: torch.fx.GraphModule, _inputs: Sequence[Any], **_: Any) -
     decompositions, joint-graph passes, the partitioner) so that they plan the very graph
     training compiles; only the code generation, the slow part, is skipped.
     """
-    from ._torch_private import make_boxed_func
+    from ..runtime._torch_private import make_boxed_func
 
     return _uncompiled_class()(make_boxed_func(gm.forward))
 
 
 @functools.cache
 def _uncompiled_class() -> type:
-    from ._torch_private import OutputCode
+    from ..runtime._torch_private import OutputCode
 
     class Uncompiled(OutputCode):  # type: ignore[misc]
         """Inductor's compiled-graph interface around a plain (boxed) graph function."""
@@ -64,7 +64,7 @@ def _uncompiled_class() -> type:
 
 
 def _inductor_partitioner_base() -> type:
-    from ._torch_private import CustomPartitionerFn
+    from ..runtime._torch_private import CustomPartitionerFn
 
     return CustomPartitionerFn
 

@@ -3,7 +3,7 @@
 With layout optimisation (``torch._inductor.config.layout_optimization``, on by default;
 always taken on CPU with oneDNN, by a FLOP heuristic on CUDA), Inductor runs
 convolutions channels-last, and with them every node it prefers channels-last (its
-rule, :func:`budget.compile._torch_private.nodes_prefer_channels_last`: the ancestors of
+rule, :func:`budget.runtime._torch_private.nodes_prefer_channels_last`: the ancestors of
 a convolution, through any op but ``bmm``). A 4-D graph input among them (the image
 batch, every conv weight, and under autocast the float32 weights and images the bfloat16
 casts read) is copied to channels-last in the forward, and when the backward needs it
@@ -36,7 +36,7 @@ from collections.abc import Set
 import torch
 import torch.fx as fx
 
-from . import _torch_private as T
+from ..runtime import _torch_private as T
 
 CONVOLUTION = torch.ops.aten.convolution.default
 

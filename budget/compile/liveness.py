@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import torch.fx as fx
 
 from ..core.liveness import BoundRow, Event, Literal, LivenessBound, RecomputeRow
-from ..estimators.values import storage_of
-from . import _torch_private as T
+from ..runtime import _torch_private as T
+from ..runtime.values import storage_of
 from .peak import node_storages
 
 Interval = tuple[int, int, int]  # (raw storage, first step, last step), both ends included

@@ -23,17 +23,17 @@ import torch.fx as fx
 
 from ..core.plan import Plan
 from ..core.plan_files import saved_indices
-from ..core.planner import (
-    make_plan,
-    solve_problem,
-    solve_sweep,
-)
 from ..core.problem import Problem
 from ..core.settings import PlanLog, PlanSettings
 from ..core.sizes import parse_budget
 from ..errors import SolverTimeout
 from ..estimators import get_estimator
-from . import _torch_private as T
+from ..planning.planner import (
+    make_plan,
+    solve_problem,
+    solve_sweep,
+)
+from ..runtime import _torch_private as T
 from . import ranks
 from .graph import build_problem, graph_hash
 from .layout import copied_inputs_bound
@@ -74,7 +74,7 @@ def gc_paused() -> Iterator[None]:
 
     Planning allocates many small objects (fx nodes, sets, dicts) and frees few, which
     triggers full collections of the whole compiler heap at random points of a plan (a
-    large share of planning time on deep models: bench/README.md). Nothing planning
+    large share of planning time on deep models: ``python bench/preview_cost.py``). Nothing planning
     creates needs collecting early.
     """
     enabled = gc.isenabled()

@@ -22,7 +22,7 @@ exact for ``compiler="eager"``, which runs them op by op, but for what a kernel 
 and frees inside itself: CPU convolutions, where that is large, add an estimate of it at
 their step (:func:`budget.estimators.memory.workspace_bytes`). Inductor fuses pointwise
 ops, whose intermediates then never exist, so it peaks lower than predicted (by how
-much: bench/README.md). The prediction is an upper bound there on purpose: a model of
+much: ``python bench/peak.py``). The prediction is an upper bound there on purpose: a model of
 Inductor's fusion (a pointwise value with one fusible reader is never materialised) was
 tried, missed on both sides, and a peak budget must hold as measured.
 """
@@ -35,8 +35,8 @@ import torch.fx as fx
 
 from ..core.plan import LivePoint
 from ..estimators.memory import workspace_bytes
-from ..estimators.values import storage_of, tensors
-from ._torch_private import input_mutation_outputs
+from ..runtime._torch_private import input_mutation_outputs
+from ..runtime.values import storage_of, tensors
 
 
 @dataclass
@@ -110,6 +110,7 @@ def predict_peak(
     copied: frozenset[str] = frozenset(),
     channels_last: bool = False,
     memo: Memo | None = None,
+    measure_workspace: bool = True,
 ) -> PeakPrediction:
     """The peak of running ``fw`` then ``bw`` (see the module docstring).
 
@@ -123,6 +124,7 @@ def predict_peak(
     graph's layouts (Inductor's layout optimisation), which changes their workspace.
     ``memo``: what is read off each node, kept between calls (the rescheduler predicts the
     same graphs again and again; a node whose value it replaces is read again: :class:`Memo`).
+    ``measure_workspace``: CPU kernels' workspace measured on this host, else by rule.
     """
     fw_nodes = list(fw.graph.nodes)
     bw_nodes = list(bw.graph.nodes) if bw is not None else []
@@ -189,7 +191,7 @@ def predict_peak(
             kind = "recompute" if phase == "backward" and node.name in recomputed else phase
             timeline.append(LivePoint(node.name, kind, current))  # type: ignore[arg-type]
         live_after.append(current)
-        at = current + _workspace(node, channels_last, memo)
+        at = current + _workspace(node, channels_last, memo, measure_workspace)
         if at > peak:
             peak, peak_step = at, i
         for k in freed_at.get(i, []):
@@ -198,7 +200,9 @@ def predict_peak(
     return PeakPrediction(peak, timeline, peak_step, live_after)
 
 
-def _workspace(node: fx.Node, channels_last: bool, memo: Memo | None = None) -> int:
+def _workspace(
+    node: fx.Node, channels_last: bool, memo: Memo | None = None, measure: bool = True
+) -> int:
     """What ``node``'s kernel allocates and frees inside itself (CPU convolutions)."""
     if node.op != "call_function":
         return 0
@@ -206,7 +210,11 @@ def _workspace(node: fx.Node, channels_last: bool, memo: Memo | None = None) -> 
         return memo.workspace[node, channels_last]
     args = [a.meta.get("val") if isinstance(a, fx.Node) else a for a in node.args]
     out = workspace_bytes(
-        node.target, args, node.meta.get("val"), channels_last=channels_last or None
+        node.target,
+        args,
+        node.meta.get("val"),
+        channels_last=channels_last or None,
+        measure=measure,
     )
     if memo is not None:
         memo.workspace[node, channels_last] = out

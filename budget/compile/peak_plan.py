@@ -17,7 +17,11 @@ from typing import TYPE_CHECKING
 
 from ..core.liveness import LivenessBound
 from ..core.plan import Plan
-from ..core.planner import (
+from ..core.problem import Problem
+from ..core.settings import PlanSettings
+from ..core.sizes import MemoryBudget
+from ..errors import BudgetTooSmallError
+from ..planning.planner import (
     PEAK_GRID,
     bisect_target,
     cheapest_fit,
@@ -26,10 +30,6 @@ from ..core.planner import (
     solve_problem,
     solve_sweep,
 )
-from ..core.problem import Problem
-from ..core.settings import PlanSettings
-from ..core.sizes import MemoryBudget
-from ..errors import BudgetTooSmallError
 from ..solvers import get_solver
 from .liveness import liveness_bound
 from .peak_search import PeakSearch, search_peak

@@ -137,7 +137,7 @@ def _tensor_meta(t: torch.Tensor, storages: dict[tuple[str, int], int], i: int) 
 def graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], settings_id: str) -> str:
     """The plan-cache key of compiling ``gm`` on ``example_inputs`` (see the module's
     docstring for what it covers)."""
-    from . import _torch_private as T
+    from ..runtime import _torch_private as T
 
     storages: dict[tuple[str, int], int] = {}
     inputs: list[Any] = []

@@ -21,7 +21,7 @@ from ..core.plan_files import PlanSource
 from ..core.problem import Problem
 from ..core.sizes import parse_budget
 from ..errors import PreviewError
-from ._torch_private import (
+from ..runtime._torch_private import (
     BackendCompilerFailed,
     FakeTensor,
     FakeTensorMode,

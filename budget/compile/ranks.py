@@ -17,7 +17,7 @@ from typing import Any
 
 from ..core.plan import Plan
 from ..errors import BudgetError, PlanMismatchError
-from ._torch_private import _disable_current_modes, no_python_dispatcher
+from ..runtime._torch_private import _disable_current_modes, no_python_dispatcher
 
 
 def _outside_tracing(collective: Callable[..., Any], *args: Any, **kwargs: Any) -> None:

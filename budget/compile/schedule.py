@@ -5,7 +5,7 @@ reader (torch's ``reordering_to_mimic_autograd_engine``). With little saved that
 enough to keep the peak down: at b=0 (only the inputs saved) the last layer's gradient
 needs the whole forward recomputed, and each recomputed value then stays alive until its
 own layer's gradient reads it, so the backward holds the whole forward again and the step
-peaks as high as saving everything, or higher (bench/README.md, "Peak memory").
+peaks as high as saving everything, or higher (``python bench/peak.py``).
 Checkmate's answer is to recompute a value more than once: free it after its early
 readers and recompute it, from what is alive then, just before its late ones.
 
@@ -33,8 +33,8 @@ import torch.fx as fx
 
 from ..core.plan import LivePoint
 from ..estimators.ops import is_collective, is_mutating, is_random
-from ..estimators.values import tensors
-from ._torch_private import OpOverload, tree_map
+from ..runtime._torch_private import OpOverload, tree_map
+from ..runtime.values import tensors
 from .peak import Memo, PeakPrediction, node_storages
 
 Predict = Callable[[fx.GraphModule, frozenset[str]], PeakPrediction]
@@ -319,7 +319,7 @@ def pin_order(bw: fx.GraphModule, again: set[str]) -> int:
     can still run early, though never before the pinned kernels it reads. With the pins
     the same plan compiled to 35.43 MiB, and the plan that met the target to 28.46 MiB
     against 23.99 predicted: better, not the prediction. The values are unchanged."""
-    from ._torch_private import preserve_node_ordering
+    from ..runtime._torch_private import preserve_node_ordering
 
     deps: dict[fx.Node, list[fx.Node]] = {}
     anchor: fx.Node | None = None

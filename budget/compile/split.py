@@ -20,7 +20,7 @@ import torch.fx as fx
 
 from ..core.plan import Plan
 from ..core.settings import PlanSettings
-from . import _torch_private as T
+from ..runtime import _torch_private as T
 from .graph import kept_inputs
 from .layout import copied_inputs, has_convolution, runs_channels_last
 from .peak import Memo, PeakPrediction, predict_peak
@@ -83,6 +83,7 @@ class Partitions:
                 copied=frozenset(copies),
                 channels_last=channels_last,
                 memo=memo,
+                measure_workspace=self.settings.measure_workspace,
             )
 
         return Made(fw, bw, predict(bw, recomputed), sum(copies.values()), kept, predict)

@@ -29,8 +29,8 @@ import torch.fx as fx
 
 from .._version import __version__
 from ..estimators import get_estimator
+from ..runtime import _torch_private as T
 from ..solvers.knapsack import solve_knapsack
-from . import _torch_private as T
 
 # Runtimes become integers for the exact knapsack: 1e9 units for the largest value keeps
 # ties apart and sums of thousands of nodes far from 64-bit overflow.

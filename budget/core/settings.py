@@ -44,6 +44,13 @@ class PlanSettings:
     """Saved plans to apply instead of solving (``budget.backend(plan=...)``)."""
     sweep: tuple[MemoryBudget, ...] = ()
     """Previews only: plan each of these budgets too (the first is the one applied)."""
+    conv_workspace: str = "measure"
+    """How the peak models price a CPU convolution's (and bf16 matmul's) workspace:
+    "measure" (once per call shape on this host) or "rule" (budget's fitted rule)."""
+
+    @property
+    def measure_workspace(self) -> bool:
+        return self.conv_workspace == "measure"
 
 
 @dataclass

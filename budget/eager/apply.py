@@ -23,12 +23,9 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ..compile import _torch_private as T
-from ..config import config, validate_option
-from ..core.sizes import parse_budget, parse_peak_budget
 from ..errors import PreviewError
-from ..estimators import get_estimator
-from ..solvers import get_solver
+from ..planning.options import resolve_settings
+from ..runtime import _torch_private as T
 from .peak import simulate
 from .plan import EagerPlan, RegionChoice
 from .planner import plan_for_peak, plan_trace
@@ -94,14 +91,13 @@ def plan(
             "this model has a plan applied: budget.unapply(model) first, or call "
             "budget.apply(model, ...) again (it re-plans from the original model)"
         )
-    budget = parse_budget(
-        config.activation_memory_budget if memory_budget is None else memory_budget
+    settings = resolve_settings(
+        memory_budget=memory_budget,
+        peak_memory_budget=peak_memory_budget,
+        solver=solver,
+        estimator=estimator,
+        time_limit=time_limit,
     )
-    peak = config.peak_memory_budget if peak_memory_budget is None else peak_memory_budget
-    peak_bytes = None if peak is None else parse_peak_budget(peak)
-    solver_name = get_solver(solver or config.solver).name
-    estimator_spec = get_estimator(estimator or config.estimator).spec
-    limit = config.time_limit if time_limit is None else validate_option("time_limit", time_limit)
     candidates = select_candidates(model, modules)
     run = _step_of(model, loss_fn, step)
     trace = trace_step(model, run, example_inputs, example_kwargs, candidates)
@@ -132,7 +128,14 @@ def plan(
     def predict(p: EagerPlan) -> None:
         install(model, p)
         try:
-            found = simulate(model, run, example_inputs, example_kwargs, trace)
+            found = simulate(
+                model,
+                run,
+                example_inputs,
+                example_kwargs,
+                trace,
+                measure_workspace=settings.measure_workspace,
+            )
         except T.DataDependentOutputException as e:
             raise PreviewError(
                 "cannot predict this step's peak: a checkpointed module reads a tensor's "
@@ -144,10 +147,16 @@ def plan(
             unapply(model)
         p.peak_bytes, p.timeline = found.peak_bytes, found.timeline
 
-    opts = {"solver": solver_name, "estimator": estimator_spec, "time_limit": limit}
-    if peak_bytes is not None:
-        return plan_for_peak(trace, budget, peak_bytes, predict, excluded=excluded, **opts)  # type: ignore[arg-type]
-    made = plan_trace(trace, budget, excluded=excluded, **opts)  # type: ignore[arg-type]
+    opts = {
+        "solver": settings.solver,
+        "estimator": settings.estimator,
+        "time_limit": settings.time_limit,
+    }
+    if settings.peak_bytes is not None:
+        return plan_for_peak(  # type: ignore[arg-type]
+            trace, settings.budget, settings.peak_bytes, predict, excluded=excluded, **opts
+        )
+    made = plan_trace(trace, settings.budget, excluded=excluded, **opts)  # type: ignore[arg-type]
     try:
         predict(made)
     except PreviewError:  # the plan stands; its peak is unknown
@@ -187,10 +196,9 @@ def apply(
     """
     if plan is not None and example_inputs:
         raise ValueError("pass example inputs to plan, or plan= to apply a plan, not both")
-    if plan is not None and (memory_budget is not None or peak_memory_budget is not None):
-        raise ValueError(
-            "pass a budget (memory_budget, peak_memory_budget) or plan=, not both: a plan "
-            "was made for its own budget"
+    if plan is not None:  # the plan-or-budget check
+        resolve_settings(
+            memory_budget=memory_budget, peak_memory_budget=peak_memory_budget, plan=plan
         )
     unapply(model)
     if plan is None:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..compile import _torch_private as T
+from ..runtime import _torch_private as T
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Checkpointing keeps tensors that autograd's saved-tensor hooks never see (the inputs of a
 checkpointed call, its RNG state, the values the selective policy caches), so the
-saved-tensors count of :func:`budget.compile.measure.saved_bytes` does not apply to it.
+saved-tensors count of :func:`budget.runtime.measure.saved_bytes` does not apply to it.
 :func:`retained_bytes` measures allocations instead: the bytes allocated during the
 forward and still alive when it returns, less the storages of what it returns (the loss).
 On CPU from torch.profiler's memory events (every allocation and free); on CUDA from
@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from ..compile._torch_private import memory_events, tree_leaves
-from ..compile.measure import backward_flops
+from ..runtime._torch_private import memory_events, tree_leaves
+from ..runtime.measure import backward_flops
 
 
 @dataclass

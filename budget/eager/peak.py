@@ -13,7 +13,7 @@ checkpoints keep are counted the same way.
 
 What is resident before the step is not counted: parameters, buffers, the inputs, and the
 parameters' gradients, present as after a first step (the convention of
-:func:`budget.compile.measure.measure_peak`, which measures the same quantity on a real
+:func:`budget.runtime.measure.measure_peak`, which measures the same quantity on a real
 step). What an op allocates inside its kernel and frees before returning is not seen on
 fake tensors; CPU convolutions, where it is large (oneDNN's copies of the operands), add
 an estimate (:func:`budget.estimators.memory.workspace_bytes`); tests/eager/
@@ -35,9 +35,9 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from ..compile import _torch_private as T
-from ..compile.live import LiveStorages
 from ..core.plan import LivePoint
+from ..estimators.live import LiveStorages
+from ..runtime import _torch_private as T
 from .fake import fake_step
 from .policy import fake_run
 from .reads import reads_as_traced
@@ -53,11 +53,11 @@ class EagerPeak:
 
 
 class _Live(LiveStorages):
-    """Live bytes (:class:`budget.compile.live.LiveStorages`) with a timeline: the live
+    """Live bytes (:class:`budget.estimators.live.LiveStorages`) with a timeline: the live
     bytes after each op call, marked forward, backward or recompute."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, *, measure_workspace: bool = True) -> None:
+        super().__init__(measure_workspace=measure_workspace)
         self.backward = False
         self.timeline: list[LivePoint] = []
         self.calls: Counter[str] = Counter()
@@ -112,11 +112,14 @@ def simulate(
     args: tuple,
     kwargs: dict[str, Any],
     trace: Trace | None = None,
+    *,
+    measure_workspace: bool = True,
 ) -> EagerPeak:
     """The peak of ``run(*args, **kwargs).backward()`` as ``model`` is now (with or without
     a plan applied), on fake tensors. ``trace``: the step's trace, whose reads of tensor
-    data (data-dependent Python) the run is given, so that it takes the same path."""
-    live = _Live()
+    data (data-dependent Python) the run is given, so that it takes the same path.
+    ``measure_workspace``: CPU kernels' workspace measured on this host, else by rule."""
+    live = _Live(measure_workspace=measure_workspace)
     get_rng_state = torch.get_rng_state
 
     def counted_rng_state() -> torch.Tensor:  # what each checkpoint keeps for replay

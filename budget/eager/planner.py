@@ -36,11 +36,11 @@ import torch
 import torch.fx as fx
 
 from ..core.plan import Plan
-from ..core.planner import PEAK_GRID, bisect_target, cheapest_fit, make_plan
 from ..core.problem import Problem
 from ..core.sizes import MemoryBudget, format_bytes
 from ..errors import BudgetTooSmallError, InfeasibleError
 from ..estimators import get_estimator
+from ..planning.planner import PEAK_GRID, bisect_target, cheapest_fit, make_plan
 from ..solvers import Solution, get_solver
 from .plan import EagerPlan, RegionChoice
 from .problem import CostCache, _cacheable, build_problem

@@ -30,8 +30,8 @@ from torch.utils.checkpoint import (
     create_selective_checkpoint_contexts,
 )
 
-from ..compile import _torch_private as T
 from ..errors import PlanMismatchError
+from ..runtime import _torch_private as T
 from .plan import RegionChoice
 
 

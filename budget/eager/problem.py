@@ -34,11 +34,11 @@ import torch
 import torch.fx as fx
 from torch.utils.checkpoint import SAC_IGNORED_OPS
 
-from ..compile.graph import graph_hash
 from ..core.problem import Problem
 from ..estimators import Estimator, NodeCost
 from ..estimators.ops import forbidden_recompute, is_mutating, is_random
-from ..estimators.values import storage_of
+from ..runtime.graph_hash import graph_hash
+from ..runtime.values import storage_of
 from .trace import Trace
 
 _aten = torch.ops.aten

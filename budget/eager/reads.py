@@ -23,8 +23,8 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from ..compile import _torch_private as T
-from ..estimators.values import storage_of
+from ..runtime import _torch_private as T
+from ..runtime.values import storage_of
 
 
 def real_value(tracer: Any, func: Any, args: tuple, kwargs: dict) -> Any:

@@ -5,9 +5,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..core.report import format_flops, plan_report, short_op, shorten, wrap_items
 from ..core.sizes import format_bytes
-from .plan import EagerPlan, RegionChoice
+
+if TYPE_CHECKING:  # plan.py imports this module for EagerPlan.__str__
+    from .plan import EagerPlan, RegionChoice
 
 
 def region_table(plan: EagerPlan) -> str:

@@ -39,9 +39,9 @@ import torch.fx as fx
 from torch import nn
 from torch.utils.checkpoint import SAC_IGNORED_OPS
 
-from ..compile import _torch_private as T
 from ..errors import PreviewError
-from ..estimators.values import storage_of
+from ..runtime import _torch_private as T
+from ..runtime.values import storage_of
 from .fake import fake_step
 from .reads import real_value, transformers_reads_values
 

@@ -15,8 +15,8 @@ from typing import ClassVar, Protocol
 import torch
 import torch.fx
 
+from ..runtime.values import node_device
 from .devices import Device, check_device_name, device_of, get_device
-from .values import node_device
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ host:
   it runs in: Inductor runs convolutions channels-last on CPU where the graph's values
   say otherwise) runs on zeros of those shapes and strides, once unmeasured (oneDNN
   builds its primitive), then ``RUNS`` times under torch.profiler
-  (:func:`budget.compile.measure.measure_workspace`); the estimate is the largest run
+  (:func:`budget.runtime.measure.measure_workspace`); the estimate is the largest run
   plus the spread of the runs (largest less smallest). On the hosts measured the runs
   agree to the byte (the bench convnet's 24 distinct calls, 8 runs each, on the Zen 3
   EPYC), so the estimate is the workspace itself; the fixed 4 KiB margin it replaces
@@ -38,8 +38,8 @@ from typing import Any
 
 import torch
 
+from ..runtime.values import hint, shape
 from .devices import _cache_file, _cpu_model, write_cache
-from .values import hint, shape
 
 aten = torch.ops.aten
 
@@ -169,8 +169,8 @@ def _run(sig: dict[str, Any]) -> int:
 
 def measured_runs(call: Any) -> int:
     """The workspace estimate of a CPU call: ``RUNS`` profiled runs (after one unmeasured,
-    :func:`budget.compile.measure.measure_workspace`), the largest plus their spread."""
-    from ..compile.measure import measure_workspace
+    :func:`budget.runtime.measure.measure_workspace`), the largest plus their spread."""
+    from ..runtime.measure import measure_workspace
 
     runs = [measure_workspace(call) for _ in range(RUNS)]
     return max(runs) + (max(runs) - min(runs))
@@ -179,7 +179,7 @@ def measured_runs(call: Any) -> int:
 def _measure(sig: dict[str, Any]) -> int:
     """Run outside the modes of the caller (a fake-tensor trace, a live-bytes counter):
     real zeros, on the CPU."""
-    from ..compile._torch_private import _disable_current_modes
+    from ..runtime._torch_private import _disable_current_modes
 
     with _disable_current_modes():
         return _run(sig)

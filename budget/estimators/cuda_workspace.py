@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ..compile._torch_private import _disable_current_modes
+from ..runtime._torch_private import _disable_current_modes
 
 # Ops whose kernels allocate inside themselves on CUDA, by name (overloads included).
 MEASURED = frozenset(

@@ -318,8 +318,7 @@ def measure(device: torch.device, label: str = "") -> Device:
     """Probe ``device``: best-of-N fp32 matmul throughput and large-copy bandwidth.
 
     A CPU gets a 768^3 matmul (0.9 GFLOP) and a 64 MiB copy (larger than the last-level
-    cache, so it measures memory, not cache): a fraction of a second (timings in
-    bench/README.md). A GPU gets a 4096^3 matmul and a 256 MiB copy.
+    cache, so it measures memory, not cache): a fraction of a second. A GPU gets a 4096^3 matmul and a 256 MiB copy.
     """
     start = time.perf_counter()
     n = 768 if device.type == "cpu" else 4096

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
+from ..runtime.values import hint
 from .conv_workspace import MAX_OPERAND_BYTES, known_workspace, measured_runs, store_workspace
-from .values import hint
 
 aten = torch.ops.aten
 
@@ -48,7 +48,7 @@ def _signature(func: Any, args: Sequence[Any]) -> dict[str, Any] | None:
 
 
 def _run(func: Any, sig: dict[str, Any]) -> int:
-    from ..compile._torch_private import _disable_current_modes
+    from ..runtime._torch_private import _disable_current_modes
 
     with _disable_current_modes(), torch.no_grad():  # real zeros, outside the caller's modes
         real = []

@@ -5,7 +5,7 @@ aliases and ``getitem`` move nothing (:func:`~budget.estimators.ops.is_alias`); 
 broadcast with stride 0 is read once per distinct element (its strided extent); gather-like
 ops (``embedding``, ``index_select``, ``gather``, ``index``) read only the rows they return,
 not the whole table. An input used twice is read once. What a value *occupies* is its
-storage: :func:`~budget.estimators.values.storage_of`.
+storage: :func:`~budget.runtime.values.storage_of`.
 
 Symbolic sizes (dynamic shapes) are counted through their hints.
 """
@@ -17,13 +17,12 @@ import math
 import torch
 import torch.fx
 
-from ..compile._torch_private import OpOverload
-from ..config import config
+from ..runtime._torch_private import OpOverload
+from ..runtime.values import hint, input_tensors, numel, shape, tensors
 from .conv_workspace import measured_workspace_bytes
 from .cuda_workspace import cuda_workspace_bytes
 from .matmul_workspace import matmul_workspace_bytes
 from .ops import is_alias
-from .values import hint, input_tensors, numel, shape, tensors
 
 aten = torch.ops.aten
 
@@ -108,7 +107,7 @@ def attention_workspace_bytes(forward: bool, args: tuple | list) -> int:
       qs * ks`` more in the input's type and ``(qs + ks) * D`` float32 per thread, and
       float32 copies of the query, key and value (1.1-1.8x the measurement).
 
-    Measured with torch.profiler (``budget.compile.measure.measure_workspace``) on four
+    Measured with torch.profiler (``budget.runtime.measure.measure_workspace``) on four
     shapes, at 1 and 2 threads, query and output layouts both ways: float32 equal in the
     forward, and in the backward but for the per-row bytes (up to 3 KiB over); bfloat16
     equal in the forward (tests/estimators/test_workspace.py)."""
@@ -191,7 +190,7 @@ def workspace_bytes(
     *,
     channels_last: bool | None = None,
     device: str | None = None,
-    measure: bool | None = None,
+    measure: bool = True,
 ) -> int:
     """Bytes an op allocates inside its kernel and frees before it returns, which neither
     its inputs nor its outputs show; for the peak models (:mod:`budget.compile.peak`,
@@ -228,16 +227,16 @@ def workspace_bytes(
 
     CPU matmuls in bfloat16 or float16 (oneDNN's packed operands and scratch) are
     measured on this host (:mod:`budget.estimators.matmul_workspace`), unless
-    ``conv_workspace = "rule"`` or ``measure=False``.
+    ``measure=False``.
     On CUDA, the kernels that allocate inside themselves (attention backwards, cuDNN
     convolutions) are measured on this GPU (:mod:`budget.estimators.cuda_workspace`).
     Other ops and devices: 0. ``device``: the device the op runs on, by default its first
     operand's (given where the operands are ``meta`` tensors standing in for others).
 
-    The convolution rule above is a fallback: by default (``budget.config.conv_workspace
-    = "measure"``, or ``measure=True``) a 2-d convolution's workspace is measured on this
-    host (:mod:`budget.estimators.conv_workspace`), since oneDNN picks its path by CPU;
-    ``measure=False`` or ``conv_workspace = "rule"`` gives the rule."""
+    The convolution rule above is a fallback: with ``measure=True`` (the callers pass
+    ``budget.config.conv_workspace == "measure"``, the default) a 2-d convolution's
+    workspace is measured on this host (:mod:`budget.estimators.conv_workspace`), since
+    oneDNN picks its path by CPU; ``measure=False`` gives the rule."""
     # the first tensor operand says where the op runs (a number may come first: sub(1, x))
     first = next((a for a in args if isinstance(a, torch.Tensor)), None)
     if first is None:
@@ -252,14 +251,13 @@ def workspace_bytes(
     if isinstance(func, OpOverload) and func.name() == _FMA and isinstance(out, torch.Tensor):
         return tensor_bytes(out)  # run eagerly as a * b, then + c: the product is a temporary
     if func not in _CONVOLUTIONS:
-        measuring = measure if measure is not None else config.conv_workspace == "measure"
-        inner = matmul_workspace_bytes(func, args) if measuring else 0
+        inner = matmul_workspace_bytes(func, args) if measure else 0
         return inner + wrapped_scalar_bytes(func, args, out)
     forward = func is aten.convolution.default
     x, w = (args[0], args[1]) if forward else (args[1], args[2])
     if channels_last is None:
         channels_last = is_channels_last(x) or is_channels_last(w)
-    if measure if measure is not None else config.conv_workspace == "measure":
+    if measure:
         measured = measured_workspace_bytes(func, args, channels_last=channels_last)
         if measured is not None:
             return measured

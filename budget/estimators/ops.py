@@ -19,8 +19,8 @@ import torch
 import torch.fx
 from torch.utils.checkpoint import CheckpointPolicy
 
-from ..compile import _torch_private as T  # T.must_recompute loads the partitioner: on use
-from .values import input_tensors, storage_of, tensors
+from ..runtime import _torch_private as T  # T.must_recompute loads the partitioner: on use
+from ..runtime.values import input_tensors, storage_of, tensors
 
 aten = torch.ops.aten
 

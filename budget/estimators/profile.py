@@ -34,19 +34,19 @@ from typing import Any, ClassVar
 import torch
 import torch.fx
 
-from ..compile._torch_private import (
+from ..runtime._torch_private import (
     HigherOrderOperator,
     OpOverload,
     _disable_current_modes,
     no_python_dispatcher,
     tree_map,
 )
+from ..runtime.values import hint, hint_float, node_device, shape, value_of
 from .base import NodeCost
 from .flops import node_flops
 from .memory import bytes_moved
 from .ops import is_alias, is_collective, is_mutating
 from .roofline import RooflineEstimator
-from .values import hint, hint_float, node_device, shape, value_of
 
 WARMUP = 2
 REPEATS = 5

@@ -13,10 +13,10 @@ from typing import ClassVar
 
 import torch.fx
 
+from ..runtime.values import compute_dtype
 from .base import DeviceEstimator, NodeCost
 from .flops import node_flops, op_kind
 from .memory import bytes_moved
-from .values import compute_dtype
 
 
 class RooflineEstimator(DeviceEstimator):

@@ -11,7 +11,7 @@ from typing import ClassVar
 import torch
 import torch.fx
 
-from ..compile._torch_private import OpOverload
+from ..runtime._torch_private import OpOverload
 from .base import NodeCost
 from .flops import node_flops
 from .memory import bytes_moved

@@ -1,6 +1,6 @@
 """``auto``: the parametric min-cut first, CP-SAT from its plan when it is not proven.
 
-Measured on bench/solvers.py (figures in bench/README.md): the min-cut proves optimality
+Measured by ``python bench/solvers.py``: the min-cut proves optimality
 quickly on large random DAGs, where CP-SAT finds no plan within its time limit; on real
 joint graphs with identical layers it proves only the budgets on its hull, and CP-SAT,
 warm-started from its plan, proves the rest quickly. Combined: a proven optimum when

@@ -357,8 +357,8 @@ def test_solve_compile_shows_the_peak_of_the_generated_code_and_checks_a_budget_
     preview, met by the compiled step, and by training with the plan file it writes."""
     import torch
 
-    from budget.compile.measure import measure_peak
     from budget.models import get_builtin
+    from budget.runtime.measure import measure_peak
 
     sizes = {"layers": 1, "d": 64, "seq": 64, "batch": 2}
     gpt = ["builtin:gpt", *(f"--{k}={v}" for k, v in sizes.items())]

@@ -2,7 +2,7 @@
 checked on it (budget.backend under Inductor).
 
 Oracles: a hand-written wrapper whose allocations are counted by hand, and the step's
-peak measured by torch.profiler's memory events (budget.compile.measure.measure_peak),
+peak measured by torch.profiler's memory events (budget.runtime.measure.measure_peak),
 which shares no code with the meta-tensor run of the wrapper.
 """
 
@@ -17,8 +17,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import budget
 from budget.compile.compiled_peak import CompiledCodeError, CompiledGraph, compiled_peak, describe
-from budget.compile.measure import measure_peak
 from budget.models import get_builtin
+from budget.runtime.measure import measure_peak
 
 KiB = 1024
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import budget
-from budget.compile.measure import saved_bytes
+from budget.runtime.measure import saved_bytes
 
 
 class TwoGraphs(torch.nn.Module):

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from helpers.steps import UNIT, MiB, chain, compile_with, grads_of
 
-from budget.compile.measure import measure_step
+from budget.runtime.measure import measure_step
 
 
 def test_inductor_chain_saves_what_the_plan_says():

@@ -16,9 +16,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import budget
-from budget.compile import _torch_private as T
-from budget.compile.measure import saved_bytes
 from budget.models import get_builtin
+from budget.runtime import _torch_private as T
+from budget.runtime.measure import saved_bytes
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ import torch
 from helpers.steps import MiB, conv_scratch_allowance
 
 import budget
-from budget.compile.measure import measure_peak
 from budget.models import get_builtin
+from budget.runtime.measure import measure_peak
 
 SMALL_GPT = dict(layers=2, d=64, heads=2, seq=64, batch=2, vocab=256)
 SMALL_RESNET = dict(batch=2, size=16, width=8, blocks=2)

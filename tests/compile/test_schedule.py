@@ -15,9 +15,9 @@ import pytest
 import torch
 
 import budget
-from budget.compile.measure import backward_flops, measure_peak
 from budget.core.plan import Plan
 from budget.models import get_builtin
+from budget.runtime.measure import backward_flops, measure_peak
 
 SMALL_GPT = dict(layers=2, d=64, heads=2, seq=64, batch=2, vocab=256)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 import torch._functorch.config as fconfig
 
-from budget.compile.measure import measure_step
 from budget.compile.torch_hooks import KnapsackSolver, RuntimeEstimator
 from budget.models import get_builtin
+from budget.runtime.measure import measure_step
 
 
 def _measured(ex, **patch):

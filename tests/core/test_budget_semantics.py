@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers.steps import UNIT, MiB, chain, compile_with
 
-from budget.compile.measure import measure_step
+from budget.runtime.measure import measure_step
 
 
 def _mib(n: int) -> float:

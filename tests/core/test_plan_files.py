@@ -20,10 +20,10 @@ from helpers.steps import grads_of
 import budget
 from budget.cli.main import main
 from budget.compile.backend import root_error
-from budget.compile.measure import measure_step
 from budget.core.plan import PLAN_FORMAT_VERSION
 from budget.core.plan_files import dumps_plans, load_plans, loads_plans
 from budget.models import get_builtin
+from budget.runtime.measure import measure_step
 
 MLP = dict(batch=8, d_in=16, d=32, layers=2)
 MLP_FLAGS = ["builtin:mlp"] + [f"--{k.replace('_', '-')}={v}" for k, v in MLP.items()]

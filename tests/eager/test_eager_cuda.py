@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import budget
-from budget.compile.measure import measure_peak
 from budget.eager.measure import measure_eager
 from budget.models import get_builtin
+from budget.runtime.measure import measure_peak
 
 KiB = 1024
 pytestmark = [

@@ -1,5 +1,5 @@
 """Eager plans' predicted peaks and peak memory budgets, against the step measured on real
-tensors (budget.compile.measure.measure_peak: torch.profiler's memory events on CPU)."""
+tensors (budget.runtime.measure.measure_peak: torch.profiler's memory events on CPU)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from helpers.small import small_gpt, small_mlp, small_resnet
 
 import budget
 import budget.eager
-from budget.compile.measure import measure_peak
+from budget.runtime.measure import measure_peak
 
 
 # the resnet: its convolutions' workspace is profiled per call (budget.estimators), so the

@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from budget.compile import _torch_private as T
 from budget.eager.reads import reads_as_traced
 from budget.eager.trace import trace_step
+from budget.runtime import _torch_private as T
 
 
 class Reads(nn.Module):

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 import budget
-from budget.compile.measure import measure_peak
 from budget.eager.measure import measure_eager
+from budget.runtime.measure import measure_peak
 
 tf = pytest.importorskip("transformers")
 

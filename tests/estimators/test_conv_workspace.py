@@ -1,7 +1,7 @@
 """CPU convolution workspace measured on the host (budget.estimators.conv_workspace): what
 the peak models add at each convolution by default.
 
-The oracle is torch.profiler around the real call (budget.compile.measure.
+The oracle is torch.profiler around the real call (budget.runtime.measure.
 measure_workspace, run here on random operands, not on the zeros the module runs), and,
 end to end, the measured peak of a whole training step (tests/compile/test_peak.py and
 the eager compiler below).
@@ -15,10 +15,11 @@ import pytest
 import torch
 
 import budget
-from budget.compile._torch_private import FakeTensorMode
-from budget.compile.measure import measure_peak, measure_workspace
 from budget.estimators import conv_workspace
 from budget.estimators.memory import workspace_bytes
+from budget.planning.options import resolve_settings
+from budget.runtime._torch_private import FakeTensorMode
+from budget.runtime.measure import measure_peak, measure_workspace
 
 aten = torch.ops.aten
 KiB = 1024
@@ -87,7 +88,7 @@ def test_runs_that_spread_are_priced_above_the_largest_by_the_spread(fresh, monk
     the estimate adds the spread (largest less smallest) to the largest."""
     runs = iter([10 * KiB, 13 * KiB, 12 * KiB])
     monkeypatch.setattr(
-        "budget.compile.measure.measure_workspace", lambda fn: next(runs), raising=True
+        "budget.runtime.measure.measure_workspace", lambda fn: next(runs), raising=True
     )
     (op, args, out), _ = _calls(2, 8, 8, 8, 3, 1, torch.contiguous_format)
     assert workspace_bytes(op, args, out) == 13 * KiB + 3 * KiB
@@ -114,8 +115,9 @@ def test_the_rule_prices_what_is_not_measured(fresh, monkeypatch):
     rule prices them (``measure=False``), and nothing is written."""
     calls = _calls(2, 256, 256, 2, 3, 1, torch.contiguous_format)
     rule = [workspace_bytes(op, args, out, measure=False) for op, args, out in calls]
-    with budget.config.patch(conv_workspace="rule"):
-        assert [workspace_bytes(op, args, out) for op, args, out in calls] == rule
+    with budget.config.patch(conv_workspace="rule"):  # the front ends pass it down
+        measure = resolve_settings().measure_workspace
+    assert [workspace_bytes(op, args, out, measure=measure) for op, args, out in calls] == rule
     monkeypatch.setattr(conv_workspace, "MAX_OPERAND_BYTES", 1024)
     assert [workspace_bytes(op, args, out) for op, args, out in calls] == rule
     assert not list(fresh.glob("conv-workspace-*.json"))

@@ -18,13 +18,13 @@ from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
 import budget
-from budget.compile.measure import measure_step
 from budget.estimators import available_estimators, get_estimator
 from budget.estimators import devices as D
 from budget.estimators import profile as P
 from budget.estimators.flops import FLOP_GAPS, node_flops
 from budget.estimators.memory import bytes_moved
 from budget.estimators.ops import is_alias
+from budget.runtime.measure import measure_step
 
 aten = torch.ops.aten
 H100 = D.DEVICES["h100"]
@@ -235,13 +235,13 @@ def test_norm_backward_flops_follow_the_output_mask():
 
 
 def test_measured_flops_use_the_same_gaps():
-    """budget.compile.measure and the estimator share FLOP_GAPS: eager layer norm is priced alike."""
+    """budget.runtime.measure and the estimator share FLOP_GAPS: eager layer norm is priced alike."""
     x = torch.randn(4, 8, 36, requires_grad=True)
     w, b = torch.randn(36, requires_grad=True), torch.randn(36, requires_grad=True)
     with FlopCounterMode(display=False, custom_mapping=FLOP_GAPS) as mode:
         y = F.layer_norm(x, [36], w, b)
     assert mode.get_total_flops() == 8 * x.numel()
-    from budget.compile.measure import backward_flops
+    from budget.runtime.measure import backward_flops
 
     assert backward_flops(y.sum()) == 13 * x.numel()
 

@@ -5,7 +5,7 @@ convolution tests check the rule (``measure=False``), the fallback where a convo
 not measured on the host (tests/estimators/test_conv_workspace.py).
 
 The oracle is the profiler's running sum of allocations during the call, less the call's
-outputs (budget.compile.measure.measure_workspace, which the bench uses too); it shares no
+outputs (budget.runtime.measure.measure_workspace, which the bench uses too); it shares no
 code with the rule.
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from budget.compile.measure import measure_workspace
 from budget.estimators.memory import is_channels_last, workspace_bytes
+from budget.runtime.measure import measure_workspace
 
 aten = torch.ops.aten
 LAYOUTS = {"NCHW": torch.contiguous_format, "NHWC": torch.channels_last}

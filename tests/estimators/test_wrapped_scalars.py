@@ -1,15 +1,15 @@
 """What an op allocates for the Python numbers it is given
 (budget.estimators.memory.wrapped_scalar_bytes): the 0-dim tensor torch wraps a number in
 and the op's cast of it. The oracle is torch.profiler around the real call
-(budget.compile.measure.measure_workspace: what the call allocates beyond its output)."""
+(budget.runtime.measure.measure_workspace: what the call allocates beyond its output)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from budget.compile.measure import measure_workspace
 from budget.estimators.memory import workspace_bytes, wrapped_scalar_bytes
+from budget.runtime.measure import measure_workspace
 
 aten = torch.ops.aten
 x = torch.randn(64)

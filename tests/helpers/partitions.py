@@ -9,10 +9,10 @@ from typing import Any
 import budget
 from budget.compile import partition, peak_plan
 from budget.core.plan import Plan
-from budget.core.planner import make_plan
 from budget.core.problem import Problem
 from budget.core.sizes import MemoryBudget
 from budget.models import Example
+from budget.planning.planner import make_plan
 
 ONCE = peak_plan.ONCE  # a limit no prediction is over: each value recomputed once
 

@@ -131,9 +131,9 @@ def test_reduced_solution_reports_the_reduction_and_original_numbers():
 
 def test_gpt_joint_graph_same_optimum_with_and_without_reduction():
     import budget
-    from budget.core.planner import solve_ends, target_bytes
     from budget.core.sizes import parse_budget
     from budget.models import get_builtin
+    from budget.planning.planner import solve_ends, target_bytes
 
     ex = get_builtin("gpt", layers=2, d=64, seq=64)
     (p,) = budget.problems(ex.step, *ex.args)

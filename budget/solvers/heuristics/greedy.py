@@ -44,7 +44,7 @@ bytes from above, and the candidate is priced in full when it reaches the top of
 heap, so the drop applied is always the best by its exact price). After a move only the
 candidates whose walks touched a value that changed are re-priced. Near-linear when the
 backward reads most forward values; worst case quadratic. Pure Python: measured on
-random layered DAGs (bench/README.md), it is much slower when the backward reads few of
+random layered DAGs (``python bench/solvers.py``), it is much slower when the backward reads few of
 the values (long chains of unread values to walk) than when it reads most of them.
 ``time_limit`` bounds only the re-save pass.
 """

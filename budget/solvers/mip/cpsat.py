@@ -23,7 +23,7 @@ from .model import closure_model, integer_costs
 class CpSat(SolverBase):
     name: ClassVar[str] = "cpsat"
     exact: ClassVar[bool] = True
-    reduce: ClassVar[bool] = True  # measured faster on the bench graphs (bench/README.md)
+    reduce: ClassVar[bool] = True  # measured faster on the bench graphs (bench/solvers.py)
     requires: ClassVar[str] = "ortools"
 
     def __init__(self, workers: int = 1, seed: int = 0, hint: Sequence[int] | None = None) -> None:

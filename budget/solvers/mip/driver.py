@@ -65,7 +65,7 @@ def solve_lexicographic(
     then (when it is proven and time is left) the other with the first capped at its
     optimum (``one_solve=False`` forces this: on the bench graphs CBC was measured to
     prove the two stages quickly where it did not prove the weighted objective at all,
-    see bench/README.md; SCIP and HiGHS are fastest with one solve). Every value compared is recomputed exactly from the
+    ``python bench/solvers.py``; SCIP and HiGHS are fastest with one solve). Every value compared is recomputed exactly from the
     plans (``MipWeights.value``), so backend tolerances can never trade a unit of the
     first objective for the second.
     """
@@ -121,7 +121,7 @@ class MipSolver(SolverBase):
     ``mip``)."""
 
     exact: ClassVar[bool] = True
-    reduce: ClassVar[bool] = True  # measured faster on the bench graphs (bench/README.md)
+    reduce: ClassVar[bool] = True  # measured faster on the bench graphs (bench/solvers.py)
     one_solve: ClassVar[bool] = True  # see solve_lexicographic
 
     def build(

@@ -3,7 +3,7 @@
 The model of ``ilp`` (s, r, y binaries; need, closure, storage and memory rows; integer
 units from :class:`~budget.solvers.mip.model.MipWeights`) built in OR-Tools' MathOpt, solved
 by SCIP (default) or HiGHS, both shipped in the ``ortools`` wheel. SCIP is the default by
-measurement: it was the faster of the two on every bench graph (see bench/README.md).
+measurement: it was the faster of the two on every bench graph (``python bench/solvers.py``).
 MathOpt reports the dual bound, so a time-limited solve is "feasible"
 with its proven gap. Ties are broken exactly by ``driver.solve_lexicographic``: one
 solve of the weighted objective where the units allow it, otherwise a second solve

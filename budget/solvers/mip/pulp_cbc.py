@@ -8,8 +8,8 @@ one unit is a proof of the exact optimum. Ties are broken exactly by a second so
 objective, then cap it at its optimum and minimise the other. Measured on the bench
 graphs, CBC proves these two stages far more reliably than the single weighted
 objective the other MIP backends use, and without a warm start (CBC's warm start made
-the second stage run to its time limit on instances it proves quickly cold; see
-bench/README.md). CBC reports no bound through PuLP, so a time-limited solve is "feasible"
+the second stage run to its time limit on instances it proves quickly cold;
+``python bench/solvers.py``). CBC reports no bound through PuLP, so a time-limited solve is "feasible"
 with an unknown gap. PuLP is imported only when a problem is solved, so ``import budget``
 stays light; OR-Tools is loaded before it (see :func:`_import_pulp`).
 """

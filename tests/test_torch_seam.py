@@ -1,4 +1,4 @@
-"""The seam to torch's private APIs (budget/compile/_torch_private.py).
+"""The seam to torch's private APIs (budget/runtime/_torch_private.py).
 
 If a torch upgrade moves or changes these, this file fails first and says which.
 At b=1.0 budget must reproduce torch's own partition exactly (same saved bytes).
@@ -26,11 +26,11 @@ import torch.nn.functional as F
 from helpers.steps import compile_with
 from torch import nn
 
-from budget.compile import _torch_private as T
-from budget.compile.measure import measure_step
+from budget.runtime import _torch_private as T
+from budget.runtime.measure import measure_step
 
-ROOT = Path(__file__).resolve().parents[2]
-SEAM = ROOT / "budget" / "compile" / "_torch_private.py"
+ROOT = Path(__file__).resolve().parents[1]
+SEAM = ROOT / "budget" / "runtime" / "_torch_private.py"
 
 # Every torch name the seam exports -> the module it comes from (the module itself for
 # functorch_config). Loaded with torch itself:
@@ -120,13 +120,13 @@ def test_every_export_is_the_torch_object_it_names():
 _IMPORT_COST = """
 import sys
 import budget
-import budget.core, budget.core.planner, budget.core.plan_files, budget.core.report
+import budget.core, budget.planning.planner, budget.core.plan_files, budget.core.report
 import budget.core.settings, budget.solvers, budget.errors, budget.config
 budget.solvers.get_solver("auto")
 assert "torch" not in sys.modules, "budget, budget.core or budget.solvers imported torch"
 import torch
 before = set(sys.modules)
-from budget.compile import _torch_private as T
+from budget.runtime import _torch_private as T
 new = sorted(m for m in set(sys.modules) - before if m.startswith("torch"))
 assert not new, f"the seam's eager imports are not loaded with torch: {new}"
 import budget.estimators
@@ -199,7 +199,7 @@ def test_no_private_torch_api_outside_the_seam():
         if path != SEAM
         for line, text in private_uses(path.read_text())
     ]
-    assert not offenders, "private torch APIs go through budget/compile/_torch_private.py:\n" + (
+    assert not offenders, "private torch APIs go through budget/runtime/_torch_private.py:\n" + (
         "\n".join(offenders)
     )
 
@@ -238,7 +238,7 @@ def test_ruff_bans_private_torch_apis_in_budget_only():
     banned = _ruff("budget/compile/graph.py", source)
     assert banned.returncode == 1
     assert banned.stdout.count("TID251") == 3 and "_torch_private.py" in banned.stdout
-    for allowed in ("budget/compile/_torch_private.py", "tests/compile/test_x.py", "bench/x.py"):
+    for allowed in ("budget/runtime/_torch_private.py", "tests/compile/test_x.py", "bench/x.py"):
         assert _ruff(allowed, source).returncode == 0, allowed
 
 

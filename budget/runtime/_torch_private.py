@@ -196,7 +196,7 @@ def boykov_kolmogorov_cuts() -> Iterator[None]:
     torch calls ``nx.minimum_cut`` with the default preflow-push. The minimum cut it reads
     (the nodes that reach the sink in the residual graph) is the same for every maximum
     flow, so the partition is unchanged; Boykov-Kolmogorov is several times faster on
-    joint graphs (figures in bench/README.md). Restored on exit.
+    joint graphs (``python bench/solvers.py``). Restored on exit.
     """
     import networkx as nx
     from networkx.algorithms.flow import boykov_kolmogorov

@@ -16,7 +16,7 @@ import torch
 import torch.fx
 from torch.fx.experimental.symbolic_shapes import optimization_hint
 
-from ..compile._torch_private import _has_storage, tree_leaves
+from ._torch_private import _has_storage, tree_leaves
 
 FALLBACK_SIZE = 4096  # hint for a symbolic size without one (unbacked)
 

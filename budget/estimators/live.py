@@ -20,18 +20,21 @@ from typing import Any
 
 import torch
 
-from ..estimators.memory import workspace_bytes
-from . import _torch_private as T
+from ..runtime import _torch_private as T
+from .memory import workspace_bytes
 
 
 class LiveStorages(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
     """Counts the bytes of the storages op calls make, until each is freed; ``peak`` is
     the most at any call, with that call's workspace. ``device``: the device the ops stand
-    for, where the tensors are on ``meta`` (workspace rules are per device)."""
+    for, where the tensors are on ``meta`` (workspace rules are per device);
+    ``measure_workspace``: CPU workspace measured on this host, else by rule
+    (:func:`~budget.estimators.memory.workspace_bytes`)."""
 
-    def __init__(self, device: str | None = None) -> None:
+    def __init__(self, device: str | None = None, *, measure_workspace: bool = True) -> None:
         super().__init__()
         self.device = device
+        self.measure_workspace = measure_workspace
         self.live = 0
         self.peak = 0
         self.alive: dict[int, weakref.finalize] = {}  # id(storage) -> its finalizer
@@ -64,7 +67,9 @@ class LiveStorages(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
         made = [t for t in T.tree_leaves(out) if isinstance(t, torch.Tensor) and T._has_storage(t)]
         if not made:  # prim.device and the like: no memory, not a step of the timeline
             return out
-        transient = workspace_bytes(func, args, out, device=self.device)
+        transient = workspace_bytes(
+            func, args, out, device=self.device, measure=self.measure_workspace
+        )
         self.peak = max(self.peak, self.live + transient)  # inputs and workspace, no outputs
         for t in made:
             storage = t.untyped_storage()

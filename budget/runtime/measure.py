@@ -11,7 +11,7 @@
 - recompute cost: FLOPs of ``backward()`` under ``FlopCounterMode``. torch's counter gives
   some real work 0 FLOPs (CPU flash attention, forward and backward; normalisations; the
   embedding backward); by default we fill those gaps with the estimators' own table
-  (``budget.estimators.flops.FLOP_GAPS``), so measured and estimated FLOPs agree and
+  (``budget.runtime.flop_gaps.FLOP_GAPS``), so measured and estimated FLOPs agree and
   recomputing attention is never free.
 """
 
@@ -26,8 +26,8 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..estimators.flops import FLOP_GAPS
 from ._torch_private import memory_events, tree_leaves
+from .flop_gaps import FLOP_GAPS
 
 
 def _key(t: torch.Tensor) -> int:

@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..core.plan import Decision, Plan
+from ..core.problem import Problem
+from ..core.sizes import MemoryBudget, format_bytes
 from ..errors import BudgetTooSmallError
 from ..solvers import Solution, Solver, get_solver
-from .plan import Decision, Plan
-from .problem import Problem
-from .sizes import MemoryBudget, format_bytes
 
 
 @dataclass
