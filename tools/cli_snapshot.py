@@ -28,6 +28,12 @@ for model in ("gpt", "resnet", "mlp"):
 CASES["solve-gpt-eager-0.3"] = ["solve", "--compiler", "eager", "--budget", "0.3"]
 CASES["solve-mlp-size"] = ["solve", "builtin:mlp", "--budget", "200KiB"]
 CASES["solve-gpt-toosmall"] = ["solve", "--budget", "1KiB"]
+# peak budgets (the grid search) on both front ends, one met and one refused
+for peak in ("40MiB", "20MiB"):
+    CASES[f"solve-gpt-peak-{peak}"] = ["solve", "--compiler", "eager", "--peak", peak]
+    CASES[f"solve-gpt-eagerpath-peak-{peak}"] = ["solve", "--eager", "--peak", peak]
+CASES["solve-gpt-eagerpath-0.3"] = ["solve", "--eager", "--budget", "0.3"]
+CASES["solve-resnet-peak"] = ["solve", "builtin:resnet", "--compiler", "eager", "--peak", "30MiB"]
 
 _TIMING_LINE = re.compile(r"^\s*(timings|wall time)\b")
 _TMP = re.compile(r"/tmp/tmp\w+")  # the per-run folder of --json FILE

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 import torch.fx as fx
 
+from ..core.builder import ProblemBuilder
 from ..core.problem import Problem
 from ..estimators import Estimator, NodeCost
 from ..estimators.ops import forbidden_recompute
@@ -68,86 +69,57 @@ def build_problem(
     unclaimed = set(node_info.unclaimed_nodes)
     nodes = inputs + candidates
     index = {n: i for i, n in enumerate(nodes)}
+    free = {st[0] for n in inputs if (st := storage_of(n.meta.get("val"))) is not None}
 
-    storage_key: dict[int, int] = {}
-    storage_bytes: list[int] = []
-    free_storages: set[int] = set()
-    for n in inputs:
-        st = storage_of(n.meta.get("val"))
-        if st is not None:
-            free_storages.add(st[0])
+    rows = ProblemBuilder()
 
-    names, ops, storage, cost, flops, moved, notes = [], [], [], [], [], [], []
-    modules, reason = [], []
-    is_input, needed, can_save, can_recompute = [], [], [], []
+    def storage(val: object) -> int:
+        st = storage_of(val)
+        return -1 if st is None else rows.storage(st[0], 0 if st[0] in free else st[1])
+
     for n in nodes:
         val = n.meta.get("val")
-        names.append(n.name)
-        ops.append(str(n.target) if n.op == "call_function" else n.op)
-        modules.append(module_path(n))
-        st = storage_of(val)
-        if st is None:
-            storage.append(-1)
-        else:
-            key, nbytes = st
-            if key not in storage_key:
-                storage_key[key] = len(storage_bytes)
-                storage_bytes.append(0 if key in free_storages else nbytes)
-            storage.append(storage_key[key])
+        op = str(n.target) if n.op == "call_function" else n.op
+        needed = _read_by_backward(n, bw)
         if n in input_set:
-            is_input.append(True)
-            needed.append(_read_by_backward(n, bw))
-            can_save.append(True)
-            can_recompute.append(False)
-            cost.append(0.0)
-            flops.append(0.0)
-            moved.append(0.0)
-            notes.append("")
-            reason.append("graph input")
+            rows.add_kept(
+                n.name,
+                op=op,
+                module=module_path(n),
+                storage=storage(val),
+                needed=needed,
+                reason="graph input",
+                is_input=True,
+            )
             continue
-        is_input.append(False)
-        needed.append(_read_by_backward(n, bw))
         savable = isinstance(val, torch.Tensor) or T.is_sym_node(n)
         why_not_save = "" if savable else "not a tensor (saved through its getitems)"
         if T.must_recompute(n):
             savable, why_not_save = False, "tagged MUST_RECOMPUTE"
         why_not_recompute = forbidden_recompute(n)
-        can_save.append(savable)
-        can_recompute.append(not why_not_recompute)
-        reason.append(why_not_recompute or why_not_save)
         # An unclaimed node runs once either way (in forward if saved, else in backward):
         # recomputing it costs nothing, and it is not priced (nor profiled).
-        est = NodeCost(0.0) if n in unclaimed else estimator.estimate(n)
-        cost.append(est.cost)
-        flops.append(est.flops)
-        moved.append(est.bytes_moved)
-        notes.append(est.note)
-
+        rows.add_value(
+            n.name,
+            op=op,
+            module=module_path(n),
+            storage=storage(val),
+            needed=needed,
+            can_save=savable,
+            can_recompute=not why_not_recompute,
+            reason=why_not_recompute or why_not_save,
+            priced=NodeCost(0.0) if n in unclaimed else estimator.estimate(n),
+        )
     edges = [
         (index[a], index[n])
         for n in candidates
         for a in n.all_input_nodes
         if a in index and (a in cand_set or a in input_set)
     ]
-    reference = sorted({index[n] for n in reference_saved if n in index})
-    problem = Problem(
-        names=names,
-        ops=ops,
-        is_input=is_input,
-        needed=needed,
-        can_save=can_save,
-        can_recompute=can_recompute,
-        storage=storage,
-        storage_bytes=storage_bytes,
-        cost=cost,
-        flops=flops,
-        edges=edges,
+    problem = rows.build(
+        edges,
         cost_unit=estimator.unit,
-        moved=moved,
-        cost_notes=notes,
-        modules=modules,
-        reason=reason,
-        reference_saved=reference,
+        reference_saved=[index[n] for n in reference_saved if n in index],
         graph_hash=graph_hash(graph),
     )
     return problem, nodes

@@ -3,7 +3,8 @@
 :func:`plan_for_peak` takes the optimal plans of the memory budget and of the fractions of
 ``PEAK_GRID`` below it, partitions and predicts them cheapest first (each distinct saved
 set once, rescheduled where that lowers the peak), bisects the saved-memory target between
-the cheapest fit and the cheaper miss above it (:func:`_refine`), and with
+the cheapest fit and the cheaper miss above it (the grid search both front ends share:
+:mod:`budget.planning.peak_grid`), and with
 ``peak_search="exact"`` searches on with CP-SAT over the liveness bound
 (:mod:`budget.compile.peak_search`). The partitioning itself is
 :class:`budget.compile.split.Partitions`; under Inductor the plan kept is then
@@ -13,6 +14,7 @@ checked on the compiled code (:mod:`budget.compile.peak_check`).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..core.liveness import LivenessBound
@@ -21,15 +23,8 @@ from ..core.problem import Problem
 from ..core.settings import PlanSettings
 from ..core.sizes import MemoryBudget
 from ..errors import BudgetTooSmallError
-from ..planning.planner import (
-    PEAK_GRID,
-    bisect_target,
-    cheapest_fit,
-    make_plan,
-    solve_ends,
-    solve_problem,
-    solve_sweep,
-)
+from ..planning.peak_grid import PeakGrid, grid_budgets
+from ..planning.planner import Ends, make_plan, solve_ends, solve_problem, solve_sweep
 from ..solvers import get_solver
 from .liveness import liveness_bound
 from .peak_search import PeakSearch, search_peak
@@ -49,40 +44,31 @@ def plan_for_peak(
     below it (ties: the lower peak). Not an exact optimisation over liveness: the best
     plan of a saved-memory target, for a grid of targets. Plans are partitioned and
     predicted cheapest first, each distinct saved set once, until one fits; then the
-    target between that fit and the cheaper miss above it is bisected (:func:`_refine`)."""
+    target between that fit and the cheaper miss above it is bisected
+    (:class:`budget.planning.peak_grid.PeakGrid`)."""
     assert settings.peak_bytes is not None
     start = time.perf_counter()
-    cap = settings.budget.fraction
-    grid = [f for f in PEAK_GRID if cap is None or f < cap]
     plans = solve_sweep(
         problem,
-        [settings.budget, *(MemoryBudget(fraction=f) for f in grid)],
+        grid_budgets(settings.budget),
         solver=settings.solver,
         estimator=settings.estimator,
         time_limit=settings.time_limit,
         timings=timings,
     )
     limit = plans[0].target_bytes  # the memory budget's own target
-    candidates = sorted(
-        (p for p in plans if p.saved_bytes <= limit),
-        key=lambda p: (p.recompute_cost, p.saved_bytes),
+    grid = PeakGrid(settings.peak_bytes, key=lambda p: tuple(p.saved), predict=partitions.graphs)
+    grid.walk(
+        sorted(
+            (p for p in plans if p.saved_bytes <= limit),
+            key=lambda p: (p.recompute_cost, p.saved_bytes),
+        )
     )
-    tried: dict[tuple[str, ...], Plan] = {}
-    fits: list[Plan] = []
-    for p in candidates:
-        if fits and p.recompute_cost > min(f.total_recompute_cost for f in fits):
-            break  # cheapest first: what is left recomputes more
-        if tuple(p.saved) in tried:  # neighbouring fractions often give the same plan
-            continue
-        tried[tuple(p.saved)] = p
-        partitions.graphs(p)
-        if (p.peak_bytes or 0) <= settings.peak_bytes:
-            fits.append(p)
-    if fits:
-        _refine(partitions, problem, settings, timings, tried, fits)
+    grid.refine(_planner_at(problem, settings, timings))
+    tried, fits = grid.tried, grid.fits
     if not fits:  # recompute values again, down to the target itself (cheapest first)
         for p in sorted(tried.values(), key=lambda p: (p.recompute_cost, p.saved_bytes)):
-            if fits and p.recompute_cost > min(f.total_recompute_cost for f in fits):
+            if grid.costs_more(p):
                 break
             partitions.graphs(p, limit=settings.peak_bytes)
             if (p.peak_bytes or 0) <= settings.peak_bytes:
@@ -99,10 +85,7 @@ def plan_for_peak(
         proven, floor = exact.proven, exact.floor_bytes
     elif not fits:  # what no plan can go below, for the error
         floor = _bound(partitions).floor()
-    best = cheapest_fit(
-        fits,
-        list(tried.values()),
-        settings.peak_bytes,
+    best = grid.best(
         f"plans tried for this graph within memory budget {settings.budget}, recomputing "
         "values again where that helps",
         floor_bytes=floor,
@@ -171,50 +154,27 @@ def _search_exact(
     )
 
 
-def _refine(
-    partitions: Partitions,
-    problem: Problem,
-    settings: PlanSettings,
-    timings: dict[str, float],
-    tried: dict[tuple[str, ...], Plan],
-    fits: list[Plan],
-) -> None:
-    """Between the cheapest fitting plan's saved-memory target and the nearest cheaper
-    plan above it that does not fit, the grid's 5% steps can leave recompute on the
-    table: bisect the target (each plan partitioned and predicted once), adding what
-    fits to ``fits``."""
-    assert settings.peak_bytes is not None
-    best = min(fits, key=lambda p: p.total_recompute_cost)
-    above = [
-        p
-        for p in tried.values()
-        if p not in fits
-        and p.target_bytes > best.target_bytes
-        and p.recompute_cost < best.total_recompute_cost
-    ]
-    if not above:
-        return
-    ends = solve_ends(problem, get_solver(settings.solver), settings.time_limit)
+def _planner_at(
+    problem: Problem, settings: PlanSettings, timings: dict[str, float]
+) -> Callable[[int], Plan | None]:
+    """The plan of a saved-memory target in bytes (None below what the solver reaches),
+    the graph's ends solved once, on first use: the peak grid's bisection."""
+    ends: list[Ends] = []
 
-    def fits_at(target: int) -> bool:
+    def plan_at(target: int) -> Plan | None:
+        if not ends:
+            ends.append(solve_ends(problem, get_solver(settings.solver), settings.time_limit))
         try:
-            p = solve_problem(
+            return solve_problem(
                 problem,
                 MemoryBudget(nbytes=target),
                 solver=settings.solver,
                 estimator=settings.estimator,
                 time_limit=settings.time_limit,
                 timings=timings,
-                ends=ends,
+                ends=ends[0],
             )
-        except BudgetTooSmallError:  # below what the solver reaches: not a fit
-            return False
-        key = tuple(p.saved)
-        if key not in tried:
-            tried[key] = p
-            partitions.graphs(p)
-            if (p.peak_bytes or 0) <= settings.peak_bytes:  # type: ignore[operator]
-                fits.append(p)
-        return tried[key] in fits
+        except BudgetTooSmallError:
+            return None
 
-    bisect_target(best.target_bytes, min(p.target_bytes for p in above), fits_at)
+    return plan_at

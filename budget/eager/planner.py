@@ -26,7 +26,6 @@ under every grid plan's peak raises BudgetTooSmallError naming the lowest.
 
 from __future__ import annotations
 
-import math
 import operator
 import time
 from collections.abc import Callable, Sequence
@@ -37,10 +36,11 @@ import torch.fx as fx
 
 from ..core.plan import Plan
 from ..core.problem import Problem
-from ..core.sizes import MemoryBudget, format_bytes
-from ..errors import BudgetTooSmallError, InfeasibleError
+from ..core.sizes import MemoryBudget
+from ..errors import InfeasibleError
 from ..estimators import get_estimator
-from ..planning.planner import PEAK_GRID, bisect_target, cheapest_fit, make_plan
+from ..planning.peak_grid import PeakGrid, grid_budgets
+from ..planning.planner import budget_target, make_plan
 from ..solvers import Solution, get_solver
 from .plan import EagerPlan, RegionChoice
 from .problem import CostCache, _cacheable, build_problem
@@ -82,17 +82,12 @@ def plan_trace(
         low = backend.solve(full, None, minimize="bytes", time_limit=time_limit)
         costs.min_bytes = min(int(low.objective), max_bytes)
     min_bytes = costs.min_bytes if usable and costs.min_bytes is not None else max_bytes
-    if budget.fraction is not None:
-        target = min_bytes + math.floor(budget.fraction * max(0, max_bytes - min_bytes))
-    else:
-        target = int(budget.nbytes or 0)
-        if target < min_bytes:
-            raise BudgetTooSmallError(
-                f"memory budget {budget} ({target} bytes) is below the smallest reachable "
-                f"saved activation memory of this step with eager checkpointing of "
-                f"{len(usable)} module(s): {format_bytes(min_bytes)} ({min_bytes} bytes)",
-                min_bytes=min_bytes,
-            )
+    target = budget_target(
+        budget,
+        min_bytes,
+        max_bytes,
+        scope=f"of this step with eager checkpointing of {len(usable)} module(s)",
+    )
     spec = getattr(costs.estimator, "spec", costs.estimator.name)
     common = {
         "budget": budget,
@@ -150,18 +145,13 @@ def plan_for_peak(
     below it (ties: the lower peak). ``predict(plan)`` sets a plan's ``peak_bytes`` and
     ``timeline``, once per distinct plan.
 
-    Plans are made and predicted from the largest fraction down, and the walk stops at the
-    first plan that recomputes more than one that fits: a smaller target never costs
-    less for a given set of checkpointed modules (the set itself is chosen greedily, so
-    this is the grid's cheapest fit up to that choice)."""
+    The grid search of :mod:`budget.planning.peak_grid`, from the largest fraction down: a
+    smaller target never costs less for a given set of checkpointed modules (the set
+    itself is chosen greedily, so this is the grid's cheapest fit up to that choice)."""
     start = time.perf_counter()
-    cap = budget.fraction
-    below = sorted((f for f in PEAK_GRID if cap is None or f < cap), reverse=True)
     costs = CostCache(get_estimator(estimator))
     opts = {"solver": solver, "estimator": estimator, "time_limit": time_limit, "costs": costs}
     limit: int | None = None  # the memory budget's own target
-    tried: dict[tuple[tuple[str, ...], tuple[str, ...]], EagerPlan] = {}
-    fits: list[EagerPlan] = []
 
     def make(b: MemoryBudget) -> EagerPlan | None:
         """The plan at ``b``, None when it saves more than the memory budget allows."""
@@ -170,39 +160,16 @@ def plan_for_peak(
         limit = p.target_bytes if limit is None else limit
         return p if p.saved_bytes <= limit else None
 
-    def fitting(p: EagerPlan) -> bool:
-        """Whether ``p``'s predicted peak fits (predicted once per distinct plan)."""
-        key = (tuple(p.checkpointed), tuple(p.saved))
-        if key not in tried:  # neighbouring targets often give the same plan
-            tried[key] = p
-            predict(p)
-            if (p.peak_bytes or 0) <= peak_bytes:
-                fits.append(p)
-        return tried[key] in fits
-
-    missed: EagerPlan | None = None  # the last plan that does not fit, before a fit
-    for b in [budget, *(MemoryBudget(fraction=f) for f in below)]:
-        p = make(b)
-        if p is None:
-            continue
-        if fits and p.recompute_cost > min(f.recompute_cost for f in fits):
-            break  # what is left recomputes more
-        if not fitting(p) and not fits:
-            missed = p
-    if fits and missed is not None:
-        lo = min(fits, key=lambda p: p.recompute_cost).target_bytes
-
-        def fits_at(target: int) -> bool:
-            p = make(MemoryBudget(nbytes=target))
-            return p is not None and fitting(p)
-
-        bisect_target(lo, missed.target_bytes, fits_at)
-    best = cheapest_fit(
-        fits,
-        list(tried.values()),
+    grid = PeakGrid(
         peak_bytes,
+        key=lambda p: (tuple(p.checkpointed), tuple(p.saved)),  # type: ignore[attr-defined]
+        predict=predict,  # type: ignore[arg-type]
+    )
+    grid.walk(p for b in grid_budgets(budget) if (p := make(b)) is not None)
+    grid.refine(lambda target: make(MemoryBudget(nbytes=target)))
+    best = grid.best(
         f"eager plans tried within memory budget {budget} (smaller candidate modules, "
-        "modules=, may reach lower)",
+        "modules=, may reach lower)"
     )
     best.timings = {**best.timings, "peak search": time.perf_counter() - start}
     return best

@@ -34,6 +34,7 @@ import torch
 import torch.fx as fx
 from torch.utils.checkpoint import SAC_IGNORED_OPS
 
+from ..core.builder import ProblemBuilder
 from ..core.problem import Problem
 from ..estimators import Estimator, NodeCost
 from ..estimators.ops import forbidden_recompute, is_mutating, is_random
@@ -136,66 +137,42 @@ def build_problem(
         for n in trace.inputs
         if n not in made and (st := storage_of(n.meta.get("val"))) is not None
     }
-    storage_id: dict[int, int] = {}
-    storage_bytes: list[int] = []
-    counted: set[int] = set()
+    rows = ProblemBuilder()
 
     def storage(val: object) -> int:
         st = storage_of(val)
         if st is None:
             return -1
-        key = group.get(st[0], st[0])
-        if key not in storage_id:
-            storage_id[key] = len(storage_bytes)
-            storage_bytes.append(0)
-        if st[0] not in free and st[0] not in counted and _on(val, trace.device):
-            counted.add(st[0])
-            storage_bytes[storage_id[key]] += st[1]
-        return storage_id[key]
+        counted = st[0] not in free and _on(val, trace.device)
+        return rows.storage(group.get(st[0], st[0]), st[1] if counted else 0, member=st[0])
 
-    names, ops, modules, reason = [], [], [], []
-    is_input, needed, can_save, can_recompute = [], [], [], []
-    store, cost, flops, moved, notes = [], [], [], [], []
     for n in nodes:
         assert n is not None
         val = n.meta.get("val")
-        names.append(n.name)
-        store.append(storage(val))
         if n in made:  # made by the step without an op: kept when saved, never recomputed
-            ops.append("constant")
-            modules.append("")
-            is_input.append(False)
-            needed.append(n in held)
-            can_save.append(True)
-            can_recompute.append(False)
-            reason.append("made outside the dispatcher (no op to run again)")
-            cost.append(0.0)
-            flops.append(0.0)
-            moved.append(0.0)
-            notes.append("")
+            rows.add_kept(
+                n.name,
+                op="constant",
+                storage=storage(val),
+                needed=n in held,
+                reason="made outside the dispatcher (no op to run again)",
+            )
             continue
         if n.op == "placeholder":
-            ops.append("placeholder")
-            modules.append("")
-            is_input.append(True)
-            needed.append(n in held)
-            can_save.append(True)
-            can_recompute.append(False)
-            reason.append("graph input")
-            cost.append(0.0)
-            flops.append(0.0)
-            moved.append(0.0)
-            notes.append("")
+            rows.add_kept(
+                n.name,
+                op="placeholder",
+                storage=storage(val),
+                needed=n in held,
+                reason="graph input",
+                is_input=True,
+            )
             continue
         op = op_of(n)
         r = region_of(n)
-        ops.append(str(n.target) if n.target is not operator.getitem else "getitem")
-        modules.append(trace.module_of.get(op, ""))
-        is_input.append(False)
         is_tensor = isinstance(val, torch.Tensor)
         # an op with several outputs is needed through its getitems (it holds no tensor)
         prefix = in_prefix(n) and not isinstance(val, (tuple, list))
-        needed.append(n in held or prefix)
         save_ok, why_not_save = is_tensor, "" if is_tensor else "not a tensor"
         if r is not None and r in ckpt:
             why_not = _why_not_recompute(n, op, trace, r)
@@ -205,51 +182,30 @@ def build_problem(
                 save_ok, why_not_save = _cacheable(op, trace)
         else:
             why_not = "outside checkpointed regions: autograd keeps what it saves"
-        can_save.append(save_ok)
-        can_recompute.append(not why_not)
-        reason.append(why_not or why_not_save)
-        est = costs(n) if n.target is not operator.getitem else NodeCost(0.0)
-        cost.append(est.cost)
-        flops.append(est.flops)
-        moved.append(est.bytes_moved)
-        notes.append(est.note)
+        rows.add_value(
+            n.name,
+            op=str(n.target) if n.target is not operator.getitem else "getitem",
+            module=trace.module_of.get(op, ""),
+            storage=storage(val),
+            needed=n in held or prefix,
+            can_save=save_ok,
+            can_recompute=not why_not,
+            reason=why_not or why_not_save,
+            priced=costs(n) if n.target is not operator.getitem else NodeCost(0.0),
+        )
     # ---- one node per checkpointed region call: the RNG state it keeps
     for r in sorted(ckpt):
         nodes.append(None)
-        names.append(f"rng_state_{r}")
-        ops.append(RNG_OP)
-        modules.append(regions[r].path)
-        is_input.append(False)
-        needed.append(True)
-        can_save.append(True)
-        can_recompute.append(False)
-        reason.append("checkpointing keeps the RNG state to replay random ops")
-        store.append(len(storage_bytes))
-        storage_bytes.append(trace.rng_state_bytes)
-        cost.append(0.0)
-        flops.append(0.0)
-        moved.append(0.0)
-        notes.append("")
+        rows.add_kept(
+            f"rng_state_{r}",
+            op=RNG_OP,
+            module=regions[r].path,
+            storage=rows.new_storage(trace.rng_state_bytes),
+            needed=True,
+            reason="checkpointing keeps the RNG state to replay random ops",
+        )
     edges = [(index[a], index[n]) for n in values for a in n.all_input_nodes if a in index]
-    problem = Problem(
-        names=names,
-        ops=ops,
-        is_input=is_input,
-        needed=needed,
-        can_save=can_save,
-        can_recompute=can_recompute,
-        storage=store,
-        storage_bytes=storage_bytes,
-        cost=cost,
-        flops=flops,
-        edges=edges,
-        cost_unit=costs.estimator.unit,
-        moved=moved,
-        cost_notes=notes,
-        modules=modules,
-        reason=reason,
-        graph_hash=graph_hash(trace.graph),
-    )
+    problem = rows.build(edges, cost_unit=costs.estimator.unit, graph_hash=graph_hash(trace.graph))
     return problem, nodes
 
 

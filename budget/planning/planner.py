@@ -101,9 +101,24 @@ def solve_ends(problem: Problem, backend: Solver, time_limit: float) -> Ends:
 def target_bytes(budget: MemoryBudget, ends: Ends, fixed_bytes: int = 0) -> int:
     """The byte target of ``budget`` for a graph, with the ``fixed_bytes`` every plan
     saves in it (``Problem.fixed_bytes``); raises when a size is unreachable."""
-    low = ends.min_bytes + fixed_bytes
+    return budget_target(budget, ends.min_bytes, ends.max_bytes, fixed_bytes=fixed_bytes)
+
+
+def budget_target(
+    budget: MemoryBudget,
+    min_bytes: int,
+    max_bytes: int,
+    *,
+    fixed_bytes: int = 0,
+    scope: str = "for this graph",
+) -> int:
+    """The byte target of ``budget`` in the range ``min_bytes`` .. ``max_bytes`` (both
+    front ends' budget semantics), with the ``fixed_bytes`` every plan saves beside it;
+    a size below the range raises BudgetTooSmallError naming the least (``scope``: what
+    the range is of, for the message)."""
+    low = min_bytes + fixed_bytes
     if budget.fraction is not None:
-        return low + math.floor(budget.fraction * max(0, ends.max_bytes - ends.min_bytes))
+        return low + math.floor(budget.fraction * max(0, max_bytes - min_bytes))
     target = int(budget.nbytes or 0)
     if target < low:
         copies = (
@@ -114,7 +129,7 @@ def target_bytes(budget: MemoryBudget, ends: Ends, fixed_bytes: int = 0) -> int:
         )
         raise BudgetTooSmallError(
             f"memory budget {budget} ({target} bytes) is below the smallest reachable "
-            f"saved activation memory for this graph: {format_bytes(low)} "
+            f"saved activation memory {scope}: {format_bytes(low)} "
             f"({low} bytes){copies}",
             min_bytes=low,
         )

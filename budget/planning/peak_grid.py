@@ -1,0 +1,101 @@
+"""The grid peak search both front ends run for a peak budget.
+
+A plan's peak is not monotone in its saved memory (saving less can mean recomputing more
+at once), so the search does not bisect the budget from the start. It takes the plans of
+the memory budget and of the fractions of ``PEAK_GRID`` below it, cheapest first, and
+predicts each distinct plan once (the front end's ``predict``: the compiled path
+partitions the joint graph, the eager path runs the step on fake tensors) until the next
+plan would recompute more than the cheapest that fits. Between the cheapest fit and the
+nearest cheaper plan above it that does not fit, the grid's 5% steps can leave recompute
+on the table, so there the saved-memory target is bisected (:meth:`PeakGrid.refine`).
+:func:`~budget.planning.planner.cheapest_fit` then picks the plan, or names the lowest
+peak found.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+
+from ..core.plan import Plan
+from ..core.sizes import MemoryBudget
+from .planner import PEAK_GRID, bisect_target, cheapest_fit
+
+
+def grid_budgets(budget: MemoryBudget) -> list[MemoryBudget]:
+    """The memory budget, then the fractions of ``PEAK_GRID`` below it, largest first."""
+    cap = budget.fraction
+    below = sorted((f for f in PEAK_GRID if cap is None or f < cap), reverse=True)
+    return [budget, *(MemoryBudget(fraction=f) for f in below)]
+
+
+class PeakGrid:
+    """What the search has predicted (``tried``, by plan key) and what fits ``peak_bytes``.
+
+    ``key(plan)``: what makes two plans the same (their saved set; on the eager path, with
+    the checkpointed modules); ``predict(plan)``: sets ``plan.peak_bytes``, called once
+    per distinct plan."""
+
+    def __init__(
+        self,
+        peak_bytes: int,
+        key: Callable[[Plan], Hashable],
+        predict: Callable[[Plan], None],
+    ) -> None:
+        self.peak_bytes = peak_bytes
+        self.key = key
+        self.predict = predict
+        self.tried: dict[Hashable, Plan] = {}
+        self.fits: list[Plan] = []
+
+    def costs_more(self, plan: Plan) -> bool:
+        """Whether ``plan`` recomputes more than the cheapest fit so far."""
+        return bool(self.fits) and plan.recompute_cost > min(
+            f.total_recompute_cost for f in self.fits
+        )
+
+    def try_plan(self, plan: Plan) -> bool:
+        """Predict ``plan`` (unless the same plan was) and say whether it fits."""
+        k = self.key(plan)
+        if k not in self.tried:  # neighbouring targets often give the same plan
+            self.tried[k] = plan
+            self.predict(plan)
+            if (plan.peak_bytes or 0) <= self.peak_bytes:
+                self.fits.append(plan)
+        return self.tried[k] in self.fits
+
+    def walk(self, plans: Iterable[Plan]) -> None:
+        """Try ``plans`` (cheapest first) until one recomputes more than a fit."""
+        for plan in plans:
+            if self.costs_more(plan):
+                break
+            self.try_plan(plan)
+
+    def refine(self, plan_at: Callable[[int], Plan | None]) -> None:
+        """Bisect the saved-memory target between the cheapest fit and the nearest cheaper
+        plan above it that does not fit; ``plan_at(target)``: the plan of a target in
+        bytes, or None where there is none (below what the solver reaches, or over the
+        memory budget)."""
+        if not self.fits:
+            return
+        best = min(self.fits, key=lambda p: p.total_recompute_cost)
+        above = [
+            p
+            for p in self.tried.values()
+            if p not in self.fits
+            and p.target_bytes > best.target_bytes
+            and p.recompute_cost < best.total_recompute_cost
+        ]
+        if not above:
+            return
+
+        def fits_at(target: int) -> bool:
+            plan = plan_at(target)
+            return plan is not None and self.try_plan(plan)
+
+        bisect_target(best.target_bytes, min(p.target_bytes for p in above), fits_at)
+
+    def best(self, searched: str, floor_bytes: int | None = None) -> Plan:
+        """The cheapest fit, or BudgetTooSmallError naming the lowest peak tried."""
+        return cheapest_fit(
+            self.fits, list(self.tried.values()), self.peak_bytes, searched, floor_bytes
+        )
