@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..core.plan import Plan
-from ..core.settings import PlanLog, PlanSettings
+from ..core.settings import LOWEST_PEAK, PlanLog, PlanSettings
 from ..core.sizes import MemoryBudget, format_bytes
 from ..errors import BudgetTooSmallError
 
@@ -63,8 +63,8 @@ def fit_compiled_peak(
     settings: PlanSettings, compile_with: Callable[[PlanSettings], Attempt]
 ) -> Attempt:
     """The attempt to keep for ``settings`` (module docstring). ``compile_with(s)`` plans
-    and compiles the graph with settings ``s`` (their ``peak_bytes`` is the target the
-    graphs are searched for) or raises the search's BudgetTooSmallError. Without a peak
+    and compiles the graph with settings ``s`` (their ``graphs_peak_bytes`` is the target
+    the graphs are searched for; ``peak_bytes``, the budget, stays as given) or raises the search's BudgetTooSmallError. Without a peak
     budget, or when the first compile's peak is unknown (C++ wrapper code, a compile cache
     that skipped code generation), the first attempt is kept as it is."""
     target = settings.peak_bytes
@@ -84,7 +84,7 @@ def fit_compiled_peak(
     for n in range(2 * PEAK_ATTEMPTS):
         if len(tried) == PEAK_ATTEMPTS:
             break
-        asked = settings.peak_bytes
+        asked = settings.graphs_peak_bytes
         try:
             attempt = compile_with(settings)
         except BudgetTooSmallError as e:
@@ -92,7 +92,7 @@ def fit_compiled_peak(
             lowest_named = lowest if lowest is not None else lowest_named
             if lowest is None or lowest in _predicted(tried):
                 break
-            settings = replace(settings, peak_bytes=lowest)  # the lowest predicted plan
+            settings = replace(settings, search_peak_bytes=lowest)  # the lowest predicted plan
             continue
         plan = attempt.plan
         if plan is None or plan.compiled_peak_bytes is None:
@@ -123,14 +123,14 @@ def fit_compiled_peak(
                 # the last compile: the plan the graphs predict lowest (a budget of 0 is
                 # refused by the graphs' search, naming it)
                 lowest_asked = True
-                settings = replace(settings, peak_bytes=0)
+                settings = replace(settings, search_peak_bytes=LOWEST_PEAK)
                 continue
         if again and (revisits > 1 or (fit_at is not None and miss_at is not None)):
             break  # no new plan where one was likeliest: more compiles would be wasted
         ahead = _next_target(target, asked, plan.peak_bytes or peak, peak, fit_at, miss_at, again)
         if ahead is None:
             break
-        settings = replace(settings, peak_bytes=ahead)
+        settings = replace(settings, search_peak_bytes=ahead)
     fits = _fitting(tried, target)
     if fits:
         return min(fits, key=_cost)

@@ -39,14 +39,16 @@ def plan_for_peak(
     settings: PlanSettings,
     timings: dict[str, float],
 ) -> Plan:
-    """The plan with the least recompute whose predicted peak fits ``settings.peak_bytes``,
+    """The plan with the least recompute whose predicted peak fits the graphs' target
+    (``settings.graphs_peak_bytes``),
     among the optimal plans at the memory budget and at the fractions of ``PEAK_GRID``
     below it (ties: the lower peak). Not an exact optimisation over liveness: the best
     plan of a saved-memory target, for a grid of targets. Plans are partitioned and
     predicted cheapest first, each distinct saved set once, until one fits; then the
     target between that fit and the cheaper miss above it is bisected
     (:class:`budget.planning.peak_grid.PeakGrid`)."""
-    assert settings.peak_bytes is not None
+    peak = settings.graphs_peak_bytes
+    assert peak is not None
     start = time.perf_counter()
     plans = solve_sweep(
         problem,
@@ -57,7 +59,7 @@ def plan_for_peak(
         timings=timings,
     )
     limit = plans[0].target_bytes  # the memory budget's own target
-    grid = PeakGrid(settings.peak_bytes, key=lambda p: tuple(p.saved), predict=partitions.graphs)
+    grid = PeakGrid(peak, key=lambda p: tuple(p.saved), predict=partitions.graphs)
     grid.walk(
         sorted(
             (p for p in plans if p.saved_bytes <= limit),
@@ -70,8 +72,8 @@ def plan_for_peak(
         for p in sorted(tried.values(), key=lambda p: (p.recompute_cost, p.saved_bytes)):
             if grid.costs_more(p):
                 break
-            partitions.graphs(p, limit=settings.peak_bytes)
-            if (p.peak_bytes or 0) <= settings.peak_bytes:
+            partitions.graphs(p, limit=peak)
+            if (p.peak_bytes or 0) <= peak:
                 fits.append(p)
     proven, floor, exact_s = False, None, 0.0
     if settings.peak_search == "exact":
@@ -118,8 +120,8 @@ def _search_exact(
     timings: dict[str, float],
 ) -> PeakSearch:
     """:func:`budget.compile.peak_search.search_peak` from the grid's cheapest fit."""
-    assert settings.peak_bytes is not None
-    peak = settings.peak_bytes
+    peak = settings.graphs_peak_bytes
+    assert peak is not None
     bound = _bound(partitions)
 
     def make(saved: list[int]) -> Plan:

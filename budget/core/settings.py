@@ -16,6 +16,9 @@ from .plan_files import PlanBook
 from .problem import Problem
 from .sizes import MemoryBudget
 
+# A graphs' peak target no plan meets: the search then names the lowest it predicts.
+LOWEST_PEAK = 0
+
 
 @dataclass(frozen=True)
 class PlanSettings:
@@ -30,9 +33,13 @@ class PlanSettings:
     time_limit: float
     """Seconds each solve may take."""
     peak_bytes: int | None = None
-    """The most the step may use at its peak (``peak_memory_budget``), or None: the
-    target the graphs' peak search is run for (under Inductor the plan is then checked on
-    its compiled code, and searched again for a scaled target)."""
+    """The most the step may use at its peak (``peak_memory_budget``), or None. The
+    user's budget: a search never changes it (see ``search_peak_bytes``)."""
+    search_peak_bytes: int | None = None
+    """The target the graphs' peak search is run for in this attempt, where it is not
+    ``peak_bytes``: under Inductor a plan is checked on its compiled code and the graphs
+    are searched again for other targets (:mod:`budget.compile.peak_check`);
+    ``LOWEST_PEAK`` (0) asks for the plan the graphs predict lowest. None: ``peak_bytes``."""
     peak_search: str = "grid"
     """How a peak budget is searched: "grid" (the best plans of a grid of memory budgets,
     then recomputing values again) or "exact" (then CP-SAT over the plans that recompute
@@ -47,6 +54,11 @@ class PlanSettings:
     conv_workspace: str = "measure"
     """How the peak models price a CPU convolution's (and bf16 matmul's) workspace:
     "measure" (once per call shape on this host) or "rule" (budget's fitted rule)."""
+
+    @property
+    def graphs_peak_bytes(self) -> int | None:
+        """The target of the graphs' peak search: ``search_peak_bytes``, else the budget."""
+        return self.peak_bytes if self.search_peak_bytes is None else self.search_peak_bytes
 
     @property
     def measure_workspace(self) -> bool:

@@ -30,10 +30,12 @@ class Compiles:
     def __init__(self, *plans: tuple[str, int, int | None, float]) -> None:
         self.plans = plans
         self.targets: list[int] = []
+        self.budgets: set[int | None] = set()  # the user's peak budget: never moved
 
     def __call__(self, settings: PlanSettings) -> Attempt:
-        target = settings.peak_bytes
+        target = settings.graphs_peak_bytes
         self.targets.append(target)
+        self.budgets.add(settings.peak_bytes)
         fits = [p for p in self.plans if target is None or p[1] <= target]
         if not fits:
             lowest = min(p[1] for p in self.plans)
@@ -227,7 +229,7 @@ def test_a_refusal_claims_the_lowest_prediction_only_where_it_was_compiled():
     compiles = convnet()
 
     def compile_with(s: PlanSettings) -> Attempt:
-        if s.peak_bytes == 0:
+        if s.graphs_peak_bytes == 0:
             raise BudgetTooSmallError("no plan predicted that low")
         return compiles(s)
 
@@ -235,6 +237,7 @@ def test_a_refusal_claims_the_lowest_prediction_only_where_it_was_compiled():
         fit_compiled_peak(settings(33 * MiB), compile_with)
     assert info.value.lowest_peak_bytes == int(33.607 * MiB)
     assert len(compiles.targets) == 3
+    assert compiles.budgets == {33 * MiB}  # the search moved its targets, not the budget
 
 
 class FractionCompiles:
@@ -259,12 +262,13 @@ class FractionCompiles:
         self.calls: list[tuple[float | None, int | None]] = []
 
     def __call__(self, s: PlanSettings) -> Attempt:
-        self.calls.append((s.budget.fraction, s.peak_bytes))
+        target = s.graphs_peak_bytes
+        self.calls.append((s.budget.fraction, target))
         if s.budget.fraction == 1.0:
             name, predicted, compiled, cost = "b1", 100, self.b1, 0.0
-        elif s.peak_bytes is None:
+        elif target is None:
             name, predicted, compiled, cost = "b0", self.b0_predicted, self.b0, self.b0_cost
-        elif self.again is None or s.peak_bytes < 95:
+        elif self.again is None or target < 95:
             raise BudgetTooSmallError("none predicted that low", lowest_peak_bytes=95)
         else:
             name, predicted, compiled, cost = "again", 95, self.again, 6.0
@@ -277,7 +281,7 @@ class FractionCompiles:
             compiled_peak_bytes=compiled,
             recompute_cost=cost,
             reference_peak_bytes=100,
-            peak_target_bytes=s.peak_bytes,
+            peak_target_bytes=target,
             decisions=[*make_plan().decisions, *([conv] if self.convolution else [])],
         )
         return Attempt(compiled=name, log=PlanLog(plans=[plan]))
