@@ -346,3 +346,37 @@ def test_the_inductor_partitioner_key_changes_with_every_setting_of_a_plan():
     b = make_plan(decisions=[Decision("mm", "aten.mm.default", 8, 0.0, 0.0, "recompute")])
     assert a.graph_hash == b.graph_hash and a.saved != b.saved
     assert key(plan=[a]) != key(plan=[b])
+
+
+OPTIONS = {
+    "memory_budget",
+    "peak_memory_budget",
+    "solver",
+    "estimator",
+    "time_limit",
+    "peak_search",
+}
+
+
+def test_every_planning_entry_point_takes_every_option():
+    """backend, plan, plans, apply and the eager plan take the same options (the one
+    resolver, budget.planning.options, reads them); none falls into example kwargs."""
+    import inspect
+
+    from budget.eager.apply import plan as eager_plan
+
+    for entry in (budget.backend, budget.plan, budget.plans, budget.apply, eager_plan):
+        missing = OPTIONS - set(inspect.signature(entry).parameters)
+        assert not missing, f"{entry.__module__}.{entry.__name__} lacks {sorted(missing)}"
+
+
+def test_options_are_checked_once_by_the_resolver():
+    model = torch.nn.Linear(4, 4)
+    with pytest.raises(ValueError, match="peak_search must be one of 'grid', 'exact'"):
+        budget.plan(lambda x: model(x).sum(), torch.randn(2, 4), peak_search="fast")
+    with pytest.raises(ValueError, match="peak_search must be one of 'grid', 'exact'"):
+        budget.apply(model, torch.randn(2, 4), peak_search="fast")
+    with pytest.raises(ValueError, match="budget.apply searches a grid of eager plans"):
+        budget.apply(model, torch.randn(2, 4), peak_memory_budget="1MiB", peak_search="exact")
+    with pytest.raises(ValueError, match="or plan, not both"):
+        budget.backend(0.5, plan=[])

@@ -111,21 +111,20 @@ def _solve(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     target = _target(args)
     loaded = time.perf_counter()
-    search = {"peak_search": args.peak_search} if args.peak_search else {}
-    with budget.config.patch(**search):
-        if args.compile:
-            plans = _planning(lambda: _compiled(target, memory_budget, peak, args))
-        else:
-            plans = _planning(
-                lambda: budget.plans(
-                    target.step,
-                    *target.args,
-                    memory_budget=memory_budget,
-                    peak_memory_budget=peak,
-                    plan=args.plan,
-                    **_common(args),
-                )
+    if args.compile:
+        plans = _planning(lambda: _compiled(target, memory_budget, peak, args))
+    else:
+        plans = _planning(
+            lambda: budget.plans(
+                target.step,
+                *target.args,
+                memory_budget=memory_budget,
+                peak_memory_budget=peak,
+                plan=args.plan,
+                peak_search=args.peak_search,
+                **_common(args),
             )
+        )
     done = time.perf_counter()
     if args.json:
         _write("--json", args.json, lambda: Path(args.json).write_text(dumps_plans(plans) + "\n"))
@@ -181,7 +180,13 @@ def _compiled(
 
     import budget
 
-    be = budget.backend(memory_budget, peak_memory_budget=peak, plan=args.plan, **_common(args))
+    be = budget.backend(
+        memory_budget,
+        peak_memory_budget=peak,
+        plan=args.plan,
+        peak_search=args.peak_search,
+        **_common(args),
+    )
     torch.compile(target.step, backend=be)(*target.args)
     return be.plans
 
@@ -223,6 +228,7 @@ def _solve_eager(args: argparse.Namespace) -> int:
             solver=args.solver,
             estimator=args.estimator,
             time_limit=args.time_limit,
+            peak_search=args.peak_search,
         )
     )
     done = time.perf_counter()

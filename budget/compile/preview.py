@@ -148,6 +148,7 @@ def plans(
     compiler: str = "inductor",
     plan: PlanSource | None = None,
     peak_memory_budget: str | None = None,
+    peak_search: str | None = None,
     **example_kwargs: Any,
 ) -> list[Plan]:
     """The plans for every graph of ``fn(*example_args, **example_kwargs)``, in order,
@@ -168,6 +169,7 @@ def plans(
         compiler=compiler,
         plan=plan,
         peak_memory_budget=peak_memory_budget,
+        peak_search=peak_search,
     )
     return be.plans
 
@@ -240,6 +242,7 @@ def plan(
     time_limit: float | None = None,
     compiler: str = "inductor",
     peak_memory_budget: str | None = None,
+    peak_search: str | None = None,
     **example_kwargs: Any,
 ) -> Plan | list[Plan]:
     """The plan for ``fn``'s training step; a list of plans when it has graph breaks."""
@@ -248,6 +251,7 @@ def plan(
         *example_args,
         memory_budget=memory_budget,
         peak_memory_budget=peak_memory_budget,
+        peak_search=peak_search,
         solver=solver,
         estimator=estimator,
         time_limit=time_limit,

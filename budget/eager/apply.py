@@ -31,7 +31,7 @@ from .plan import EagerPlan, RegionChoice
 from .planner import plan_for_peak, plan_trace
 from .policy import RegionPolicy
 from .regions import ModuleSpec, select_candidates
-from .trace import default_loss, trace_step
+from .trace import Trace, default_loss, trace_step
 
 _STATE = "_budget_eager"  # attribute of a checkpointed module: what apply replaced
 _PLAN = "_budget_eager_plan"  # attribute of the model: the plan applied
@@ -74,6 +74,7 @@ def plan(
     solver: str | None = None,
     estimator: str | None = None,
     time_limit: float | None = None,
+    peak_search: str | None = None,
     **example_kwargs: Any,
 ) -> EagerPlan:
     """The eager plan for ``model``'s training step, without applying it.
@@ -97,7 +98,14 @@ def plan(
         solver=solver,
         estimator=estimator,
         time_limit=time_limit,
+        peak_search=peak_search,
     )
+    if settings.peak_bytes is not None and settings.peak_search != "grid":
+        raise ValueError(
+            f"peak_search={settings.peak_search!r} searches the liveness bound of a compiled "
+            "joint graph (budget.backend, budget.plan); budget.apply searches a grid of eager "
+            "plans: pass peak_search='grid'"
+        )
     candidates = select_candidates(model, modules)
     run = _step_of(model, loss_fn, step)
     trace = trace_step(model, run, example_inputs, example_kwargs, candidates)
@@ -110,20 +118,7 @@ def plan(
             "nothing in the step requires grad: budget.apply plans a training step "
             "(parameters with requires_grad=True)"
         )
-    excluded = {}
-    for r, region in enumerate(trace.regions):
-        if region.calls != 1:
-            why = (
-                "its forward did not run"
-                if region.calls == 0
-                else (f"its forward ran {region.calls} times in one step")
-            )
-            if modules is not None:
-                raise ValueError(
-                    f"modules=: {region.name or '(the model)'!r} cannot be checkpointed: {why} "
-                    "(a region is one call of a module's forward per step)"
-                )
-            excluded[r] = why
+    excluded = _excluded(trace, given=modules is not None)
 
     def predict(p: EagerPlan) -> None:
         install(model, p)
@@ -164,6 +159,28 @@ def plan(
     return made
 
 
+def _excluded(trace: Trace, *, given: bool) -> dict[int, str]:
+    """The candidate regions that cannot be checkpointed, and why: a region is one call of
+    a module's forward per step. ``given``: the user named the modules, so one that cannot
+    be checkpointed is an error, not a region left out."""
+    excluded = {}
+    for r, region in enumerate(trace.regions):
+        if region.calls == 1:
+            continue
+        why = (
+            "its forward did not run"
+            if region.calls == 0
+            else f"its forward ran {region.calls} times in one step"
+        )
+        if given:
+            raise ValueError(
+                f"modules=: {region.name or '(the model)'!r} cannot be checkpointed: {why} "
+                "(a region is one call of a module's forward per step)"
+            )
+        excluded[r] = why
+    return excluded
+
+
 _make_plan = plan
 
 
@@ -178,6 +195,7 @@ def apply(
     solver: str | None = None,
     estimator: str | None = None,
     time_limit: float | None = None,
+    peak_search: str | None = None,
     plan: EagerPlan | None = None,
     **example_kwargs: Any,
 ) -> EagerPlan:
@@ -213,6 +231,7 @@ def apply(
             solver=solver,
             estimator=estimator,
             time_limit=time_limit,
+            peak_search=peak_search,
             **example_kwargs,
         )
     install(model, plan)

@@ -28,7 +28,7 @@ forward (the loss aside), which is what :func:`budget.eager.measure.retained_byt
 from __future__ import annotations
 
 import operator
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 import torch
 import torch.fx as fx
@@ -91,36 +91,42 @@ def build_problem(
     """The Problem of ``trace`` with the regions ``checkpointed`` checkpointed, and the fx
     node behind each problem index (None for the RNG-state nodes)."""
     ckpt = set(checkpointed)
-    regions = trace.regions
-    # ---- what is kept whatever the plan: saves outside checkpointed regions, region inputs
-    held: set[fx.Node] = set()
-    for value, region, _count in trace.saves:
-        if region is None or region not in ckpt:
-            held.add(value)
-    for r in ckpt:
-        held.update(regions[r].args)
-
-    # ---- values of checkpointed regions up to their last save: cached or run again
-    def region_of(node: fx.Node) -> int | None:
-        op = node.args[0] if node.target is operator.getitem else node
-        return trace.region_of.get(op)  # type: ignore[arg-type]
-
-    def op_of(node: fx.Node) -> fx.Node:
-        return node.args[0] if node.target is operator.getitem else node  # type: ignore[return-value]
-
-    def in_prefix(node: fx.Node) -> bool:
-        r = region_of(node)
-        if r is None or r not in ckpt:
-            return False
-        last = regions[r].last_save
-        return last is not None and trace.order[op_of(node)] < last
-
+    held = _held(trace, ckpt)
     values = [n for n in trace.graph.nodes if n.op == "call_function"]
     nodes: list[fx.Node | None] = [*trace.inputs, *values]
     index = {n: i for i, n in enumerate(nodes) if n is not None}
+    rows = ProblemBuilder()
+    storage = _storages(trace, ckpt, rows)
+    for n in nodes:
+        assert n is not None
+        _add_node(rows, n, storage(n.meta.get("val")), trace, ckpt, held, costs)
+    for r in sorted(ckpt):  # one node per checkpointed region call: the RNG state it keeps
+        nodes.append(None)
+        rows.add_kept(
+            f"rng_state_{r}",
+            op=RNG_OP,
+            module=trace.regions[r].path,
+            storage=rows.new_storage(trace.rng_state_bytes),
+            needed=True,
+            reason="checkpointing keeps the RNG state to replay random ops",
+        )
+    edges = [(index[a], index[n]) for n in values for a in n.all_input_nodes if a in index]
+    problem = rows.build(edges, cost_unit=costs.estimator.unit, graph_hash=graph_hash(trace.graph))
+    return problem, nodes
 
-    # ---- storages: per real storage; an op with several outputs in a checkpointed region
-    # is cached whole, so its new output storages form one group
+
+def _held(trace: Trace, ckpt: set[int]) -> set[fx.Node]:
+    """What is kept whatever the plan: saves outside checkpointed regions, region inputs."""
+    held = {value for value, region, _ in trace.saves if region is None or region not in ckpt}
+    for r in ckpt:
+        held.update(trace.regions[r].args)
+    return held
+
+
+def _storages(trace: Trace, ckpt: set[int], rows: ProblemBuilder) -> Callable[[object], int]:
+    """A value's storage group in ``rows`` (-1: none): per real storage, but an op with
+    several outputs in a checkpointed region is cached whole, so its new output storages
+    form one group. Storages of the step's inputs, and off the step's device, count 0."""
     group: dict[int, int] = {}
     for op in trace.ops:
         outs = op.meta.get("val")
@@ -137,7 +143,6 @@ def build_problem(
         for n in trace.inputs
         if n not in made and (st := storage_of(n.meta.get("val"))) is not None
     }
-    rows = ProblemBuilder()
 
     def storage(val: object) -> int:
         st = storage_of(val)
@@ -146,67 +151,66 @@ def build_problem(
         counted = st[0] not in free and _on(val, trace.device)
         return rows.storage(group.get(st[0], st[0]), st[1] if counted else 0, member=st[0])
 
-    for n in nodes:
-        assert n is not None
-        val = n.meta.get("val")
-        if n in made:  # made by the step without an op: kept when saved, never recomputed
-            rows.add_kept(
-                n.name,
-                op="constant",
-                storage=storage(val),
-                needed=n in held,
-                reason="made outside the dispatcher (no op to run again)",
-            )
-            continue
-        if n.op == "placeholder":
-            rows.add_kept(
-                n.name,
-                op="placeholder",
-                storage=storage(val),
-                needed=n in held,
-                reason="graph input",
-                is_input=True,
-            )
-            continue
-        op = op_of(n)
-        r = region_of(n)
-        is_tensor = isinstance(val, torch.Tensor)
-        # an op with several outputs is needed through its getitems (it holds no tensor)
-        prefix = in_prefix(n) and not isinstance(val, (tuple, list))
-        save_ok, why_not_save = is_tensor, "" if is_tensor else "not a tensor"
-        if r is not None and r in ckpt:
-            why_not = _why_not_recompute(n, op, trace, r)
-            if n in held:
-                why_not = why_not or "kept anyway (a region input, or saved outside a region)"
-            if save_ok and n not in held:
-                save_ok, why_not_save = _cacheable(op, trace)
-        else:
-            why_not = "outside checkpointed regions: autograd keeps what it saves"
-        rows.add_value(
-            n.name,
-            op=str(n.target) if n.target is not operator.getitem else "getitem",
-            module=trace.module_of.get(op, ""),
-            storage=storage(val),
-            needed=n in held or prefix,
-            can_save=save_ok,
-            can_recompute=not why_not,
-            reason=why_not or why_not_save,
-            priced=costs(n) if n.target is not operator.getitem else NodeCost(0.0),
-        )
-    # ---- one node per checkpointed region call: the RNG state it keeps
-    for r in sorted(ckpt):
-        nodes.append(None)
+    return storage
+
+
+def _add_node(
+    rows: ProblemBuilder,
+    n: fx.Node,
+    storage: int,
+    trace: Trace,
+    ckpt: set[int],
+    held: set[fx.Node],
+    costs: CostCache,
+) -> None:
+    """``n``'s row: a constant or an input (kept), or a value whose decisions depend on
+    whether its region is checkpointed (cached or run again up to the region's last save)."""
+    if n in trace.constants:  # made by the step without an op: kept, never recomputed
+        reason = "made outside the dispatcher (no op to run again)"
+        rows.add_kept(n.name, op="constant", storage=storage, needed=n in held, reason=reason)
+        return
+    if n.op == "placeholder":
         rows.add_kept(
-            f"rng_state_{r}",
-            op=RNG_OP,
-            module=regions[r].path,
-            storage=rows.new_storage(trace.rng_state_bytes),
-            needed=True,
-            reason="checkpointing keeps the RNG state to replay random ops",
+            n.name,
+            op="placeholder",
+            storage=storage,
+            needed=n in held,
+            reason="graph input",
+            is_input=True,
         )
-    edges = [(index[a], index[n]) for n in values for a in n.all_input_nodes if a in index]
-    problem = rows.build(edges, cost_unit=costs.estimator.unit, graph_hash=graph_hash(trace.graph))
-    return problem, nodes
+        return
+    val = n.meta.get("val")
+    op = _op(n)
+    r = trace.region_of.get(op)
+    last = trace.regions[r].last_save if r is not None and r in ckpt else None
+    # an op with several outputs is needed through its getitems (it holds no tensor)
+    prefix = last is not None and trace.order[op] < last and not isinstance(val, (tuple, list))
+    is_tensor = isinstance(val, torch.Tensor)
+    save_ok, why_not_save = is_tensor, "" if is_tensor else "not a tensor"
+    if r is not None and r in ckpt:
+        why_not = _why_not_recompute(n, op, trace, r)
+        if n in held:
+            why_not = why_not or "kept anyway (a region input, or saved outside a region)"
+        if save_ok and n not in held:
+            save_ok, why_not_save = _cacheable(op, trace)
+    else:
+        why_not = "outside checkpointed regions: autograd keeps what it saves"
+    rows.add_value(
+        n.name,
+        op=str(n.target) if n.target is not operator.getitem else "getitem",
+        module=trace.module_of.get(op, ""),
+        storage=storage,
+        needed=n in held or prefix,
+        can_save=save_ok,
+        can_recompute=not why_not,
+        reason=why_not or why_not_save,
+        priced=costs(n) if n.target is not operator.getitem else NodeCost(0.0),
+    )
+
+
+def _op(node: fx.Node) -> fx.Node:
+    """The op call behind ``node`` (a getitem's tuple-valued op)."""
+    return node.args[0] if node.target is operator.getitem else node  # type: ignore[return-value]
 
 
 def _cacheable(op: fx.Node, trace: Trace) -> tuple[bool, str]:
