@@ -75,10 +75,11 @@ class BudgetBackend:
         else:
             compiled = self._eager(gm, example_inputs)
         ended = graph_break(gm)
-        for plan in self.log.plans[made:]:  # this graph's plan (none without a backward)
-            plan.graph_break = ended
-            if not later:  # its inputs are the step's own: the user holds them anyway
-                plan.kept_input_bytes = 0
+        for i in range(made, len(self.log.plans)):  # this graph's plan (none without a backward)
+            # where its inputs are the step's own, the user holds them anyway: none kept
+            kept = self.log.plans[i].kept_input_bytes if later else 0
+            self.log.update(i, graph_break=ended, kept_input_bytes=kept)
+        self.log.announce(made)
         if self.preview:  # what autograd saves outside the graphs is eager code's
             return _marked(compiled)
         return compiled
@@ -187,12 +188,11 @@ def _compile_cached(
         capture = CodeCapture()
         with functorch_config.patch(force_non_lazy_backward_lowering=True):
             compiled = compile_fx(gm, example_inputs, inner_compile=capture, **kw)
-        made = be.log.plans[first:]
-        if len(made) == 1:
-            made[0].compiled_peak_bytes = capture.peak(
-                partitioner.num_fwd_outputs,
-                measure_workspace=be.settings.measure_workspace,
+        if len(be.log.plans) == first + 1:
+            peak = capture.peak(
+                partitioner.num_fwd_outputs, measure_workspace=be.settings.measure_workspace
             )
+            be.log.update(first, compiled_peak_bytes=peak)
         return compiled
 
     patches = {"custom_partitioner_fn": partitioner}

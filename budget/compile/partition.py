@@ -16,6 +16,7 @@ import contextlib
 import gc
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -199,9 +200,8 @@ def _solve(
             timings=timings,
             progress=log.sweep_progress(),
         )
-        for p in sweep[1:]:  # the first is applied (and predicted) by _finish
-            partitions.graphs(p)
-        log.sweeps.append(sweep)
+        # the first is applied (and predicted) by _finish, which puts it in place here
+        log.sweeps.append([sweep[0], *(partitions.predicted(p) for p in sweep[1:])])
         return sweep[0]
     if settings.peak_bytes is not None:
         return plan_for_peak(partitions, problem, settings, timings)
@@ -240,8 +240,7 @@ def _remake(
         estimator=estimator,
         timings={**timings, "apply": time.perf_counter() - start},
     )
-    plan.peak_target_bytes = made.peak_target_bytes
-    return plan
+    return replace(plan, peak_target_bytes=made.peak_target_bytes)
 
 
 def _apply_saved_plan(
@@ -286,7 +285,9 @@ def _finish(
     partitions: Partitions, plan: Plan, log: PlanLog
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     t3 = time.perf_counter()
-    fw, bw = partitions.graphs(plan)
-    plan.timings["partition"] = time.perf_counter() - t3
-    log.add_plan(plan)
+    fw, bw, told = partitions.graphs(plan)
+    done = replace(told, timings={**told.timings, "partition": time.perf_counter() - t3})
+    if log.sweeps and log.sweeps[-1] and log.sweeps[-1][0] is plan:
+        log.sweeps[-1][0] = done
+    log.add_plan(done)
     return fw, bw

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..core.liveness import LivenessBound
@@ -59,7 +60,7 @@ def plan_for_peak(
         timings=timings,
     )
     limit = plans[0].target_bytes  # the memory budget's own target
-    grid = PeakGrid(peak, key=lambda p: tuple(p.saved), predict=partitions.graphs)
+    grid = PeakGrid(peak, key=lambda p: tuple(p.saved), predict=partitions.predicted)
     grid.walk(
         sorted(
             (p for p in plans if p.saved_bytes <= limit),
@@ -72,9 +73,10 @@ def plan_for_peak(
         for p in sorted(tried.values(), key=lambda p: (p.recompute_cost, p.saved_bytes)):
             if grid.costs_more(p):
                 break
-            partitions.graphs(p, limit=peak)
-            if (p.peak_bytes or 0) <= peak:
-                fits.append(p)
+            again = partitions.predicted(p, limit=peak)
+            tried[tuple(p.saved)] = again
+            if (again.peak_bytes or 0) <= peak:
+                fits.append(again)
     proven, floor, exact_s = False, None, 0.0
     if settings.peak_search == "exact":
         t0 = time.perf_counter()
@@ -92,11 +94,12 @@ def plan_for_peak(
         "values again where that helps",
         floor_bytes=floor,
     )
-    best.timings = {**timings, "peak search": time.perf_counter() - start}
-    if settings.peak_search == "exact":  # the peak search's own status, and its share
-        best.status = "optimal" if proven else "feasible"
-        best.timings["exact search"] = exact_s
-    return best
+    took = {**timings, "peak search": time.perf_counter() - start}
+    if settings.peak_search != "exact":
+        return replace(best, timings=took)
+    # the peak search's own status, and its share of the time
+    status = "optimal" if proven else "feasible"
+    return replace(best, status=status, timings={**took, "exact search": exact_s})
 
 
 def _bound(partitions: Partitions) -> LivenessBound:
@@ -124,8 +127,8 @@ def _search_exact(
     assert peak is not None
     bound = _bound(partitions)
 
-    def make(saved: list[int]) -> Plan:
-        return make_plan(
+    def make(saved: list[int]) -> Plan:  # partitioned recomputing each value once
+        plan = make_plan(
             problem,
             saved,
             budget=settings.budget,
@@ -138,9 +141,9 @@ def _search_exact(
             estimator=first.estimator,
             timings=dict(timings),
         )
+        return partitions.predicted(plan, limit=ONCE)  # the bound's plans
 
     def fit(plan: Plan) -> bool:
-        partitions.graphs(plan, limit=ONCE)  # each value recomputed once: the bound's plans
         return (plan.peak_bytes or 0) <= peak
 
     incumbent = min(fits, key=lambda p: p.total_recompute_cost, default=None)

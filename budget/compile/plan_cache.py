@@ -49,6 +49,7 @@ import json
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -208,9 +209,7 @@ def load(key: str) -> list[Plan] | None:
         return None
     stats["hits"] += 1
     took = time.perf_counter() - start
-    for p in plans:
-        p.timings = {"plan cache": took}
-    return plans
+    return [replace(p, timings={"plan cache": took}) for p in plans]
 
 
 def _read(path: Path, key: str) -> list[Plan] | None:

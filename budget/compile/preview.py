@@ -127,10 +127,11 @@ class _OutsideSaves:
 
     def attribute(self) -> None:
         plans = self.be.plans
-        for plan in plans:
-            plan.eager_saved_bytes = 0
+        eager = [0] * len(plans)
         for nbytes, before in self.saved.values():
-            plans[max(0, min(before, len(plans)) - 1)].eager_saved_bytes += nbytes
+            eager[max(0, min(before, len(plans)) - 1)] += nbytes
+        for i, nbytes in enumerate(eager):
+            self.be.log.update(i, eager_saved_bytes=nbytes)
         self.keep.clear()
 
 

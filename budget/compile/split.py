@@ -13,7 +13,7 @@ both work through it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.fx as fx
@@ -98,13 +98,20 @@ class Partitions:
             self._reference_peak = made.prediction.peak_bytes
         return self._reference_peak
 
-    def graphs(self, plan: Plan, limit: int | None = None) -> tuple[fx.GraphModule, fx.GraphModule]:
-        """Partition by ``plan`` (once per saved set and limit), predict the step's peak
-        into the plan, with the pipeline's provenance, and return the graphs. The backward
-        recomputes values again while that lowers a predicted peak above ``limit``; by
-        default the b=1 plan's peak, or the plan's peak budget where that is lower (so a
-        plan chosen for a peak budget partitions the same again, from a file or a rank)."""
-        plan.compiler, plan.torch_version = self.settings.compiler, torch.__version__
+    def predicted(self, plan: Plan, limit: int | None = None) -> Plan:
+        """``plan`` with what partitioning it tells (:meth:`graphs`)."""
+        return self.graphs(plan, limit)[2]
+
+    def graphs(
+        self, plan: Plan, limit: int | None = None
+    ) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
+        """Partition by ``plan`` (once per saved set and limit) and return the graphs and
+        the plan with what they tell: the step's predicted peak and timeline, the values
+        recomputed again, the layout copies and kept inputs, the pipeline's provenance.
+        The backward recomputes values again while that lowers a predicted peak above
+        ``limit``; by default the b=1 plan's peak, or the plan's peak budget where that is
+        lower (so a plan chosen for a peak budget partitions the same again, from a file
+        or a rank)."""
         recomputed = frozenset(plan.recomputed)
         goal = None
         if recomputed:
@@ -140,22 +147,29 @@ class Partitions:
                         pin_order(made.bw, set(lowered.nodes))
             self._made[key] = made
         made = self._made[key]
-        plan.peak_bytes, plan.timeline = made.prediction.peak_bytes, list(made.prediction.timeline)
-        plan.reference_peak_bytes = self.reference_peak() if recomputed else None
         by_name = {d.name: d for d in plan.decisions}
-        plan.recomputed_again = list(made.again)
-        plan.again_cost = sum(by_name[n].cost for n in made.again if n in by_name)
-        plan.again_flops = sum(by_name[n].flops for n in made.again if n in by_name)
-        plan.kept_input_bytes = made.kept
         # the copies this forward makes, in place of the planner's bound (never above it)
-        plan.saved_bytes += made.copied - plan.copied_input_bytes
-        plan.copied_input_bytes = made.copied
-        if plan.saved_bytes > plan.target_bytes and plan.status != "reference":
+        saved_bytes = plan.saved_bytes + made.copied - plan.copied_input_bytes
+        if saved_bytes > plan.target_bytes and plan.status != "reference":
             raise RuntimeError(
-                f"internal error: {plan.saved_bytes} bytes saved with layout copies, over "
+                f"internal error: {saved_bytes} bytes saved with layout copies, over "
                 f"the target of {plan.target_bytes}"
             )
-        return made.fw, made.bw
+        told = replace(
+            plan,
+            compiler=self.settings.compiler,
+            torch_version=torch.__version__,
+            peak_bytes=made.prediction.peak_bytes,
+            timeline=list(made.prediction.timeline),
+            reference_peak_bytes=self.reference_peak() if recomputed else None,
+            recomputed_again=list(made.again),
+            again_cost=sum(by_name[n].cost for n in made.again if n in by_name),
+            again_flops=sum(by_name[n].flops for n in made.again if n in by_name),
+            kept_input_bytes=made.kept,
+            saved_bytes=saved_bytes,
+            copied_input_bytes=made.copied,
+        )
+        return made.fw, made.bw, told
 
 
 @dataclass

@@ -41,8 +41,13 @@ class LivePoint:
     live_bytes: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
+    """One graph's plan. Made once and never changed in place: a stage that learns more
+    (partitioning: the predicted peak; Inductor: its code's peak; the backend: a graph
+    break) makes a new Plan with ``dataclasses.replace``."""
+
+    # ---- what was asked, and what the solver chose
     budget: float | str  # the budget asked for: a fraction, or a size like "36MiB"
     target_bytes: int
     saved_bytes: int
@@ -62,17 +67,34 @@ class Plan:
     # the compile pipeline whose joint graph was planned ("inductor" or "eager"): the graph,
     # and so the plan, differ between them ("" in plans from before this field)
     compiler: str = ""
-    # the predicted peak of the step above what is resident before it (budget.compile.peak;
-    # eager plans: budget.eager.peak), and the live bytes after each node of the forward and
-    # backward graphs (eager plans: each op call); the peak can exceed the timeline's
-    # maximum by a kernel's own workspace (CPU convolutions). None and [] in plans made
-    # without the graphs (plan files of format version 1)
+    # ---- the peak figures: the graphs', the generated code's, the reference, the budget
+    # the graphs' predicted peak of the step above what is resident before it
+    # (budget.compile.peak; eager plans: budget.eager.peak), and the live bytes after each
+    # node of the forward and backward graphs (eager plans: each op call); the peak can
+    # exceed the timeline's maximum by a kernel's own workspace (CPU convolutions). None
+    # and [] in plans made without the graphs (plan files of format version 1)
     peak_bytes: int | None = None
     timeline: list[LivePoint] = field(default_factory=list)
-    # the peak memory budget the plan was chosen for, in bytes (None: no peak budget); for
-    # a memory budget alone under Inductor, the b=1 plan's compiled peak where the plan
-    # was planned again to stay under it (budget.compile.peak_check.hold_b1_peak)
+    # training under Inductor: the peak of the code Inductor generated for this plan's
+    # graphs, run on meta tensors (budget.compile.compiled_peak); None where no code was
+    # generated (previews, compiler="eager"), a compile cache skipped it, or the code was
+    # not run (cpp_wrapper code, or code the meta run failed on). A peak budget
+    # is checked against it: this is the peak the step has, where peak_bytes is the
+    # graphs' (Inductor fuses and reorders them)
+    compiled_peak_bytes: int | None = None
+    # the reference: the predicted peak of the b=1 plan of the same graph (torch's saved
+    # set at budget 1), which no plan's backward is left to peak above for want of a
+    # schedule (budget.compile.schedule), and under Inductor the check of a fraction's
+    # compiled peak against b=1's (budget.compile.peak_check.hold_b1_peak); None where the
+    # plan recomputes nothing, in plans for eager training loops (budget.eager), and in
+    # plan files before version 6
+    reference_peak_bytes: int | None = None
+    # the peak the plan was chosen for, in bytes (None: no peak budget): the graphs' target
+    # of the search that chose it; for a memory budget alone under Inductor, the b=1 plan's
+    # compiled peak where the plan was planned again to stay under it
+    # (budget.compile.peak_check.hold_b1_peak)
     peak_target_bytes: int | None = None
+    # ---- memory outside the decisions, and what partitioning added
     # bytes of graph inputs the compiled forward saves as copies in another layout
     # (Inductor's channels-last convolution inputs and weights: budget.compile.layout),
     # counted in saved_bytes, min_bytes and max_bytes; 0 where there are none
@@ -97,20 +119,6 @@ class Plan:
     # run, parameters and inputs aside (budget.compile.preview); 0 in training, which
     # does not measure it
     eager_saved_bytes: int = 0
-    # training under Inductor: the peak of the code Inductor generated for this plan's
-    # graphs, run on meta tensors (budget.compile.compiled_peak); None where no code was
-    # generated (previews, compiler="eager"), a compile cache skipped it, or the code was
-    # not run (cpp_wrapper code, or code the meta run failed on). A peak budget
-    # is checked against it: this is the peak the step has, where peak_bytes is the
-    # graphs' (Inductor fuses and reorders them)
-    compiled_peak_bytes: int | None = None
-    # the predicted peak of the b=1 plan of the same graph (torch's saved set at budget
-    # 1), which no plan's backward is left to peak above for want of a schedule
-    # (budget.compile.schedule), and under Inductor the check of a fraction's compiled
-    # peak against b=1's (budget.compile.peak_check.hold_b1_peak); None where the plan
-    # recomputes nothing, in plans for eager training loops (budget.eager), and in plan
-    # files before version 6
-    reference_peak_bytes: int | None = None
     version: int = PLAN_FORMAT_VERSION
 
     @property

@@ -9,7 +9,8 @@ tells the observers (``on_plan``, ``progress``) as it goes. A backend holds one 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .plan import Plan
 from .plan_files import PlanBook
@@ -78,9 +79,24 @@ class PlanLog:
     """Sweeps: ``progress(graph, done, total)``, graphs counted from 0."""
 
     def add_plan(self, plan: Plan) -> None:
+        """A graph's plan, made; observers hear of it once its compile is done
+        (:meth:`announce`), with what the compile told (its graph break, its code's peak)."""
         self.plans.append(plan)
+
+    def update(self, index: int, **told: Any) -> None:
+        """Plan ``index`` with what a later stage found out (``dataclasses.replace``: plans
+        are never changed in place), here and as the first plan of its sweep."""
+        old = self.plans[index]
+        self.plans[index] = replace(old, **told)
+        for sweep in self.sweeps:
+            if sweep and sweep[0] is old:
+                sweep[0] = self.plans[index]
+
+    def announce(self, first: int) -> None:
+        """Tell ``on_plan`` of the plans from index ``first`` on: a graph's, complete."""
         if self.on_plan is not None:
-            self.on_plan(plan)
+            for plan in self.plans[first:]:
+                self.on_plan(plan)
 
     def sweep_progress(self) -> Callable[[int, int], None] | None:
         """``progress`` bound to the graph being swept now (the next entry of ``sweeps``)."""

@@ -16,7 +16,7 @@ original model (what was applied is undone first).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -120,7 +120,7 @@ def plan(
         )
     excluded = _excluded(trace, given=modules is not None)
 
-    def predict(p: EagerPlan) -> None:
+    def predict(p: EagerPlan) -> EagerPlan:
         install(model, p)
         try:
             found = simulate(
@@ -140,7 +140,7 @@ def plan(
             ) from e
         finally:
             unapply(model)
-        p.peak_bytes, p.timeline = found.peak_bytes, found.timeline
+        return replace(p, peak_bytes=found.peak_bytes, timeline=found.timeline)
 
     opts = {
         "solver": settings.solver,
@@ -153,10 +153,9 @@ def plan(
         )
     made = plan_trace(trace, settings.budget, excluded=excluded, **opts)  # type: ignore[arg-type]
     try:
-        predict(made)
+        return predict(made)
     except PreviewError:  # the plan stands; its peak is unknown
-        made.peak_bytes, made.timeline = None, []
-    return made
+        return made
 
 
 def _excluded(trace: Trace, *, given: bool) -> dict[int, str]:

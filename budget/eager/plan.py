@@ -42,7 +42,7 @@ class RegionChoice:
         return sum(p == "recompute" for p in self.policy)
 
 
-@dataclass
+@dataclass(frozen=True)
 class EagerPlan(Plan):
     """A plan for eager selective checkpointing (``budget.apply``)."""
 

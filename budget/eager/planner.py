@@ -29,6 +29,7 @@ from __future__ import annotations
 import operator
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -133,7 +134,7 @@ def plan_for_peak(
     trace: Trace,
     budget: MemoryBudget,
     peak_bytes: int,
-    predict: Callable[[EagerPlan], None],
+    predict: Callable[[EagerPlan], EagerPlan],
     *,
     solver: str,
     estimator: str,
@@ -142,7 +143,7 @@ def plan_for_peak(
 ) -> EagerPlan:
     """The eager plan with the least recompute whose predicted peak is at most
     ``peak_bytes``, among the plans at ``budget`` and at the fractions of ``PEAK_GRID``
-    below it (ties: the lower peak). ``predict(plan)`` sets a plan's ``peak_bytes`` and
+    below it (ties: the lower peak). ``predict(plan)`` gives the plan with its ``peak_bytes`` and
     ``timeline``, once per distinct plan.
 
     The grid search of :mod:`budget.planning.peak_grid`, from the largest fraction down: a
@@ -171,8 +172,7 @@ def plan_for_peak(
         f"eager plans tried within memory budget {budget} (smaller candidate modules, "
         "modules=, may reach lower)"
     )
-    best.timings = {**best.timings, "peak search": time.perf_counter() - start}
-    return best
+    return replace(best, timings={**best.timings, "peak search": time.perf_counter() - start})
 
 
 def _solve(
@@ -228,7 +228,6 @@ def _eager_plan(
 ) -> EagerPlan:
     """``plan`` with its per-region choices: the policy of each op call of each
     checkpointed region, from the values the plan saves."""
-    plan.compiler, plan.torch_version = "eager-checkpoint", torch.__version__
     saved_nodes = {nodes[d] for d in _indices(problem, plan.saved)}
     by_name = {d.name: d for d in plan.decisions}
     region_by_name = {
@@ -268,7 +267,9 @@ def _eager_plan(
                 recompute_flops=sum(d.flops for d in mine if d.decision == "recompute"),
             )
         )
-    return EagerPlan(**{k: getattr(plan, k) for k in plan.__dataclass_fields__}, regions=regions)
+    made = {k: getattr(plan, k) for k in plan.__dataclass_fields__}
+    provenance = {"compiler": "eager-checkpoint", "torch_version": torch.__version__}
+    return EagerPlan(**{**made, **provenance}, regions=regions)
 
 
 def _indices(problem: Problem, names: Sequence[str]) -> list[int]:

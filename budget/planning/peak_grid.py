@@ -32,14 +32,14 @@ class PeakGrid:
     """What the search has predicted (``tried``, by plan key) and what fits ``peak_bytes``.
 
     ``key(plan)``: what makes two plans the same (their saved set; on the eager path, with
-    the checkpointed modules); ``predict(plan)``: sets ``plan.peak_bytes``, called once
-    per distinct plan."""
+    the checkpointed modules); ``predict(plan)``: the plan with its predicted peak
+    (``peak_bytes``), called once per distinct plan."""
 
     def __init__(
         self,
         peak_bytes: int,
         key: Callable[[Plan], Hashable],
-        predict: Callable[[Plan], None],
+        predict: Callable[[Plan], Plan],
     ) -> None:
         self.peak_bytes = peak_bytes
         self.key = key
@@ -57,11 +57,11 @@ class PeakGrid:
         """Predict ``plan`` (unless the same plan was) and say whether it fits."""
         k = self.key(plan)
         if k not in self.tried:  # neighbouring targets often give the same plan
-            self.tried[k] = plan
-            self.predict(plan)
-            if (plan.peak_bytes or 0) <= self.peak_bytes:
-                self.fits.append(plan)
-        return self.tried[k] in self.fits
+            told = self.predict(plan)
+            self.tried[k] = told
+            if (told.peak_bytes or 0) <= self.peak_bytes:
+                self.fits.append(told)
+        return any(f is self.tried[k] for f in self.fits)
 
     def walk(self, plans: Iterable[Plan]) -> None:
         """Try ``plans`` (cheapest first) until one recomputes more than a fit."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..core.plan import Decision, Plan
 from ..core.problem import Problem
@@ -82,8 +82,7 @@ def cheapest_fit(
             lowest_peak_bytes=lowest,
         )
     best = min(fits, key=lambda p: (p.total_recompute_cost, p.peak_bytes or 0, p.saved_bytes))
-    best.peak_target_bytes = peak_bytes
-    return best
+    return replace(best, peak_target_bytes=peak_bytes)
 
 
 def solve_ends(problem: Problem, backend: Solver, time_limit: float) -> Ends:

@@ -233,3 +233,17 @@ def test_inductor_training_applies_the_plan_budget_solve_wrote(tmp_path, capsys)
     assert be.plans[0].graph_hash == saved.graph_hash
     assert (be.plans[0].saved, be.plans[0].saved_bytes) == (saved.saved, saved.saved_bytes)
     assert measured.saved_bytes == saved.saved_bytes
+
+
+def test_a_plan_is_made_once():
+    """Plans are frozen: a later stage makes a new one (dataclasses.replace), so a plan
+    a user holds, or one kept in a sweep or a cache, never changes under them."""
+    import dataclasses
+
+    from helpers.plans import make_plan
+
+    plan = make_plan()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.peak_bytes = 1  # type: ignore[misc]
+    told = dataclasses.replace(plan, compiled_peak_bytes=123)
+    assert told.compiled_peak_bytes == 123 and plan.compiled_peak_bytes is None

@@ -40,8 +40,7 @@ class Captured:
             estimator="flops",
             timings={},
         )
-        self.partitions.graphs(plan, limit=limit)
-        return plan
+        return self.partitions.predicted(plan, limit=limit)
 
 
 def capture(example: Example, compiler: str = "inductor") -> Captured:
