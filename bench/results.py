@@ -3,10 +3,14 @@
     python bench/results.py                                   # render bench/RESULTS.md
     python bench/results.py --add /tmp/gpu/gpu_check.json     # keep a run, then render
     python bench/results.py --add OUT/gpu_check.json --commit 4921bcd   # a lent machine's run
+    python bench/pareto.py --model all --markdown > /tmp/pareto.md
+    python bench/results.py --add-markdown pareto /tmp/pareto.md     # a CPU bench's tables
 
 A run is kept as ``bench/results/<bench>-<device>.json`` (a newer run of the same bench on
 the same device replaces it), and every kept run is rendered under a header naming its
-commit, date, device and torch: the figures are the bench's, never typed by hand.
+commit, date, device and torch: the figures are the bench's, never typed by hand. A CPU
+bench's markdown output (``--markdown``) is kept with a header taken here: the checkout's
+commit (``+dirty`` with uncommitted changes), the date, this CPU and its threads, torch.
 ``--commit`` names the commit a run measured where its checkout could not (a copy of the
 working tree on a lent GPU machine reports the base it was copied from).
 """
@@ -14,8 +18,11 @@ working tree on a lent GPU machine reports the base it was copied from).
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import platform
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -52,8 +59,61 @@ def add(path: Path, commit: str | None) -> Path:
     return target
 
 
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _commit() -> str:
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, cwd=HERE)
+        return done.stdout.strip()
+
+    sha = git("rev-parse", "--short", "HEAD") or "unknown"
+    return sha + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def add_markdown(bench: str, path: Path, commit: str | None) -> Path:
+    """Keep a CPU bench's markdown output under a header of this checkout and host."""
+    import torch
+
+    if not (HERE / f"{bench}.py").is_file():
+        raise SystemExit(f"--add-markdown: no bench/{bench}.py")
+    text = path.read_text().strip()
+    if "|" not in text:
+        raise SystemExit(f"{path}: no markdown table in it (run the bench with --markdown)")
+    meta = {
+        "bench": bench,
+        "device_name": _cpu(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "commit": commit or _commit(),
+        "date": datetime.date.today().isoformat(),
+    }
+    KEPT.mkdir(exist_ok=True)
+    target = KEPT / f"{bench}-{_slug(meta['device_name'])}.json"
+    target.write_text(json.dumps({"meta": meta, "markdown": text}, indent=1) + "\n")
+    return target
+
+
 def render() -> str:
     parts = [HEADER]
+    for path in sorted(KEPT.glob("*.json")):
+        data = json.loads(path.read_text())
+        if "markdown" not in data:
+            continue
+        m = data["meta"]
+        parts.append(f"## `bench/{m['bench']}.py`, from `{path.name}`\n")
+        parts.append(
+            f"commit {m['commit']}, {m['date']}, {m['device_name']} ({m['threads']} threads), "
+            f"torch {m['torch']}\n"
+        )
+        parts.append(data["markdown"] + "\n")
     for path in sorted(KEPT.glob("gpu_check-*.json")):
         data = json.loads(path.read_text())
         compat = data["meta"].get("compat")
@@ -67,10 +127,19 @@ def render() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--add", type=Path, help="a report to keep (gpu_check.json)")
+    parser.add_argument(
+        "--add-markdown",
+        nargs=2,
+        metavar=("BENCH", "FILE"),
+        help="a CPU bench's --markdown output to keep (BENCH: its name, e.g. pareto)",
+    )
     parser.add_argument("--commit", help="the commit the added run measured")
     args = parser.parse_args(argv)
     if args.add:
         print(f"kept {add(args.add, args.commit)}")
+    if args.add_markdown:
+        bench, path = args.add_markdown
+        print(f"kept {add_markdown(bench, Path(path), args.commit)}")
     OUT.write_text(render())
     print(f"wrote {OUT}")
     return 0
