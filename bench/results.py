@@ -113,7 +113,7 @@ def render() -> str:
             f"commit {m['commit']}, {m['date']}, {m['device_name']} ({m['threads']} threads), "
             f"torch {m['torch']}\n"
         )
-        parts.append(data["markdown"] + "\n")
+        parts.append(re.sub(r"^(#+) ", r"#\1 ", data["markdown"], flags=re.M) + "\n")  # nested
     for path in sorted(KEPT.glob("gpu_check-*.json")):
         data = json.loads(path.read_text())
         compat = data["meta"].get("compat")
