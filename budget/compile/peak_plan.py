@@ -53,7 +53,7 @@ def plan_for_peak(
     start = time.perf_counter()
     plans = solve_sweep(
         problem,
-        grid_budgets(settings.budget),
+        grid_budgets(settings.budget, largest_first=False),
         solver=settings.solver,
         estimator=settings.estimator,
         time_limit=settings.time_limit,

@@ -87,13 +87,12 @@ def code_hash() -> str:
     return h.hexdigest()[:16]
 
 
-def _host(estimator: str) -> str:
+def _host(estimator: str, workspace: str) -> str:
     """What a device-less estimator prices for on this host, and what the peak models
-    price a CPU convolution's workspace by (measured on this host, or the rule)."""
-    from ..config import config
+    price a CPU convolution's workspace by (``workspace``: measured on this host, or the
+    rule)."""
     from ..estimators.devices import _cpu_model
 
-    workspace = config.conv_workspace
     if workspace == "measure" or not (":" in estimator or estimator == "unit"):
         workspace = f"{_cpu_model()}|{torch.get_num_threads()} threads|{workspace}"
     return workspace
@@ -107,8 +106,9 @@ def settings_key(settings: PlanSettings) -> str:
     fixed = _sha(json.dumps(book, sort_keys=True))[:16]
     sweep = ",".join(str(b.to_json()) for b in s.sweep)
     return (
-        f"budget-{__version__}-{code_hash()}-{s.budget.to_json()}-{s.peak_bytes}-{s.peak_search}-{s.solver}-"
-        f"{s.estimator}-{s.time_limit!r}-{s.compiler}-{fixed}-[{sweep}]-{_host(s.estimator)}"
+        f"budget-{__version__}-{code_hash()}-{s.budget.to_json()}-{s.peak_bytes}-"
+        f"{s.search_peak_bytes}-{s.peak_search}-{s.solver}-{s.estimator}-{s.time_limit!r}-"
+        f"{s.compiler}-{fixed}-[{sweep}]-{_host(s.estimator, s.conv_workspace)}"
     )
 
 

@@ -100,11 +100,11 @@ def plan(
         time_limit=time_limit,
         peak_search=peak_search,
     )
-    if settings.peak_bytes is not None and settings.peak_search != "grid":
+    if settings.peak_bytes is not None and peak_search == "exact":
         raise ValueError(
-            f"peak_search={settings.peak_search!r} searches the liveness bound of a compiled "
-            "joint graph (budget.backend, budget.plan); budget.apply searches a grid of eager "
-            "plans: pass peak_search='grid'"
+            "peak_search='exact' searches the liveness bound of a compiled joint graph "
+            "(budget.backend, budget.plan); budget.apply searches a grid of eager plans "
+            "(budget.config.peak_search applies to the compiled path only)"
         )
     candidates = select_candidates(model, modules)
     run = _step_of(model, loss_fn, step)

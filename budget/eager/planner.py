@@ -167,7 +167,8 @@ def plan_for_peak(
         predict=predict,  # type: ignore[arg-type]
     )
     grid.walk(p for b in grid_budgets(budget) if (p := make(b)) is not None)
-    grid.refine(lambda target: make(MemoryBudget(nbytes=target)))
+    if grid.missed is not None:  # between the cheapest fit and the last miss above it
+        grid.refine(lambda target: make(MemoryBudget(nbytes=target)), grid.missed.target_bytes)
     best = grid.best(
         f"eager plans tried within memory budget {budget} (smaller candidate modules, "
         "modules=, may reach lower)"

@@ -21,10 +21,11 @@ from ..core.sizes import MemoryBudget
 from .planner import PEAK_GRID, bisect_target, cheapest_fit
 
 
-def grid_budgets(budget: MemoryBudget) -> list[MemoryBudget]:
-    """The memory budget, then the fractions of ``PEAK_GRID`` below it, largest first."""
+def grid_budgets(budget: MemoryBudget, *, largest_first: bool = True) -> list[MemoryBudget]:
+    """The memory budget, then the fractions of ``PEAK_GRID`` below it, largest first (or
+    smallest first: where plans tie, a stable sort keeps the first one)."""
     cap = budget.fraction
-    below = sorted((f for f in PEAK_GRID if cap is None or f < cap), reverse=True)
+    below = sorted((f for f in PEAK_GRID if cap is None or f < cap), reverse=largest_first)
     return [budget, *(MemoryBudget(fraction=f) for f in below)]
 
 
@@ -46,6 +47,7 @@ class PeakGrid:
         self.predict = predict
         self.tried: dict[Hashable, Plan] = {}
         self.fits: list[Plan] = []
+        self.missed: Plan | None = None  # the last plan walked that missed, before any fit
 
     def costs_more(self, plan: Plan) -> bool:
         """Whether ``plan`` recomputes more than the cheapest fit so far."""
@@ -68,31 +70,34 @@ class PeakGrid:
         for plan in plans:
             if self.costs_more(plan):
                 break
-            self.try_plan(plan)
+            if not self.try_plan(plan) and not self.fits:
+                self.missed = plan
 
-    def refine(self, plan_at: Callable[[int], Plan | None]) -> None:
-        """Bisect the saved-memory target between the cheapest fit and the nearest cheaper
-        plan above it that does not fit; ``plan_at(target)``: the plan of a target in
-        bytes, or None where there is none (below what the solver reaches, or over the
-        memory budget)."""
+    def refine(self, plan_at: Callable[[int], Plan | None], upper: int | None = None) -> None:
+        """Bisect the saved-memory target between the cheapest fit and ``upper``, by
+        default the target of the nearest cheaper plan above it that does not fit;
+        ``plan_at(target)``: the plan of a target in bytes, or None where there is none
+        (below what the solver reaches, or over the memory budget)."""
         if not self.fits:
             return
         best = min(self.fits, key=lambda p: p.total_recompute_cost)
-        above = [
-            p
-            for p in self.tried.values()
-            if p not in self.fits
-            and p.target_bytes > best.target_bytes
-            and p.recompute_cost < best.total_recompute_cost
-        ]
-        if not above:
-            return
+        if upper is None:
+            above = [
+                p.target_bytes
+                for p in self.tried.values()
+                if p not in self.fits
+                and p.target_bytes > best.target_bytes
+                and p.recompute_cost < best.total_recompute_cost
+            ]
+            if not above:
+                return
+            upper = min(above)
 
         def fits_at(target: int) -> bool:
             plan = plan_at(target)
             return plan is not None and self.try_plan(plan)
 
-        bisect_target(best.target_bytes, min(p.target_bytes for p in above), fits_at)
+        bisect_target(best.target_bytes, upper, fits_at)
 
     def best(self, searched: str, floor_bytes: int | None = None) -> Plan:
         """The cheapest fit, or BudgetTooSmallError naming the lowest peak tried."""
