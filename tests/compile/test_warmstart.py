@@ -215,6 +215,24 @@ def test_the_settings_key_names_the_version_the_code_and_the_host():
         assert InductorPartitioner(budget.backend(0.5, **kw)).uuid() != key
 
 
+def test_each_peak_target_of_a_compiled_peak_search_has_its_own_key():
+    """The compiled-peak check (compile/peak_check.py) compiles one graph for several
+    graphs' targets under one peak budget: each attempt's plans differ, so torch's caches
+    must not hand one attempt another's compile."""
+    import dataclasses
+
+    from budget.compile.backend import BudgetBackend
+
+    be = budget.backend(peak_memory_budget="64MiB")
+    keys = {
+        InductorPartitioner(
+            BudgetBackend(dataclasses.replace(be.settings, search_peak_bytes=target), be.log)
+        ).uuid()
+        for target in (None, 0, 50 << 20, 60 << 20)
+    }
+    assert len(keys) == 4
+
+
 def test_the_graph_key_follows_the_graph_its_inputs_and_the_settings():
     def f(x, w):
         return (x @ w).relu().sum()
