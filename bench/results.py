@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import platform
 import re
 import subprocess
 import sys
@@ -59,16 +58,6 @@ def add(path: Path, commit: str | None) -> Path:
     return target
 
 
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _commit() -> str:
     def git(*args: str) -> str:
         done = subprocess.run(["git", *args], capture_output=True, text=True, cwd=HERE)
@@ -82,6 +71,8 @@ def add_markdown(bench: str, path: Path, commit: str | None) -> Path:
     """Keep a CPU bench's markdown output under a header of this checkout and host."""
     import torch
 
+    from budget.estimators.devices import cpu_model
+
     if not (HERE / f"{bench}.py").is_file():
         raise SystemExit(f"--add-markdown: no bench/{bench}.py")
     text = path.read_text().strip()
@@ -89,7 +80,7 @@ def add_markdown(bench: str, path: Path, commit: str | None) -> Path:
         raise SystemExit(f"{path}: no markdown table in it (run the bench with --markdown)")
     meta = {
         "bench": bench,
-        "device_name": _cpu(),
+        "device_name": cpu_model(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "commit": commit or _commit(),

@@ -91,10 +91,10 @@ def _host(estimator: str, workspace: str) -> str:
     """What a device-less estimator prices for on this host, and what the peak models
     price a CPU convolution's workspace by (``workspace``: measured on this host, or the
     rule)."""
-    from ..estimators.devices import _cpu_model
+    from ..estimators.devices import cpu_model
 
     if workspace == "measure" or not (":" in estimator or estimator == "unit"):
-        workspace = f"{_cpu_model()}|{torch.get_num_threads()} threads|{workspace}"
+        workspace = f"{cpu_model()}|{torch.get_num_threads()} threads|{workspace}"
     return workspace
 
 

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from ..runtime.values import hint, shape
-from .devices import _cache_file, _cpu_model, write_cache
+from .devices import _cache_file, cpu_model, write_cache
 
 aten = torch.ops.aten
 
@@ -54,7 +54,7 @@ _MEMORY: dict[str, dict[str, int]] = {}
 
 
 def _label() -> str:
-    return f"{_cpu_model()}|torch {torch.__version__}|{torch.get_num_threads()} threads"
+    return f"{cpu_model()}|torch {torch.__version__}|{torch.get_num_threads()} threads"
 
 
 def known_workspace() -> dict[str, int]:

@@ -208,7 +208,8 @@ def host_cpu() -> Device:
     return _measured(torch.device("cpu"))
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """This host's CPU model, as /proc/cpuinfo names it (else what platform says)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -269,7 +270,7 @@ def write_cache(path: Path | None, data: object) -> None:
 
 def _measured(device: torch.device) -> Device:
     if device.type == "cpu":
-        label = f"{_cpu_model()}|torch {torch.__version__}|{torch.get_num_threads()} threads"
+        label = f"{cpu_model()}|torch {torch.__version__}|{torch.get_num_threads()} threads"
     else:
         label = f"{torch.cuda.get_device_name(device)}|torch {torch.__version__}|{device}"
     if label in _MEASURED:
