@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..runtime._torch_private import memory_events, tree_leaves
-from ..runtime.measure import backward_flops
+from ..runtime.measure import backward_flops, device_of
 
 
 @dataclass
@@ -27,11 +27,6 @@ class Retained:
     output: Any
     retained_bytes: int  # alive after the forward, outputs excluded
     backward_flops: int | None = None
-
-
-def _device(args: tuple, kwargs: dict[str, Any]) -> torch.device:
-    found = [t.device for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-    return found[0] if found else torch.device("cpu")
 
 
 def _output_bytes(out: Any) -> int:
@@ -46,7 +41,7 @@ def _output_bytes(out: Any) -> int:
 def retained_bytes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Retained:
     """Run ``fn(*args, **kwargs)`` (a forward) and count the bytes it leaves allocated."""
     gc.collect()
-    device = _device(args, kwargs)
+    device = device_of(args, kwargs)
     if device.type == "cuda":  # bytes requested: the caching allocator's rounding aside
         stat = "requested_bytes.all.current"
         torch.cuda.synchronize(device)

@@ -98,7 +98,8 @@ def _backprop(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> No
     loss.backward()
 
 
-def _device_of(args: tuple, kwargs: dict[str, Any]) -> torch.device:
+def device_of(args: tuple, kwargs: dict[str, Any]) -> torch.device:
+    """The device of a step's first tensor argument (CPU when it has none)."""
     found = [t.device for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
     return found[0] if found else torch.device("cpu")
 
@@ -146,7 +147,7 @@ def measure_peak(
     """
     for _ in range(warmup):
         _backprop(fn, args, kwargs)
-    device = _device_of(args, kwargs)
+    device = device_of(args, kwargs)
     if device.type == "cuda":
         stat = "requested_bytes.all" if requested else "allocated_bytes.all"
         torch.cuda.synchronize(device)
