@@ -122,7 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    _add_solve(sub, config.activation_memory_budget)
+    _add_sweep(sub)
+    return parser
 
+
+def _add_solve(sub: argparse._SubParsersAction, default_budget: float) -> None:
     solve = sub.add_parser(
         "solve",
         allow_abbrev=False,
@@ -138,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--budget",
         default=None,
         help="fraction in [0, 1] of saved activation memory, or a size such as 512MiB "
-        f"(default: {config.activation_memory_budget})",
+        f"(default: {default_budget})",
     )
     solve.add_argument(
         "--peak",
@@ -211,6 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: the blocks of the model's ModuleLists and Sequentials)",
     )
 
+
+def _add_sweep(sub: argparse._SubParsersAction) -> None:
     sweep = sub.add_parser(
         "sweep",
         allow_abbrev=False,
@@ -237,7 +244,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sweep.add_argument("--plot", metavar="FILE.png", help="also draw the frontier to a PNG")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
-    return parser
 
 
 # --------------------------------------------------------------------------- options
