@@ -182,7 +182,7 @@ def _add_solve(sub: argparse._SubParsersAction, default_budget: float) -> None:
         "--json",
         metavar="FILE",
         help="also write the plan file (one plan's JSON; several graphs: "
-        '{"version": 6, "plans": [...]}) for budget.backend(plan=FILE)',
+        '{"version": 7, "plans": [...]}) for budget.backend(plan=FILE)',
     )
     solve.add_argument(
         "--plan",

@@ -40,6 +40,7 @@ from .graph import build_problem, graph_hash
 from .layout import copied_inputs_bound
 from .peak_plan import plan_for_peak
 from .split import Partitions, b1_saved_set
+from .tie_break import tie_break
 
 
 def prepare_joint(joint_module: fx.GraphModule) -> fx.GraphModule:
@@ -200,12 +201,14 @@ def _solve(
             timings=timings,
             progress=log.sweep_progress(),
         )
+        # each with the tie-break a single budget gets, so a sweep's row is that plan
+        sweep = [tie_break(partitions, problem, p) for p in sweep]
         # the first is applied (and predicted) by _finish, which puts it in place here
         log.sweeps.append([sweep[0], *(partitions.predicted(p) for p in sweep[1:])])
         return sweep[0]
     if settings.peak_bytes is not None:
         return plan_for_peak(partitions, problem, settings, timings)
-    return solve_problem(
+    plan = solve_problem(
         problem,
         settings.budget,
         solver=settings.solver,
@@ -213,6 +216,7 @@ def _solve(
         time_limit=settings.time_limit,
         timings=timings,
     )
+    return tie_break(partitions, problem, plan)
 
 
 def _remake(

@@ -13,11 +13,11 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-PLAN_FORMAT_VERSION = 6
+PLAN_FORMAT_VERSION = 7
 # version 1: no peak_bytes, no timeline; version 2: no recomputed_again, again_cost/flops
 # version 3: no eager_saved_bytes; version 4: no compiled_peak_bytes; version 5: no
-# reference_peak_bytes
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
+# reference_peak_bytes; version 6: no tie_break
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 Choice = Literal["save", "recompute", "input"]
 
 
@@ -94,6 +94,10 @@ class Plan:
     # compiled peak where the plan was planned again to stay under it
     # (budget.compile.peak_check.hold_b1_peak)
     peak_target_bytes: int | None = None
+    # how the peak tie-break chose among the plans of (nearly) the least recompute for a
+    # memory budget (budget.planning.tie_break): which plan, its predicted peak and the
+    # cheapest's; "" where it did not run (b=1, a peak budget, a plan file, eager plans)
+    tie_break: str = ""
     # ---- memory outside the decisions, and what partitioning added
     # bytes of graph inputs the compiled forward saves as copies in another layout
     # (Inductor's channels-last convolution inputs and weights: budget.compile.layout),

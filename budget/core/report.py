@@ -9,6 +9,7 @@ unit is not FLOPs.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -145,6 +146,10 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
                 f"             {ratio:.2f}x the b=1 plan's {format_bytes(plan.reference_peak_bytes)}"
                 " (torch's saved set at budget 1)"
             )
+    if plan.tie_break:
+        lines += textwrap.wrap(
+            plan.tie_break, 80, initial_indent="  tie-break  ", subsequent_indent=" " * 13
+        )
     if plan.compiled_peak_bytes is not None:
         lines.append(
             f"  compiled   {format_bytes(plan.compiled_peak_bytes)} peak of the code Inductor "

@@ -209,7 +209,10 @@ def test_plan_sources_and_their_errors(tmp_path):
     bad = [
         ("{", "invalid JSON"),
         ("[]", "holds no plans"),
-        ('{"version": 7, "plans": [{}]}', "version 7 is not supported"),
+        (
+            f'{{"version": {PLAN_FORMAT_VERSION + 1}, "plans": [{{}}]}}',
+            f"version {PLAN_FORMAT_VERSION + 1} is not supported",
+        ),
         ('{"plans": []}', "version None is not supported"),
         ('[{"version": 1, "what": 1}]', "not a budget plan"),
     ]

@@ -209,3 +209,18 @@ def test_a_rescheduled_inductor_plan_warns_that_its_peak_may_be_missed():
     # a view recomputed again shares its base's storage: nothing to misplace
     assert "caution" not in str(replace(plan, compiler="inductor", recomputed_again=["view"]))
     assert "caution" in str(replace(plan, compiler="inductor", recomputed_again=["view", "exp"]))
+
+
+def test_the_peak_tie_break_is_shown_within_80_columns():
+    note = (
+        "torch's saved set at budget 0.3: the lowest predicted peak of 2 plans within 0.5% "
+        "of the forward's recompute (92.37 MiB; the cheapest plan: 110.49 MiB)"
+    )
+    text = plan_report(make_plan(peak_bytes=92 * MiB, tie_break=note))
+    lines = [
+        ln for ln in text.splitlines() if ln.startswith("  tie-break") or ln.startswith(" " * 13)
+    ]
+    assert lines[0].startswith("  tie-break  torch's saved set at budget 0.3")
+    assert "110.49 MiB" in " ".join(text.split())
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "tie-break" not in plan_report(make_plan(peak_bytes=92 * MiB))

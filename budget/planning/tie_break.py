@@ -1,0 +1,65 @@
+"""Peak as the tie-breaker: among plans of (nearly) the least recompute, the lowest peak.
+
+A memory budget bounds what a plan saves, not what is alive together: plans of equal
+recompute can peak far apart (what the backward recomputes, and next to what, decides
+it). The front end gives the cheapest plan of the budget and other plans within the same
+budget (the compiled path: torch's own saved set at the same fraction), each with its
+predicted peak; :func:`lowest_peak` keeps the one that peaks lowest among those whose
+recompute is at most the cheapest's plus ``TIE_TOLERANCE`` of the cost of recomputing the
+whole forward (ties: less recompute, then fewer saved bytes). The forward's cost is about
+half the backward's, so a lower peak never costs more than about 0.25% of the backward's
+work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from ..core.plan import Plan
+from ..core.problem import Problem
+from ..core.sizes import format_bytes
+
+TIE_TOLERANCE = 0.005  # of the cost of recomputing every forward value once
+
+
+def tie_tolerance(problem: Problem) -> float:
+    """The recompute a plan may add to the cheapest's for a lower peak, in cost units."""
+    return TIE_TOLERANCE * float(problem.cost[~problem.is_input].sum())
+
+
+def lowest_peak(cheapest: Plan, others: Sequence[tuple[str, Plan]], tolerance: float) -> Plan:
+    """``cheapest`` (the budget's least-recompute plan) or the plan of ``others`` (each
+    named, for the plan's ``tie_break`` note) that peaks lowest among those within
+    ``cheapest``'s target and ``tolerance`` of its recompute. Every plan must carry its
+    predicted peak (``peak_bytes``)."""
+    base = cheapest.total_recompute_cost
+    within = [
+        (name, p)
+        for name, p in others
+        if p.saved_bytes <= cheapest.target_bytes
+        and p.total_recompute_cost <= base + tolerance
+        and p.peak_bytes is not None
+    ]
+    if not within or cheapest.peak_bytes is None:
+        return cheapest
+    pool = [("the cheapest plan", cheapest), *within]
+    name, best = min(
+        pool, key=lambda e: (e[1].peak_bytes, e[1].total_recompute_cost, e[1].saved_bytes)
+    )
+    share = f"{TIE_TOLERANCE:.1%} of the forward's recompute"
+    if best is cheapest:
+        rest = ", ".join(f"{n}: {format_bytes(p.peak_bytes or 0)}" for n, p in within)
+        note = f"the cheapest plan peaks lowest of {len(pool)} within {share} ({rest})"
+        return replace(cheapest, tie_break=note)
+    note = (
+        f"{name}: the lowest predicted peak of {len(pool)} plans within {share} "
+        f"({format_bytes(best.peak_bytes or 0)}; the cheapest plan: "
+        f"{format_bytes(cheapest.peak_bytes)})"
+    )
+    extra = best.total_recompute_cost - base
+    status, gap = cheapest.status, cheapest.gap
+    if extra > 1e-12 * max(base, 1e-300):  # more recompute than the proven least
+        status = "feasible"
+        gap = extra / best.total_recompute_cost if cheapest.status == "optimal" else None
+    return replace(best, tie_break=note, status=status, gap=gap, timings=cheapest.timings)

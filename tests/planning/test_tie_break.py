@@ -1,0 +1,80 @@
+"""Peak as the tie-breaker (budget.planning.tie_break): which plan of (nearly) the least
+recompute is kept, on hand-made plans whose every figure is known."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+from helpers.plans import MiB, make_plan
+
+from budget.core.problem import Problem
+from budget.planning.tie_break import TIE_TOLERANCE, lowest_peak, tie_tolerance
+
+TOL = 1e-4  # cost units a plan may add for a lower peak, in these tests
+
+
+def _plan(cost: float, peak: int, saved: int = 5 * MiB):
+    return replace(make_plan(), recompute_cost=cost, peak_bytes=peak, saved_bytes=saved)
+
+
+def test_a_plan_as_cheap_that_peaks_lower_is_kept_with_the_cheapest_status():
+    cheapest = _plan(3e-3, 100 * MiB)
+    theirs = _plan(3e-3, 80 * MiB, saved=6 * MiB)
+    got = lowest_peak(cheapest, [("torch's", theirs)], TOL)
+    assert got.peak_bytes == 80 * MiB and got.saved_bytes == 6 * MiB
+    assert got.status == "optimal" and got.gap == 0.0  # as cheap as the proven least
+    assert got.tie_break.startswith("torch's: the lowest predicted peak of 2 plans")
+    assert "100.00 MiB" in got.tie_break and "80.00 MiB" in got.tie_break
+
+
+def test_a_little_more_recompute_for_a_lower_peak_is_feasible_with_its_gap():
+    cheapest = _plan(3e-3, 100 * MiB)
+    got = lowest_peak(cheapest, [("other", _plan(3e-3 + TOL / 2, 90 * MiB))], TOL)
+    assert got.peak_bytes == 90 * MiB and got.status == "feasible"
+    assert got.gap is not None and abs(got.gap - (TOL / 2) / (3e-3 + TOL / 2)) < 1e-12
+
+
+def test_plans_over_the_tolerance_or_the_target_or_unpredicted_are_never_taken():
+    cheapest = _plan(3e-3, 100 * MiB)
+    dearer = _plan(3e-3 + 2 * TOL, 50 * MiB)
+    bigger = _plan(3e-3, 50 * MiB, saved=cheapest.target_bytes + 1)
+    unknown = _plan(3e-3, 0)
+    unknown = replace(unknown, peak_bytes=None)
+    got = lowest_peak(cheapest, [("a", dearer), ("b", bigger), ("c", unknown)], TOL)
+    assert got is cheapest and got.tie_break == ""
+
+
+def test_the_cheapest_stays_when_it_peaks_lowest_and_says_so():
+    cheapest = _plan(3e-3, 80 * MiB)
+    got = lowest_peak(cheapest, [("torch's", _plan(3e-3, 90 * MiB))], TOL)
+    assert got.saved == cheapest.saved and got.peak_bytes == 80 * MiB
+    assert got.tie_break.startswith("the cheapest plan peaks lowest of 2")
+    assert "torch's: 90.00 MiB" in got.tie_break
+
+
+def test_equal_peaks_go_to_less_recompute_then_fewer_saved_bytes():
+    cheapest = _plan(3e-3, 90 * MiB, saved=5 * MiB)
+    same_but_more = _plan(3e-3, 90 * MiB, saved=6 * MiB)
+    assert lowest_peak(cheapest, [("x", same_but_more)], TOL).saved_bytes == 5 * MiB
+    smaller = _plan(3e-3, 90 * MiB, saved=4 * MiB)
+    assert lowest_peak(cheapest, [("x", smaller)], TOL).saved_bytes == 4 * MiB
+    dearer = _plan(3e-3 + TOL / 2, 90 * MiB, saved=1 * MiB)
+    assert lowest_peak(cheapest, [("x", dearer)], TOL).saved_bytes == 5 * MiB
+
+
+def test_the_tolerance_is_a_share_of_the_forwards_cost_inputs_aside():
+    p = Problem(
+        names=["x", "a", "b"],
+        ops=["placeholder", "mm", "relu"],
+        is_input=[True, False, False],
+        needed=[False, True, True],
+        can_save=[False, True, True],
+        can_recompute=[False, True, True],
+        storage=[-1, 0, 1],
+        storage_bytes=[8, 8],
+        cost=[5.0, 3.0, 1.0],  # an input's cost (never recomputed) is not counted
+        flops=[0.0, 0.0, 0.0],
+        edges=np.array([[0, 1], [1, 2]]),
+    )
+    assert tie_tolerance(p) == TIE_TOLERANCE * 4.0
