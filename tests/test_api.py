@@ -125,6 +125,19 @@ def test_preview_matches_training_and_runs_nothing(chain_args):
     assert (trained.saved, trained.recomputed) == (plan.saved, plan.recomputed)
 
 
+def test_previews_of_one_step_never_reach_dynamos_recompile_limit(chain_args):
+    """Each preview compiles the step afresh; what it compiled is dropped after, so a
+    notebook may preview one step more times than dynamo recompiles a frame. A user's own
+    compile of the step keeps its compiled version."""
+    f, be = compile_with(chain, 0.3)
+    f(*chain_args).backward()
+    with torch._dynamo.config.patch(recompile_limit=2):
+        plans = [budget.plan(chain, *chain_args, memory_budget=b) for b in (0.3, 0.5, 0.3, 0.5)]
+        assert [p.saved_bytes for p in plans] == [3 * MiB, 5 * MiB, 3 * MiB, 5 * MiB]
+        f(*chain_args).backward()  # the training compile's version is still there
+    assert len(be.plans) == 1
+
+
 def test_plan_json_round_trip_and_str(chain_args):
     plan = budget.plan(chain, *chain_args, memory_budget="4MiB")
     again = budget.Plan.from_json(plan.to_json())

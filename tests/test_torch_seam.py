@@ -94,6 +94,8 @@ LAZY = {
 }
 OWN = {
     "boykov_kolmogorov_cuts",
+    "compiled_versions",
+    "forget_compiled",
     "frame_code",
     "input_mutation_outputs",
     "memory_events",

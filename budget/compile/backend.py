@@ -48,6 +48,11 @@ class BudgetBackend:
         self.log = log  # what was planned, graph by graph
         self.preview = preview  # plan only: no code is generated (Inductor)
         self._step_code: Any = None  # the code of the first frame compiled: the step's
+        # previews: the frames' codes no compile but the preview's had compiled, whose
+        # compiled versions the preview drops once it is done (a notebook previewing one
+        # step many times would otherwise reach dynamo's recompile limit, and then run
+        # the step eagerly: no graph, no plan)
+        self.preview_codes: list[Any] = []
 
     @property
     def compiler(self) -> str:
@@ -62,11 +67,13 @@ class BudgetBackend:
         return functools.partial(budget_partition, settings=self.settings, log=self.log)
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
-        from ..runtime._torch_private import frame_code
+        from ..runtime._torch_private import compiled_versions, frame_code
 
         # The first frame compiled is the step's own; any other (the rest of a frame after
         # a graph break, a function eager code calls) takes values of code before it.
         code = frame_code()
+        if self.preview and code is not None and compiled_versions(code) == 0:
+            self.preview_codes.append(code)
         if self._step_code is None:
             self._step_code = code
         made, later = len(self.log.plans), code is not self._step_code

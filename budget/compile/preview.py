@@ -10,6 +10,7 @@ preview is the plan training would get. Graph breaks give one plan per graph.
 from __future__ import annotations
 
 import dataclasses
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ from ..runtime._torch_private import (
     BackendCompilerFailed,
     FakeTensor,
     FakeTensorMode,
+    forget_compiled,
     tree_leaves,
     tree_map,
 )
@@ -59,7 +61,7 @@ def _trace(
         be.settings = dataclasses.replace(be.settings, sweep=tuple(parse_budget(b) for b in sweep))
         if not be.settings.sweep:
             raise ValueError("budgets must name at least one budget")
-    compiled = torch.compile(fn, backend=be, dynamic=False)
+    compiled = torch.compile(_own_code(fn), backend=be, dynamic=False)
     # A shape environment lets eager code between graphs run data-dependent ops (nonzero,
     # masked_select: a MoE's routing) on fake tensors, as training runs them for real.
     with FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv()) as mode:
@@ -84,6 +86,9 @@ def _trace(
                 "torch.compile(model, backend=budget.backend(...)) and read backend.plans "
                 "(or on_plan=) after the first step"
             ) from e
+        finally:
+            for code in be.preview_codes:
+                forget_compiled(code)
     if not be.plans:
         raise ValueError(
             "no training graph was captured: nothing in the step requires grad "
@@ -91,6 +96,20 @@ def _trace(
         )
     outside.attribute()
     return be
+
+
+def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with a code object of its own, where it is a plain function: what dynamo
+    compiles for the preview is then held apart from a training compile of ``fn``, and
+    dropped after it (:attr:`BudgetBackend.preview_codes`)."""
+    if not isinstance(fn, types.FunctionType):
+        return fn
+    own = types.FunctionType(
+        fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
+    )
+    own.__kwdefaults__ = fn.__kwdefaults__
+    own.__qualname__, own.__module__ = fn.__qualname__, fn.__module__
+    return own
 
 
 class _OutsideSaves:

@@ -219,6 +219,17 @@ def frame_code() -> Any:
     return codes[0] if codes else None
 
 
+def compiled_versions(code: Any) -> int:
+    """How many compiled versions of ``code`` dynamo holds (its cache entries)."""
+    return len(torch._C._dynamo.eval_frame._debug_get_cache_entry_list(code))
+
+
+def forget_compiled(code: Any) -> None:
+    """Drop every compiled version of ``code`` dynamo holds, so that it counts none
+    towards ``torch._dynamo.config.recompile_limit``."""
+    torch._dynamo.reset_code(code)
+
+
 def nodes_prefer_channels_last(graph: Any) -> set[Any]:
     """The nodes of ``graph`` (an fx.Graph) Inductor lays out channels-last under layout
     optimisation: every ancestor of a convolution (through any op but ``bmm``) and the
@@ -235,6 +246,8 @@ def nodes_prefer_channels_last(graph: Any) -> set[Any]:
 __all__ = [
     # budget's own
     "boykov_kolmogorov_cuts",
+    "compiled_versions",
+    "forget_compiled",
     "frame_code",
     "input_mutation_outputs",
     "memory_events",
