@@ -10,8 +10,10 @@ preview is the plan training would get. Graph breaks give one plan per graph.
 from __future__ import annotations
 
 import dataclasses
+import traceback
 import types
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,7 +23,7 @@ from ..core.plan import Plan
 from ..core.plan_files import PlanSource
 from ..core.problem import Problem
 from ..core.sizes import parse_budget
-from ..errors import PreviewError
+from ..errors import BudgetError, PreviewError
 from ..runtime._torch_private import (
     BackendCompilerFailed,
     FakeTensor,
@@ -30,6 +32,7 @@ from ..runtime._torch_private import (
     tree_leaves,
     tree_map,
 )
+from ..runtime.restore import modules_of, restored
 from .backend import BudgetBackend, in_compiled_graph
 from .backend import backend as make_backend
 
@@ -52,16 +55,49 @@ def _trace(
     with_peak_budget: bool = True,
     **backend_options: Any,
 ) -> BudgetBackend:
-    be = make_backend(**backend_options)
-    if not with_peak_budget:  # sweeps and problems: the peak is shown, never a bound
-        be.settings = dataclasses.replace(be.settings, peak_bytes=None)
-    be.preview = True
-    be.log.progress = progress
-    if sweep is not None:
-        be.settings = dataclasses.replace(be.settings, sweep=tuple(parse_budget(b) for b in sweep))
-        if not be.settings.sweep:
-            raise ValueError("budgets must name at least one budget")
-    compiled = torch.compile(_own_code(fn), backend=be, dynamic=False)
+    """Plan ``fn`` as training would, on fake tensors; where code outside the compiled
+    graphs depends on tensor values, again on the example inputs themselves (the forward
+    then runs for real, and the modules ``fn`` reaches get their buffers and the
+    generators their states back: :mod:`budget.runtime.restore`)."""
+
+    def fresh() -> BudgetBackend:
+        be = make_backend(**backend_options)
+        if not with_peak_budget:  # sweeps and problems: the peak is shown, never a bound
+            be.settings = dataclasses.replace(be.settings, peak_bytes=None)
+        be.preview = True
+        be.log.progress = progress
+        if sweep is not None:
+            budgets = tuple(parse_budget(b) for b in sweep)
+            if not budgets:
+                raise ValueError("budgets must name at least one budget")
+            be.settings = dataclasses.replace(be.settings, sweep=budgets)
+        return be
+
+    be, ran_on = fresh(), FAKE
+    try:
+        _run_on_fake(be, fn, example_args, example_kwargs)
+    except Exception as e:
+        if type(e).__name__ not in _DATA_DEPENDENT:
+            raise
+        be, ran_on = fresh(), EXAMPLES
+        _run_on_examples(be, fn, example_args, example_kwargs, e)
+    if not be.plans:
+        raise ValueError(
+            "no training graph was captured: nothing in the step requires grad "
+            "(pass parameters or inputs with requires_grad=True)"
+        )
+    for i in range(len(be.plans)):
+        be.log.update(i, previewed_on=ran_on)
+    return be
+
+
+FAKE = "fake tensors"
+EXAMPLES = "the example inputs"
+
+
+def _run_on_fake(
+    be: BudgetBackend, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
     # A shape environment lets eager code between graphs run data-dependent ops (nonzero,
     # masked_select: a MoE's routing) on fake tensors, as training runs them for real.
     with FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv()) as mode:
@@ -69,33 +105,65 @@ def _trace(
         def fake(x: Any) -> Any:
             return mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else x
 
-        args, kwargs = tree_map(fake, (example_args, example_kwargs))
-        outside = _OutsideSaves(be, (args, kwargs), mode)
-        try:
-            with torch.autograd.graph.saved_tensors_hooks(outside.pack, lambda t: t):
-                compiled(*args, **kwargs)
-        except BackendCompilerFailed as e:  # show our own error, not dynamo's wrapper
-            raise e.inner_exception from None
-        except Exception as e:
-            if type(e).__name__ not in _DATA_DEPENDENT:
-                raise
-            raise PreviewError(
-                "the step cannot be previewed on fake tensors: code outside the compiled "
-                f"graphs depends on tensor values ({type(e).__name__}: "
-                f"{str(e).strip().splitlines()[0]}). Training plans it as it compiles: "
-                "torch.compile(model, backend=budget.backend(...)) and read backend.plans "
-                "(or on_plan=) after the first step"
-            ) from e
-        finally:
-            for code in be.preview_codes:
-                forget_compiled(code)
-    if not be.plans:
-        raise ValueError(
-            "no training graph was captured: nothing in the step requires grad "
-            "(pass parameters or inputs with requires_grad=True)"
-        )
+        args, kwargs = tree_map(fake, (args, kwargs))
+        _run(be, fn, args, kwargs, _OutsideSaves(be, (args, kwargs), mode))
+
+
+def _run_on_examples(
+    be: BudgetBackend,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    cause: Exception,
+) -> None:
+    """The step on its example inputs, its modules and generators restored after; a
+    PreviewError naming where the step failed when even that cannot run."""
+    modules = modules_of(fn)
+    resident = [t for m in modules for t in (*m.parameters(), *m.buffers())]
+    outside = _OutsideSaves(be, (args, kwargs, resident), None)
+    try:
+        with restored(modules):
+            _run(be, fn, args, kwargs, outside)
+    except BudgetError:
+        raise
+    except Exception as e:
+        raise PreviewError(
+            "the step cannot be previewed: on fake tensors, code outside the compiled "
+            f"graphs depends on tensor values ({_first_line(cause)}), and on the example "
+            f"inputs it raised {_first_line(e)}{_where(e)}"
+        ) from e
+
+
+def _run(
+    be: BudgetBackend,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    outside: _OutsideSaves,
+) -> None:
+    compiled = torch.compile(_own_code(fn), backend=be, dynamic=False)
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(outside.pack, lambda t: t):
+            compiled(*args, **kwargs)
+    except BackendCompilerFailed as e:  # show our own error, not dynamo's wrapper
+        raise e.inner_exception from None
+    finally:
+        for code in be.preview_codes:
+            forget_compiled(code)
+        be.preview_codes.clear()
     outside.attribute()
-    return be
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
+
+
+def _where(e: BaseException) -> str:
+    """`` at FILE:LINE``: the innermost frame of the traceback outside torch and budget."""
+    roots = (str(Path(torch.__file__).parent), str(Path(__file__).parents[1]))
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith(roots)]
+    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
 
 
 def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -113,20 +181,24 @@ def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class _OutsideSaves:
-    """What autograd saves outside the compiled graphs during a preview's fake run: eager
+    """What autograd saves outside the compiled graphs during a preview's run: eager
     code's own activations, which no plan covers. Each distinct storage once, parameters
-    (real tensors) and the step's inputs aside, sized by its upper bound where its size
-    depends on data (a MoE's routing), and put on the plan of the graph it follows."""
+    and the step's inputs aside, sized by its upper bound where its size depends on data
+    (a MoE's routing, on fake tensors), and put on the plan of the graph it follows."""
 
     def __init__(self, be: BudgetBackend, inputs: Any, mode: Any) -> None:
         self.be = be
-        self.mode = mode
-        self.inputs = {id(t.untyped_storage()) for t in tree_leaves(inputs) if _fake(t)}
+        self.mode = mode  # the fake mode; None on the example inputs (real tensors)
+        leaves = [t for t in tree_leaves(inputs) if isinstance(t, torch.Tensor)]
+        self.inputs = {id(t.untyped_storage()) for t in leaves}
         self.saved: dict[int, tuple[int, int]] = {}  # id(storage) -> (bytes, graphs before)
         self.keep: list[Any] = []  # the storages, alive so that their ids stay theirs
 
     def pack(self, t: Any) -> Any:
-        if _fake(t) and not in_compiled_graph():
+        # on fake tensors, parameters are the real ones; on the example inputs, a leaf
+        # that requires grad is one the step did not make (a parameter it reached)
+        made = _fake(t) if self.mode is not None else not (t.is_leaf and t.requires_grad)
+        if made and not in_compiled_graph():
             storage = t.untyped_storage()
             key = id(storage)
             if key not in self.inputs and key not in self.saved:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 PLAN_FORMAT_VERSION = 7
 # version 1: no peak_bytes, no timeline; version 2: no recomputed_again, again_cost/flops
 # version 3: no eager_saved_bytes; version 4: no compiled_peak_bytes; version 5: no
-# reference_peak_bytes; version 6: no tie_break
+# reference_peak_bytes; version 6: no tie_break, previewed_on
 READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 Choice = Literal["save", "recompute", "input"]
 
@@ -123,6 +123,10 @@ class Plan:
     # run, parameters and inputs aside (budget.compile.preview); 0 in training, which
     # does not measure it
     eager_saved_bytes: int = 0
+    # previews only: what the step ran on, "fake tensors" or, where code outside the
+    # compiled graphs depends on tensor values, "the example inputs" (the forward ran for
+    # real: budget.compile.preview); "" in training
+    previewed_on: str = ""
     version: int = PLAN_FORMAT_VERSION
 
     @property

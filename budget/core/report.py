@@ -182,6 +182,11 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
             ]
     if plan.graph_break:
         lines.append(f"  ends at    a graph break: {plan.graph_break}")
+    if plan.previewed_on == "the example inputs":
+        lines += [
+            "  preview    ran on the example inputs (code outside the graphs reads tensor",
+            "             values): the graphs and branches training meets with these inputs",
+        ]
     lines.append(f"  solver     {plan.solver}: {format_status(plan)}; estimator {plan.estimator}")
     if plan.timings:
         items = [f"{k} {format_seconds(v)}" for k, v in plan.timings.items()]

@@ -13,6 +13,7 @@ import json
 import sys
 
 import pytest
+import torch
 
 import budget
 from budget.cli.main import main
@@ -148,6 +149,36 @@ def test_a_step_with_graph_breaks(tmp_path, capsys):
     code, out, _ = run(["sweep", f"{src}:make", "--budgets", "0,1", "--format", "csv"], capsys)
     rows = list(csv.DictReader(io.StringIO(out)))
     assert code == 0 and [r["graph"] for r in rows] == ["0", "0", "1", "1"]
+
+
+def test_a_step_whose_loss_branches_on_tensor_data(tmp_path, capsys):
+    """Previewed on its example inputs, with the same plans as training's."""
+    src = tmp_path / "routed.py"
+    src.write_text(
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "w = torch.randn(32, 32, requires_grad=True)\n"
+        "@torch._dynamo.disable\n"
+        "def loss(h):\n"
+        "    keep = h[h > 0]\n"
+        "    return keep.sum() if keep.numel() > 100 else h.sum()\n"
+        "def step(x):\n"
+        "    return loss(torch.mm(x, w).cos())\n"
+        "def make():\n"
+        "    return step, (torch.randn(32, 32),)\n"
+    )
+    path = tmp_path / "plans.json"
+    code, out, err = run(["solve", f"{src}:make", "--budget", "0", "--json", str(path)], capsys)
+    assert code == 0, err
+    assert "ran on the example inputs" in out
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import routed
+    finally:
+        sys.path.remove(str(tmp_path))
+    be = budget.backend(0)
+    torch.compile(routed.step, backend=be)(*routed.make()[1]).backward()
+    assert [p.saved for p in budget.load_plans(path)] == [p.saved for p in be.plans]
 
 
 def one_line_error(code, err):

@@ -87,26 +87,57 @@ def test_a_preview_runs_data_dependent_eager_code_between_graphs():
 
 
 class BranchOnData(torch.nn.Module):
-    def __init__(self) -> None:
+    """A step whose eager code branches on tensor data (a data-dependent size), between
+    two graphs; batch norm (running statistics) and dropout (the generator) in the first."""
+
+    def __init__(self, fail: bool = False) -> None:
         super().__init__()
         self.a = torch.nn.Linear(16, 16)
+        self.bn = torch.nn.BatchNorm1d(16)
+        self.drop = torch.nn.Dropout(0.1)
+        self.fail = fail
 
     @torch._dynamo.disable
     def pick(self, h: torch.Tensor) -> torch.Tensor:
         idx = (h > 0).nonzero()
         if idx.shape[0] > 10:  # Python branching on a data-dependent size
-            return h * 2
+            if self.fail:
+                raise RuntimeError("no route for this batch")
+            return torch.sin(h)  # eager code that saves h (8 x 16 float32) for its backward
         return h
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.pick(self.a(x)).pow(2).sum()
+        return self.pick(self.drop(self.bn(self.a(x)))).pow(2).sum()
 
 
-def test_a_preview_that_needs_tensor_values_says_so_and_what_to_do():
+def test_a_step_whose_eager_code_needs_tensor_values_previews_on_its_example_inputs():
     model, x = BranchOnData(), torch.randn(8, 16)
-    torch.compile(model, backend=budget.backend(0.5, compiler="eager"))(x).backward()  # trains
-    with pytest.raises(budget.PreviewError, match="depends on tensor values.*backend.plans"):
+    stats = [b.clone() for b in model.buffers()]
+    rng = torch.get_rng_state()
+    preview = budget.plans(model, x, memory_budget=0.5, compiler="eager")
+    # the forward ran for real: its buffers and the generator are put back, no gradient
+    assert all(torch.equal(a, b) for a, b in zip(stats, model.buffers(), strict=True))
+    assert torch.equal(rng, torch.get_rng_state())
+    assert all(p.grad is None for p in model.parameters())
+    assert len(preview) == 2 and {p.previewed_on for p in preview} == {"the example inputs"}
+    assert preview[0].eager_saved_bytes == 8 * 16 * 4  # sin's input, outside the plans
+    assert "ran on the example inputs" in str(preview[0])
+    be = budget.backend(0.5, compiler="eager")
+    torch._dynamo.reset()
+    torch.compile(model, backend=be)(x).backward()  # trains: the same graphs, the same plans
+    assert [p.saved for p in preview] == [p.saved for p in be.plans]
+    assert [p.saved_bytes for p in preview] == [p.saved_bytes for p in be.plans]
+    assert {p.previewed_on for p in be.plans} == {""}
+
+
+def test_a_preview_that_fails_on_its_example_inputs_too_says_where():
+    model, x = BranchOnData(fail=True), torch.randn(8, 16)
+    line = BranchOnData.pick.__wrapped__.__code__.co_firstlineno + 5  # the raise (from the decorator)
+    with pytest.raises(budget.PreviewError) as e:
         budget.plans(model, x, memory_budget=0.5, compiler="eager")
+    text = str(e.value)
+    assert "depends on tensor values" in text and "no route for this batch" in text
+    assert f"test_graph_breaks.py:{line}" in text
 
 
 class EagerMiddle(torch.nn.Module):
