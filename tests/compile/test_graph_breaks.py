@@ -132,7 +132,7 @@ def test_a_step_whose_eager_code_needs_tensor_values_previews_on_its_example_inp
 
 def test_a_preview_that_fails_on_its_example_inputs_too_says_where():
     model, x = BranchOnData(fail=True), torch.randn(8, 16)
-    line = BranchOnData.pick.__wrapped__.__code__.co_firstlineno + 5  # the raise (from the decorator)
+    line = BranchOnData.pick.__wrapped__.__code__.co_firstlineno + 5  # the raise
     with pytest.raises(budget.PreviewError) as e:
         budget.plans(model, x, memory_budget=0.5, compiler="eager")
     text = str(e.value)
