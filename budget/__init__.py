@@ -19,6 +19,7 @@ from .core.sizes import MemoryBudget, parse_budget
 _LAZY = {
     "Plan": ".core.plan",
     "Decision": ".core.plan",
+    "step_peak": ".core.plan",
     "Problem": ".core.problem",
     "backend": ".compile.backend",
     "plan": ".compile.preview",
@@ -42,7 +43,7 @@ _LAZY = {
 if TYPE_CHECKING:
     from .compile.backend import backend
     from .compile.preview import plan, plans, problems, sweep
-    from .core.plan import Decision, Plan
+    from .core.plan import Decision, Plan, step_peak
     from .core.plan_files import load_plans, save_plans
     from .core.problem import Problem
     from .eager.apply import apply, unapply
@@ -90,6 +91,7 @@ __all__ = [
     "plans",
     "problems",
     "save_plans",
+    "step_peak",
     "sweep",
     "unapply",
 ]

@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ..core.plan import Plan
+from ..core.plan import Plan, step_peak
 from ..core.report import (
     budget_cell,
     cost_scale,
@@ -62,6 +62,7 @@ def solve_report(
             f"step ({len(plans)} graphs): saved "
             f"{format_bytes(sum(p.saved_bytes for p in plans))}, recompute {cost}, "
             f"{format_flops(sum(p.recompute_flops + p.again_flops for p in plans))}{outside}"
+            f"{_step_peak_line(plans)}"
         )
     if not compiled and any(_previewed_under_inductor(p) for p in plans):
         parts.append(
@@ -74,6 +75,19 @@ def solve_report(
         items = [f"{k} {format_seconds(v)}" for k, v in timings.items()]
         parts.append("\n".join(wrap_items("wall time", items)))
     return "\n\n".join(parts)
+
+
+def _step_peak_line(plans: Sequence[Plan]) -> str:
+    """The step's predicted peak, where it is met, and what is held outside that graph."""
+    found = step_peak(plans)
+    if found is None:
+        return ""
+    peak, at = found
+    outside = (plans[at].held_bytes or 0) + plans[at].kept_input_bytes
+    return (
+        f"\n  peak {format_bytes(peak)} predicted for the step, while graph {at + 1} runs: "
+        f"{format_bytes(outside)} held outside it by the code before it"
+    )
 
 
 def _previewed_under_inductor(plan: Plan) -> bool:

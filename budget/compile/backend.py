@@ -53,6 +53,10 @@ class BudgetBackend:
         # step many times would otherwise reach dynamo's recompile limit, and then run
         # the step eagerly: no graph, no plan)
         self.preview_codes: list[Any] = []
+        # previews: the index of the plan of each graph run, in run order (None: a graph
+        # without a backward), so eager code's saves and what each graph holds follow the
+        # runs, repeated graphs included
+        self.preview_runs: list[int | None] = []
 
     @property
     def compiler(self) -> str:
@@ -85,10 +89,13 @@ class BudgetBackend:
         for i in range(made, len(self.log.plans)):  # this graph's plan (none without a backward)
             # where its inputs are the step's own, the user holds them anyway: none kept
             kept = self.log.plans[i].kept_input_bytes if later else 0
-            self.log.update(i, graph_break=ended, kept_input_bytes=kept)
+            # training: each earlier graph once; a preview counts the runs (preview.py)
+            held = sum(p.saved_bytes + p.kept_input_bytes for p in self.log.plans[:i])
+            self.log.update(i, graph_break=ended, kept_input_bytes=kept, held_bytes=held)
         self.log.announce(made)
         if self.preview:  # what autograd saves outside the graphs is eager code's
-            return _marked(compiled)
+            plan = made if len(self.log.plans) > made else None
+            return _marked(compiled, lambda: self.preview_runs.append(plan))
         return compiled
 
     def _eager(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
@@ -154,8 +161,9 @@ def in_compiled_graph() -> bool:
     return getattr(_in_graph, "depth", 0) > 0
 
 
-def _marked(compiled: Callable[..., Any]) -> Callable[..., Any]:
+def _marked(compiled: Callable[..., Any], ran: Callable[[], None]) -> Callable[..., Any]:
     def run(*args: Any) -> Any:
+        ran()
         _in_graph.depth = getattr(_in_graph, "depth", 0) + 1
         try:
             return compiled(*args)

@@ -191,7 +191,7 @@ class _OutsideSaves:
         self.mode = mode  # the fake mode; None on the example inputs (real tensors)
         leaves = [t for t in tree_leaves(inputs) if isinstance(t, torch.Tensor)]
         self.inputs = {id(t.untyped_storage()) for t in leaves}
-        self.saved: dict[int, tuple[int, int]] = {}  # id(storage) -> (bytes, graphs before)
+        self.saved: dict[int, tuple[int, int]] = {}  # id(storage) -> (bytes, runs before)
         self.keep: list[Any] = []  # the storages, alive so that their ids stay theirs
 
     def pack(self, t: Any) -> Any:
@@ -202,7 +202,7 @@ class _OutsideSaves:
             storage = t.untyped_storage()
             key = id(storage)
             if key not in self.inputs and key not in self.saved:
-                self.saved[key] = (self._nbytes(storage), len(self.be.plans))
+                self.saved[key] = (self._nbytes(storage), len(self.be.preview_runs))
                 self.keep.append(storage)
         return t
 
@@ -217,12 +217,26 @@ class _OutsideSaves:
             return 0
 
     def attribute(self) -> None:
-        plans = self.be.plans
+        """Each plan's eager saves (those after a run of its graph, until the next graph's
+        run; before the first run: the first graph's) and what the step holds outside its
+        graph while it runs (``held_bytes``: over its runs, the most)."""
+        plans, runs = self.be.plans, self.be.preview_runs
+        ran = [i for i in runs if i is not None]
         eager = [0] * len(plans)
-        for nbytes, before in self.saved.values():
-            eager[max(0, min(before, len(plans)) - 1)] += nbytes
-        for i, nbytes in enumerate(eager):
-            self.be.log.update(i, eager_saved_bytes=nbytes)
+        saves_before = [0] * (len(runs) + 1)  # eager bytes saved after k runs, by k
+        for nbytes, k in self.saved.values():
+            saves_before[min(k, len(runs))] += nbytes
+            last = next((i for i in reversed(runs[:k]) if i is not None), None)
+            eager[last if last is not None else (ran[0] if ran else 0)] += nbytes
+        held: list[int] = [0] * len(plans)
+        outside = 0  # the step's bytes outside the graph about to run
+        for k, i in enumerate(runs):
+            outside += saves_before[k]
+            if i is not None:
+                held[i] = max(held[i], outside)
+                outside += plans[i].saved_bytes + plans[i].kept_input_bytes
+        for i in range(len(plans)):
+            self.be.log.update(i, eager_saved_bytes=eager[i], held_bytes=held[i])
         self.keep.clear()
 
 

@@ -10,13 +10,14 @@ graph) are read and written by :mod:`budget.core.plan_files`.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 PLAN_FORMAT_VERSION = 7
 # version 1: no peak_bytes, no timeline; version 2: no recomputed_again, again_cost/flops
 # version 3: no eager_saved_bytes; version 4: no compiled_peak_bytes; version 5: no
-# reference_peak_bytes; version 6: no tie_break, previewed_on
+# reference_peak_bytes; version 6: no tie_break, previewed_on, held_bytes
 READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 Choice = Literal["save", "recompute", "input"]
 
@@ -123,11 +124,27 @@ class Plan:
     # run, parameters and inputs aside (budget.compile.preview); 0 in training, which
     # does not measure it
     eager_saved_bytes: int = 0
+    # the step's bytes outside this graph while it runs: what the graphs run before it
+    # save and keep for their backward, and (previews) what eager code before it saves;
+    # where a graph runs several times in a step, its last run (previews: the runs as the
+    # fake run met them; training: each earlier graph once, eager code's saves unknown).
+    # None where not known (plan files before version 7)
+    held_bytes: int | None = None
     # previews only: what the step ran on, "fake tensors" or, where code outside the
     # compiled graphs depends on tensor values, "the example inputs" (the forward ran for
     # real: budget.compile.preview); "" in training
     previewed_on: str = ""
     version: int = PLAN_FORMAT_VERSION
+
+    @property
+    def step_peak_bytes(self) -> int | None:
+        """The step's predicted peak while this graph runs: what the step holds outside it
+        (``held_bytes``, and its inputs its backward keeps) plus its own peak (the code
+        Inductor generated where known, else the graphs'); None where either is unknown."""
+        own = self.compiled_peak_bytes if self.compiled_peak_bytes is not None else self.peak_bytes
+        if own is None or self.held_bytes is None:
+            return None
+        return self.held_bytes + self.kept_input_bytes + own
 
     @property
     def total_recompute_cost(self) -> float:
@@ -184,3 +201,13 @@ class Plan:
         from .report import plan_report
 
         return plan_report(self)
+
+
+def step_peak(plans: Sequence[Plan]) -> tuple[int, int] | None:
+    """The step's predicted peak and the index of the graph it is met in, over the plans
+    of one step in order (:attr:`Plan.step_peak_bytes`); None where a plan's is unknown."""
+    peaks = [p.step_peak_bytes for p in plans]
+    if not peaks or any(x is None for x in peaks):
+        return None
+    at = max(range(len(peaks)), key=lambda i: peaks[i] or 0)
+    return peaks[at] or 0, at
