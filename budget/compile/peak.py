@@ -111,6 +111,7 @@ def predict_peak(
     channels_last: bool = False,
     memo: Memo | None = None,
     measure_workspace: bool = True,
+    inductor: bool = False,
 ) -> PeakPrediction:
     """The peak of running ``fw`` then ``bw`` (see the module docstring).
 
@@ -125,6 +126,8 @@ def predict_peak(
     ``memo``: what is read off each node, kept between calls (the rescheduler predicts the
     same graphs again and again; a node whose value it replaces is read again: :class:`Memo`).
     ``measure_workspace``: CPU kernels' workspace measured on this host, else by rule.
+    ``inductor``: Inductor generates the code (its own prims are lowered into it, with no
+    temporaries of their own); else each node runs as its own call.
     """
     fw_nodes = list(fw.graph.nodes)
     bw_nodes = list(bw.graph.nodes) if bw is not None else []
@@ -191,7 +194,7 @@ def predict_peak(
             kind = "recompute" if phase == "backward" and node.name in recomputed else phase
             timeline.append(LivePoint(node.name, kind, current))  # type: ignore[arg-type]
         live_after.append(current)
-        at = current + _workspace(node, channels_last, memo, measure_workspace)
+        at = current + _workspace(node, channels_last, memo, measure_workspace, inductor)
         if at > peak:
             peak, peak_step = at, i
         for k in freed_at.get(i, []):
@@ -201,7 +204,11 @@ def predict_peak(
 
 
 def _workspace(
-    node: fx.Node, channels_last: bool, memo: Memo | None = None, measure: bool = True
+    node: fx.Node,
+    channels_last: bool,
+    memo: Memo | None = None,
+    measure: bool = True,
+    inductor: bool = False,
 ) -> int:
     """What ``node``'s kernel allocates and frees inside itself (CPU convolutions)."""
     if node.op != "call_function":
@@ -215,6 +222,7 @@ def _workspace(
         node.meta.get("val"),
         channels_last=channels_last or None,
         measure=measure,
+        inductor=inductor,
     )
     if memo is not None:
         memo.workspace[node, channels_last] = out

@@ -84,6 +84,7 @@ class Partitions:
                 channels_last=channels_last,
                 memo=memo,
                 measure_workspace=self.settings.measure_workspace,
+                inductor=self.settings.compiler == "inductor",
             )
 
         return Made(fw, bw, predict(bw, recomputed), sum(copies.values()), kept, predict)

@@ -23,6 +23,7 @@ from .conv_workspace import measured_workspace_bytes
 from .cuda_workspace import cuda_workspace_bytes
 from .matmul_workspace import matmul_workspace_bytes
 from .ops import is_alias
+from .prim_workspace import prim_workspace_bytes
 
 aten = torch.ops.aten
 
@@ -191,6 +192,7 @@ def workspace_bytes(
     channels_last: bool | None = None,
     device: str | None = None,
     measure: bool = True,
+    inductor: bool = False,
 ) -> int:
     """Bytes an op allocates inside its kernel and frees before it returns, which neither
     its inputs nor its outputs show; for the peak models (:mod:`budget.compile.peak`,
@@ -219,6 +221,9 @@ def workspace_bytes(
       either layout, on some CPUs: 4 copies of the weight per thread (8 at 2 threads, 32
       at 8) and 64 KiB of scratch per thread, on 96 KiB (counted on every CPU).
 
+    Inductor's low-memory max-pool prims, run op by op (``compiler="eager"``; not with
+    ``inductor=True``, where Inductor lowers them into its code): their temporaries,
+    measured (:mod:`budget.estimators.prim_workspace`), on every device.
     CPU flash attention (``_scaled_dot_product_flash_attention_for_cpu`` and its backward)
     allocates per-thread blocks: :func:`attention_workspace_bytes`. ``prims.fma`` (in the
     decomposed softmax backward) run op by op makes its product before the sum: one
@@ -241,6 +246,9 @@ def workspace_bytes(
     first = next((a for a in args if isinstance(a, torch.Tensor)), None)
     if first is None:
         return 0
+    inside = None if inductor else prim_workspace_bytes(func, args)
+    if inside is not None:  # Inductor's max-pool prims, run op by op
+        return inside
     where = device or first.device.type
     if where == "cuda":
         return cuda_workspace_bytes(func, args)

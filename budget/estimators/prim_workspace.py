@@ -1,0 +1,74 @@
+"""Inductor's low-memory max-pool prims run op by op: the temporaries inside them.
+
+Inductor's decomposition of ``max_pool2d_with_indices`` (used by ``compiler="eager"``
+too, which runs Inductor's decompositions) saves int8 offsets in place of int64 indices:
+``prims._low_memory_max_pool_with_offsets`` in the forward and
+``prims._low_memory_max_pool_offsets_to_indices`` where the backward needs the indices.
+Run outside Inductor, each is its Python implementation: a handful of int64 tensors of
+the pooled output's size, alive together inside the call and freed before it returns
+(the output itself aside). A ResNet-18 step under the eager compiler peaks inside the
+backward's conversion. What they allocate beyond their outputs is measured once per call
+signature (:func:`budget.runtime.measure.measure_workspace`) by running the prim on zeros
+of the call's shapes: index arithmetic that is the same on every host and device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ..runtime._torch_private import OpOverload, _disable_current_modes
+from ..runtime.measure import measure_workspace
+from ..runtime.values import hint, shape
+
+PRIMS = (
+    "prims::_low_memory_max_pool_with_offsets",
+    "prims::_low_memory_max_pool_offsets_to_indices",
+)
+MAX_OPERAND_BYTES = 256 * 2**20  # operands larger than this are not materialised
+
+_MEMO: dict[tuple[Any, ...], int] = {}
+
+
+def prim_workspace_bytes(func: Any, args: Sequence[Any]) -> int | None:
+    """The bytes ``func`` (one of ``PRIMS``) allocates inside itself on ``args``, beyond
+    what it returns; None for any other op (and 0 for operands too large to run)."""
+    name = func.name() if isinstance(func, OpOverload) else None
+    if name not in PRIMS:
+        return None
+    key = (name, *(_signature(a) for a in args))
+    if key not in _MEMO:
+        _MEMO[key] = _measure(func, args)
+    return _MEMO[key]
+
+
+def _signature(arg: Any) -> Any:
+    if isinstance(arg, torch.Tensor):
+        return ("tensor", shape(arg), str(arg.dtype))
+    if isinstance(arg, (list, tuple)):
+        return tuple(_signature(a) for a in arg)
+    if isinstance(arg, (torch.SymInt, torch.SymBool)):
+        return hint(arg)
+    return arg
+
+
+def _measure(func: Any, args: Sequence[Any]) -> int:
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    size = sum(a.dtype.itemsize * max(1, int(torch.Size(shape(a)).numel())) for a in tensors)
+    if size > MAX_OPERAND_BYTES:
+        return 0
+
+    def real(arg: Any) -> Any:
+        if isinstance(arg, torch.Tensor):
+            return torch.zeros(shape(arg), dtype=arg.dtype)
+        if isinstance(arg, (list, tuple)):
+            return type(arg)(real(a) for a in arg)
+        if isinstance(arg, (torch.SymInt, torch.SymBool)):
+            return hint(arg)
+        return arg
+
+    with _disable_current_modes(), torch.no_grad():  # real zeros, outside the caller's modes
+        made = [real(a) for a in args]
+        return max(0, measure_workspace(lambda: func(*made)))
