@@ -21,6 +21,7 @@ error, backward FLOPs (FlopCounterMode, gaps filled as in bench/pareto.py), and 
 
     python bench/peak.py                      # GPT and both convnets, Inductor and eager
     python bench/peak.py --model gpt --compiler eager
+    python bench/peak.py --model resnet18 --compiler inductor --fractions 0.5,0.3,0.2 --no-targets
 """
 
 from __future__ import annotations
@@ -127,7 +128,9 @@ def error(predicted: int | None, measured: int | None) -> str:
     return "-" if predicted is None or not measured else f"{(predicted - measured) / measured:+.1%}"
 
 
-def bench(name: str, compiler: str) -> tuple[list[str], list[tuple[str, bool]]]:
+def bench(
+    name: str, compiler: str, fractions: list[float], targets: bool = True
+) -> tuple[list[str], list[tuple[str, bool]]]:
     ex = MODELS[name]()
     lines = [
         f"**{name}**, compiler {compiler}: peak MiB measured (budget's prediction from the "
@@ -141,7 +144,7 @@ def bench(name: str, compiler: str) -> tuple[list[str], list[tuple[str, bool]]]:
     checks: list[tuple[str, bool]] = []
     torch_rows: dict[float, Row] = {}
     ours: dict[float, Row] = {}
-    for b in FRACTIONS:
+    for b in fractions:
         t0 = time.perf_counter()
         ctx = torch._functorch.config.patch(activation_memory_budget=b)
         be = torch_backend(compiler)
@@ -169,6 +172,8 @@ def bench(name: str, compiler: str) -> tuple[list[str], list[tuple[str, bool]]]:
                     not dominated,
                 )
             )
+    if not targets:
+        return lines, checks
     predicted = [o.predicted for o in ours.values() if o.predicted]
     lo, hi = min(predicted), max(predicted)
     lines += [
@@ -221,7 +226,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=[*MODELS, "all"], default="all")
     parser.add_argument("--compiler", choices=["inductor", "eager", "all"], default="all")
+    parser.add_argument(
+        "--fractions",
+        default=",".join(f"{f:g}" for f in FRACTIONS),
+        help="comma-separated fractions (1 is always run: the reference)",
+    )
+    parser.add_argument("--no-targets", action="store_true", help="fractions only: no peak targets")
     args = parser.parse_args()
+    fractions = sorted({1.0, *(float(f) for f in args.fractions.split(","))}, reverse=True)
     models = list(MODELS) if args.model == "all" else [args.model]
     compilers = ["inductor", "eager"] if args.compiler == "all" else [args.compiler]
     print(
@@ -231,7 +243,7 @@ def main() -> int:
     failed = 0
     for name in models:
         for compiler in compilers:
-            lines, checks = bench(name, compiler)
+            lines, checks = bench(name, compiler, fractions, targets=not args.no_targets)
             print("\n".join(lines) + "\n")
             for what, ok in checks:
                 failed += not ok
