@@ -237,8 +237,8 @@ def main() -> int:
     models = list(MODELS) if args.model == "all" else [args.model]
     compilers = ["inductor", "eager"] if args.compiler == "all" else [args.compiler]
     print(
-        f"budget {budget.__version__}, torch {torch.__version__}, {torch.get_num_threads()} "
-        "threads\n"
+        f"`python bench/peak.py {' '.join(sys.argv[1:])}`: budget {budget.__version__}, torch "
+        f"{torch.__version__}, {torch.get_num_threads()} threads\n"
     )
     failed = 0
     for name in models:
