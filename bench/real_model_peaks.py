@@ -73,7 +73,10 @@ def main() -> int:
     unknown = sorted(set(models) - set(FACTORIES))
     if unknown:
         parser.error(f"unknown models {unknown}; known: {', '.join(FACTORIES)}")
-    print(f"budget {budget.__version__}, torch {torch.__version__}, b={args.budget}")
+    print(
+        f"`python bench/real_model_peaks.py {' '.join(sys.argv[1:])}`: budget "
+        f"{budget.__version__}, torch {torch.__version__}, b={args.budget}"
+    )
     print(
         "| model | compiler | graphs | measured KiB | predicted KiB | ratio | compiled KiB "
         "| ratio | |"
