@@ -175,20 +175,20 @@ def _compiled(
     target: Any, memory_budget: Any, peak: str | None, args: argparse.Namespace
 ) -> list[Any]:
     """The plans training makes: the step compiled by budget's backend (Inductor), its
-    forward run once on the target's inputs (the backward is compiled with it)."""
-    import torch
+    forward run once on the target's inputs (the backward is compiled with it), eager
+    code's saves counted (:func:`budget.compile.preview.compiled_plans`)."""
+    from ..compile.preview import compiled_plans
 
-    import budget
-
-    be = budget.backend(
-        memory_budget,
+    return compiled_plans(
+        target.step,
+        tuple(target.args),
+        {},
+        memory_budget=memory_budget,
         peak_memory_budget=peak,
         plan=args.plan,
         peak_search=args.peak_search,
         **_common(args),
     )
-    torch.compile(target.step, backend=be)(*target.args)
-    return be.plans
 
 
 def _solve_eager(args: argparse.Namespace) -> int:

@@ -47,6 +47,9 @@ class BudgetBackend:
         self.settings = settings  # frozen: what decides the plans
         self.log = log  # what was planned, graph by graph
         self.preview = preview  # plan only: no code is generated (Inductor)
+        # record the runs of the graphs as previews do (budget solve --compile: training's
+        # plans, with the step's eager saves and run order counted on one real forward)
+        self.counting = False
         self._step_code: Any = None  # the code of the first frame compiled: the step's
         # previews: the frames' codes no compile but the preview's had compiled, whose
         # compiled versions the preview drops once it is done (a notebook previewing one
@@ -93,7 +96,7 @@ class BudgetBackend:
             held = sum(p.saved_bytes + p.kept_input_bytes for p in self.log.plans[:i])
             self.log.update(i, graph_break=ended, kept_input_bytes=kept, held_bytes=held)
         self.log.announce(made)
-        if self.preview:  # what autograd saves outside the graphs is eager code's
+        if self.preview or self.counting:  # autograd's saves outside graphs: eager code's
             plan = made if len(self.log.plans) > made else None
             return _marked(compiled, lambda: self.preview_runs.append(plan))
         return compiled

@@ -134,6 +134,27 @@ def _run_on_examples(
         ) from e
 
 
+def compiled_plans(
+    fn: Callable[..., Any],
+    example_args: tuple[Any, ...],
+    example_kwargs: dict[str, Any],
+    **backend_options: Any,
+) -> list[Plan]:
+    """The plans training makes (``budget solve --compile``): ``fn`` compiled by the
+    backend with ``backend_options`` (Inductor generates its code, so each plan carries
+    its code's peak), its forward run once on the example inputs, the modules it reaches
+    and the generators restored after; what eager code saves and the order graphs run in
+    are counted as in a preview, so the plans' ``step_peak`` is the step's."""
+    be = make_backend(**backend_options)
+    be.counting = True
+    modules = modules_of(fn)
+    resident = [t for m in modules for t in (*m.parameters(), *m.buffers())]
+    outside = _OutsideSaves(be, (example_args, example_kwargs, resident), None)
+    with restored(modules):
+        _run(be, fn, example_args, example_kwargs, outside)
+    return be.plans
+
+
 def _run(
     be: BudgetBackend,
     fn: Callable[..., Any],
