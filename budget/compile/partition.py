@@ -26,14 +26,9 @@ from ..core.plan import Plan
 from ..core.plan_files import saved_indices
 from ..core.problem import Problem
 from ..core.settings import PlanLog, PlanSettings
-from ..core.sizes import parse_budget
 from ..errors import SolverTimeout
 from ..estimators import get_estimator
-from ..planning.planner import (
-    make_plan,
-    solve_problem,
-    solve_sweep,
-)
+from ..planning.planner import plan_like, solve_problem, solve_sweep
 from ..runtime import _torch_private as T
 from . import ranks
 from .graph import build_problem, graph_hash
@@ -231,18 +226,9 @@ def _remake(
     against ``problem`` and priced by it, keeping the budget, ends, status, solver and
     peak budget it was made with."""
     saved = saved_indices(problem, made, source)
-    plan = make_plan(
-        problem,
-        saved,
-        budget=parse_budget(made.budget),
-        target_bytes=made.target_bytes,
-        min_bytes=made.min_bytes,
-        max_bytes=made.max_bytes,
-        status=made.status,
-        gap=made.gap,
-        solver=made.solver,
-        estimator=estimator,
-        timings={**timings, "apply": time.perf_counter() - start},
+    timings = {**timings, "apply": time.perf_counter() - start}
+    plan = plan_like(
+        problem, saved, made, status=made.status, gap=made.gap, estimator=estimator, timings=timings
     )
     return replace(plan, peak_target_bytes=made.peak_target_bytes)
 

@@ -25,7 +25,7 @@ from ..core.settings import PlanSettings
 from ..core.sizes import MemoryBudget
 from ..errors import BudgetTooSmallError
 from ..planning.peak_grid import PeakGrid, grid_budgets
-from ..planning.planner import Ends, make_plan, solve_ends, solve_problem, solve_sweep
+from ..planning.planner import Ends, plan_like, solve_ends, solve_problem, solve_sweep
 from ..solvers import get_solver
 from .liveness import liveness_bound
 from .peak_search import PeakSearch, search_peak
@@ -128,19 +128,7 @@ def _search_exact(
     bound = _bound(partitions)
 
     def make(saved: list[int]) -> Plan:  # partitioned recomputing each value once
-        plan = make_plan(
-            problem,
-            saved,
-            budget=settings.budget,
-            target_bytes=first.target_bytes,
-            min_bytes=first.min_bytes,
-            max_bytes=first.max_bytes,
-            status="feasible",
-            gap=None,
-            solver="cpsat",
-            estimator=first.estimator,
-            timings=dict(timings),
-        )
+        plan = plan_like(problem, saved, first, solver="cpsat", timings=dict(timings))
         return partitions.predicted(plan, limit=ONCE)  # the bound's plans
 
     def fit(plan: Plan) -> bool:

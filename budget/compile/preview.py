@@ -116,14 +116,10 @@ def _run_on_examples(
     kwargs: dict[str, Any],
     cause: Exception,
 ) -> None:
-    """The step on its example inputs, its modules and generators restored after; a
-    PreviewError naming where the step failed when even that cannot run."""
-    modules = modules_of(fn)
-    resident = [t for m in modules for t in (*m.parameters(), *m.buffers())]
-    outside = _OutsideSaves(be, (args, kwargs, resident), None)
+    """The step on its example inputs (:func:`_run_for_real`); a PreviewError naming
+    where the step failed when even that cannot run."""
     try:
-        with restored(modules):
-            _run(be, fn, args, kwargs, outside)
+        _run_for_real(be, fn, args, kwargs)
     except BudgetError:
         raise
     except Exception as e:
@@ -147,12 +143,20 @@ def compiled_plans(
     are counted as in a preview, so the plans' ``step_peak`` is the step's."""
     be = make_backend(**backend_options)
     be.counting = True
+    _run_for_real(be, fn, example_args, example_kwargs)
+    return be.plans
+
+
+def _run_for_real(
+    be: BudgetBackend, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    """``fn`` on real tensors: the modules it reaches and the generators restored after,
+    their parameters and buffers not counted as eager code's saves."""
     modules = modules_of(fn)
     resident = [t for m in modules for t in (*m.parameters(), *m.buffers())]
-    outside = _OutsideSaves(be, (example_args, example_kwargs, resident), None)
+    outside = _OutsideSaves(be, (args, kwargs, resident), None)
     with restored(modules):
-        _run(be, fn, example_args, example_kwargs, outside)
-    return be.plans
+        _run(be, fn, args, kwargs, outside)
 
 
 def _run(

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from ..core.plan import Plan
 from ..core.problem import Problem
 from ..core.sizes import parse_budget
-from ..planning.planner import make_plan
+from ..planning.planner import plan_like
 from ..planning.tie_break import lowest_peak, tie_tolerance
 from ..runtime import _torch_private as T
 
@@ -68,16 +68,4 @@ def _torch_plan(
     saved = problem.prune_unused(saved)
     if problem.check(saved) or problem.saved_bytes(saved) + problem.fixed_bytes > plan.target_bytes:
         return None
-    return make_plan(
-        problem,
-        saved,
-        budget=parse_budget(plan.budget),
-        target_bytes=plan.target_bytes,
-        min_bytes=plan.min_bytes,
-        max_bytes=plan.max_bytes,
-        status="feasible",
-        gap=None,
-        solver=plan.solver,
-        estimator=plan.estimator,
-        timings=plan.timings,
-    )
+    return plan_like(problem, saved, plan)

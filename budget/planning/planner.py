@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from ..core.plan import Decision, Plan
 from ..core.problem import Problem
-from ..core.sizes import MemoryBudget, format_bytes
+from ..core.sizes import MemoryBudget, format_bytes, parse_budget
 from ..errors import BudgetTooSmallError
 from ..solvers import Solution, Solver, get_solver
 
@@ -293,4 +293,33 @@ def make_plan(
         decisions=decisions,
         timings=timings,
         copied_input_bytes=problem.fixed_bytes,
+    )
+
+
+def plan_like(
+    problem: Problem,
+    saved: list[int],
+    like: Plan,
+    *,
+    status: str = "feasible",
+    gap: float | None = None,
+    solver: str | None = None,
+    estimator: str | None = None,
+    timings: dict[str, float] | None = None,
+) -> Plan:
+    """The plan of ``problem`` saving ``saved``, with ``like``'s budget, target and ends
+    (another plan of the same graph: a candidate beside it, a plan file's, rank 0's); its
+    solver, estimator and timings unless given."""
+    return make_plan(
+        problem,
+        saved,
+        budget=parse_budget(like.budget),
+        target_bytes=like.target_bytes,
+        min_bytes=like.min_bytes,
+        max_bytes=like.max_bytes,
+        status=status,
+        gap=gap,
+        solver=like.solver if solver is None else solver,
+        estimator=like.estimator if estimator is None else estimator,
+        timings=like.timings if timings is None else timings,
     )
