@@ -169,13 +169,12 @@ def test_eager_compiler_predicts_llamas_peak_to_the_byte():
     assert plan.peak_bytes == measured
 
 
-@pytest.mark.parametrize("b", [1.0, 0.3])
-def test_eager_compiler_predicts_resnet18s_peak_to_the_byte(b):
+def test_eager_compiler_predicts_resnet18s_peak_to_the_byte():
     """torchvision's ResNet-18 under compiler="eager" peaks inside Inductor's max-pool
     prims run op by op (int64 temporaries of the pooled output's size; the plan's peak was
     once that much under the measured one): counted, the prediction is the measurement."""
     m = make("torchvision:resnet18")
-    be = budget.backend(b, compiler="eager")
+    be = budget.backend(0.3, compiler="eager")
     measured = measure_peak(torch.compile(m.step, backend=be), *m.args)
     (plan,) = be.plans
     assert plan.peak_bytes == measured
