@@ -171,8 +171,8 @@ def test_eager_compiler_predicts_llamas_peak_to_the_byte():
 
 def test_eager_compiler_predicts_resnet18s_peak_to_the_byte():
     """torchvision's ResNet-18 under compiler="eager" peaks inside Inductor's max-pool
-    prims run op by op (int64 temporaries of the pooled output's size; the plan's peak was
-    once that much under the measured one): counted, the prediction is the measurement."""
+    prims run op by op (int64 temporaries of the pooled output's size, which the graphs'
+    values do not show): with them counted, the prediction is the measurement."""
     m = make("torchvision:resnet18")
     be = budget.backend(0.3, compiler="eager")
     measured = measure_peak(torch.compile(m.step, backend=be), *m.args)

@@ -58,14 +58,10 @@ def restored(modules: list[nn.Module]) -> Iterator[None]:
             if id(buf) not in seen:
                 seen.add(id(buf))
                 kept.append((buf, buf.detach().clone()))
-    cpu = torch.get_rng_state()
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for buf, before in kept:
-                buf.copy_(before)
-        torch.set_rng_state(cpu)
-        if cuda is not None:
-            torch.cuda.set_rng_state_all(cuda)
+    with torch.random.fork_rng():  # the CPU and CUDA generators' states, put back
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for buf, before in kept:
+                    buf.copy_(before)
