@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InfeasibleError
+from .offload import OffloadTerms
 
 
 @dataclass
@@ -66,6 +67,9 @@ class Problem:
     # inputs: budget.compile.layout). The planner adds them to every plan's figures and
     # takes them off the solvers' target; solvers never read them.
     fixed_bytes: int = 0
+    # What offloading each value to host memory costs (budget.core.offload), or None when
+    # offload is not planned: solvers that plan it may then keep a saved value on the host.
+    offload: OffloadTerms | None = None
 
     def __post_init__(self) -> None:
         n = len(self.names)
@@ -105,6 +109,17 @@ class Problem:
             raise ValueError(
                 "Problem.cost, Problem.flops and Problem.moved need one entry per node"
             )
+        if self.offload is not None:
+            if len(self.offload.transfer) != n:
+                raise ValueError(
+                    f"Problem.offload has {len(self.offload.transfer)} entries, expected {n}"
+                )
+            owners = self.storage[self.offload.offloadable]
+            if np.any(owners < 0) or len(set(owners.tolist())) != len(owners):
+                raise ValueError(
+                    "Problem.offload: an offloadable value needs a storage of its own among "
+                    "the offloadable ones (one per storage)"
+                )
 
     def __setattr__(self, name: str, value: object) -> None:
         super().__setattr__(name, value)
@@ -148,10 +163,27 @@ class Problem:
         g = int(self.storage[v])
         return int(self.storage_bytes[g]) if g >= 0 else 0
 
-    def saved_bytes(self, saved: Iterable[int]) -> int:
-        """Bytes held by saving ``saved``: each storage counted once, input storages free."""
-        groups = {int(self.storage[v]) for v in saved if self.storage[v] >= 0}
+    def saved_bytes(self, saved: Iterable[int], offloaded: Iterable[int] = ()) -> int:
+        """Device bytes held by saving ``saved`` of which ``offloaded`` is kept on the host:
+        each storage counted once, input storages free, a storage on the device while any
+        of its saved values is not offloaded."""
+        away = set(offloaded)
+        groups = {int(self.storage[v]) for v in saved if self.storage[v] >= 0 and v not in away}
         return int(sum(int(self.storage_bytes[g]) for g in groups))
+
+    def host_bytes(self, offloaded: Iterable[int]) -> int:
+        """Host bytes the offloaded values take (each storage once)."""
+        groups = {int(self.storage[v]) for v in offloaded if self.storage[v] >= 0}
+        return int(sum(int(self.storage_bytes[g]) for g in groups))
+
+    def offload_cost(self, offloaded: Iterable[int]) -> float:
+        """The exposed transfer time of offloading ``offloaded`` (0 when none is)."""
+        chosen = list(offloaded)
+        if not chosen:
+            return 0.0
+        if self.offload is None:
+            raise ValueError("this problem does not plan offload (Problem.offload is None)")
+        return self.offload.price(chosen)
 
     def recompute_closure(self, saved: Iterable[int]) -> list[int]:
         """Nodes the backward must recompute when exactly ``saved`` (plus inputs) is kept
@@ -190,10 +222,20 @@ class Problem:
             used.update(u for u in ins[v] if u in keep)
         return sorted(used)
 
-    def check(self, saved: Iterable[int]) -> list[str]:
-        """Reasons ``saved`` is not a valid plan (empty when valid). Memory is not checked."""
+    def check(self, saved: Iterable[int], offloaded: Iterable[int] = ()) -> list[str]:
+        """Reasons ``saved`` (``offloaded`` of it kept on the host) is not a valid plan
+        (empty when valid). Memory is not checked."""
         saved = set(saved)
+        can_offload = (
+            self.offload.offloadable if self.offload is not None else np.zeros(self.n, bool)
+        )
         errors = [
+            f"{self.names[v]} offloaded but "
+            + ("not saved" if v not in saved else "cannot be offloaded")
+            for v in sorted(set(offloaded))
+            if v not in saved or not can_offload[v]
+        ]
+        errors += [
             f"{self.names[v]} saved but cannot be saved ({self.reason[v]})"
             for v in sorted(saved)
             if not self.can_save[v] and not self.is_input[v]

@@ -52,6 +52,7 @@ class Auto(SolverBase):
     exact: ClassVar[bool] = True
     requires: ClassVar[str] = "ortools"
     reduce: ClassVar[bool] = True
+    plans_offload: ClassVar[bool] = True
     reduces_inside: ClassVar[bool] = True  # get_solver sets ``reduction`` instead of wrapping
     check_plannable: ClassVar[bool] = False  # the cut's and CP-SAT's own checks report it
 
@@ -60,6 +61,11 @@ class Auto(SolverBase):
 
     def _search(self, request: Request) -> Search:
         problem, target_bytes, minimize, time_limit = request
+        if problem.offload is not None:  # the cut knows saves and recomputations only
+            return Search.of(
+                CpSat().solve(problem, target_bytes, minimize=minimize, time_limit=time_limit),
+                auto="cpsat (offload)",
+            )
         start = time.perf_counter()
         quick = _cut(problem, target_bytes, minimize, time_limit)
         if quick is not None and quick.status == "optimal":

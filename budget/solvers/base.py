@@ -65,6 +65,7 @@ class Solution:
     bound: float | None = None  # proven lower bound on the objective, when the solver gives one
     seconds: float = 0.0
     info: dict[str, object] = field(default_factory=dict)
+    offloaded: list[int] = field(default_factory=list)  # of ``saved``, kept on the host
 
     @property
     def gap(self) -> float | None:
@@ -88,7 +89,8 @@ class Request(NamedTuple):
 class Search:
     """What a solver's search found, before :func:`finish` checks and prices it.
 
-    ``saved``: the plan (pruned by :func:`finish`); ``optimal``: proven optimal for the
+    ``saved``: the plan (pruned by :func:`finish`); ``offloaded``: those of ``saved`` kept
+    on the host (solvers that plan offload, when ``Problem.offload`` is set); ``optimal``: proven optimal for the
     primary objective; ``bound``: a proven lower bound on it (dropped when optimal);
     ``info``: reported as ``Solution.info``; ``verify``: called with the finished
     Solution, to raise on anything else the solver promises of it (``Reduced``).
@@ -99,6 +101,7 @@ class Search:
     bound: float | None = None
     info: dict[str, object] = field(default_factory=dict)
     verify: Callable[[Solution], None] | None = None
+    offloaded: list[int] = field(default_factory=list)
 
     @classmethod
     def of(cls, solution: Solution, **info: object) -> Search:
@@ -108,6 +111,7 @@ class Search:
             solution.status == "optimal",
             solution.bound,
             {**solution.info, **info} if info else solution.info,
+            offloaded=solution.offloaded,
         )
 
 
@@ -141,6 +145,8 @@ class SolverBase:
     ``check_plannable``: whether :meth:`solve` runs :meth:`Problem.require_plannable`
     before the search; off for solvers whose search makes the check itself, differently
     (the min-cut, with its own message) or through another solver (auto, the reduction).
+    ``plans_offload``: whether the search may offload (``Problem.offload``); a problem
+    that offers offload is refused by the others rather than planned without it.
     """
 
     name: ClassVar[str]
@@ -148,6 +154,7 @@ class SolverBase:
     requires: ClassVar[str]  # pip package (and import name) of the backend
     reduce: ClassVar[bool] = False
     check_plannable: ClassVar[bool] = True
+    plans_offload: ClassVar[bool] = False
 
     @classmethod
     def available(cls) -> bool:
@@ -164,6 +171,11 @@ class SolverBase:
         time_limit: float = 60.0,
     ) -> Solution:
         start = time.perf_counter()
+        if problem.offload is not None and not self.plans_offload:
+            raise ValueError(
+                f"solver {self.name!r} does not plan offload; solvers that do: "
+                f"{', '.join(offload_solvers())}"
+            )
         if self.check_plannable:
             problem.require_plannable()
         request = Request(problem, target_bytes, minimize, time_limit)
@@ -177,15 +189,23 @@ class SolverBase:
 
 
 def finish(request: Request, found: Search, *, solver: str, start: float) -> Solution:
-    """Prune, verify in exact integers, and price a solver's saved set."""
+    """Prune, verify in exact integers, and price a solver's saved set (the recompute cost
+    plus the offload cost; device bytes)."""
     problem, target_bytes, minimize, _ = request
     saved = problem.prune_unused(found.saved)
-    errors = problem.check(saved)
+    kept = set(saved)
+    offloaded = sorted(v for v in set(found.offloaded) if v in kept)
+    errors = problem.check(saved, offloaded)
     if errors:  # numerical trouble: never hand back an invalid plan
         raise RuntimeError(f"{solver} returned an invalid plan: {errors[:3]}")
-    if target_bytes is not None and problem.saved_bytes(saved) > target_bytes:
+    device = problem.saved_bytes(saved, offloaded)
+    if target_bytes is not None and device > target_bytes:
         raise RuntimeError(f"{solver} returned a plan over its target (numerical tolerance)")
-    objective = problem.recompute_cost(saved) if minimize == "cost" else problem.saved_bytes(saved)
+    objective = (
+        problem.recompute_cost(saved) + problem.offload_cost(offloaded)
+        if minimize == "cost"
+        else device
+    )
     solution = Solution(
         saved=saved,
         status="optimal" if found.optimal else "feasible",
@@ -193,10 +213,18 @@ def finish(request: Request, found: Search, *, solver: str, start: float) -> Sol
         bound=None if found.optimal else found.bound,
         seconds=time.perf_counter() - start,
         info=found.info,
+        offloaded=offloaded,
     )
     if found.verify is not None:
         found.verify(solution)
     return solution
+
+
+def offload_solvers() -> list[str]:
+    """The registered solvers that plan offload."""
+    from . import _SOLVERS
+
+    return sorted(name for name, cls in _SOLVERS.items() if getattr(cls, "plans_offload", False))
 
 
 def no_plan_in_time(solver: str, time_limit: float, problem: Problem) -> SolverTimeout:
@@ -227,6 +255,11 @@ def fingerprint(p: Problem) -> bytes:
         arr = np.ascontiguousarray(a)
         h.update(str((arr.dtype, arr.shape)).encode())
         h.update(arr.tobytes())
+    if p.offload is not None:
+        o = p.offload
+        h.update(np.ascontiguousarray(o.transfer).tobytes())
+        h.update(np.ascontiguousarray(o.tail).tobytes())
+        h.update(str((o.forward_window, o.backward_window)).encode())
     h.update("\0".join(p.names).encode())
     h.update("\0".join(p.reason).encode())
     return h.digest()

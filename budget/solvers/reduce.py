@@ -56,6 +56,7 @@ class Reduced(SolverBase):
         self.name = solver.name  # type: ignore[misc]
         self.exact = solver.exact  # type: ignore[misc]
         self.requires = solver.requires  # type: ignore[misc]
+        self.plans_offload = getattr(solver, "plans_offload", False)  # type: ignore[misc]
 
     def available(self) -> bool:  # type: ignore[override]
         return self.solver.available()
@@ -63,7 +64,8 @@ class Reduced(SolverBase):
     def _search(self, request: Request) -> Search:
         problem, target_bytes, minimize, time_limit = request
         start = time.perf_counter()
-        red = cached_reduction(problem)
+        # the rules know saves and recomputations only: an offload problem is solved whole
+        red = identity(problem) if problem.offload is not None else cached_reduction(problem)
         if red.identity:
             return Search.of(
                 self.solver.solve(problem, target_bytes, minimize=minimize, time_limit=time_limit)

@@ -21,6 +21,7 @@ bytes), and it is valid when some r does. Exponential: for problems with at most
 
 from __future__ import annotations
 
+import itertools
 from typing import Literal
 
 import numpy as np
@@ -146,3 +147,45 @@ def _enumerate(p: Problem) -> dict[tuple[int, ...], Price]:
         saved = tuple(v for v in nodes if mask >> bit[v] & 1)
         out[saved] = (float(least[i]), int(nbytes[i]))
     return out
+
+
+# ---- offload: a third decision (budget.core.offload), brute force over every saved set ----
+
+
+def offload_plans(p: Problem) -> list[tuple[float, int, tuple[int, ...], tuple[int, ...]]]:
+    """Every valid plan with offload as (cost, device bytes, saved, offloaded): each saved
+    set of :func:`plans` with each subset of its offloadable members kept on the host.
+    Reads ``p.offload``'s arrays and writes its price out again:
+    ``sum tail + max(0, link - forward_window) + max(0, link - backward_window)``, with
+    ``link`` the summed transfer times; a storage is on the device while any of its saved
+    members is not offloaded."""
+    o = p.offload
+    assert o is not None
+    can = [not np.isnan(o.transfer[v]) for v in range(len(p.names))]
+    out = []
+    for saved, (cost, _) in plans(p).items():
+        movable = [v for v in saved if can[v]]
+        for k in range(len(movable) + 1):
+            for away in itertools.combinations(movable, k):
+                link = sum(float(o.transfer[v]) for v in away)
+                price = (
+                    sum(float(o.tail[v]) for v in away)
+                    + max(0.0, link - o.forward_window)
+                    + max(0.0, link - o.backward_window)
+                )
+                groups = {int(p.storage[v]) for v in saved if v not in away and p.storage[v] >= 0}
+                device = sum(int(p.storage_bytes[g]) for g in groups)
+                out.append((cost + price, device, saved, away))
+    return out
+
+
+def offload_optimum(
+    p: Problem, target: int | None = None, minimize: Literal["cost", "bytes"] = "cost"
+) -> tuple[float, int] | None:
+    """(cost, device bytes) of the best plan with offload within ``target``, as
+    :func:`optimum`: least cost, then fewest device bytes (an offload the link hides is
+    free and frees device memory), or the reverse; None when none fits."""
+    fits = [(c, b) for c, b, _, _ in offload_plans(p) if target is None or b <= target]
+    if not fits:
+        return None
+    return min(fits) if minimize == "cost" else min(fits, key=lambda cb: (cb[1], cb[0]))

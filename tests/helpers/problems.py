@@ -10,6 +10,7 @@ import dataclasses
 
 import numpy as np
 
+from budget.core.offload import OffloadTerms
 from budget.core.problem import Problem
 
 
@@ -168,4 +169,26 @@ def empty_problem() -> Problem:
         cost=[],
         flops=[],
         edges=[],
+    )
+
+
+def with_offload(p: Problem, seed: int) -> Problem:
+    """``p`` where about 60% of the storages' first members may be offloaded, with random
+    transfer times (about bytes / 100), tails and windows small enough that the link's
+    contention matters."""
+    rng = np.random.default_rng(seed + 7)
+    first = {}
+    for v in range(p.n):
+        if not p.is_input[v] and p.storage[v] >= 0:
+            first.setdefault(int(p.storage[v]), v)
+    transfer = np.full(p.n, np.nan)
+    tail = np.full(p.n, np.nan)
+    for g, v in first.items():
+        if p.storage_bytes[g] > 0 and rng.random() < 0.6:
+            transfer[v] = float(p.storage_bytes[g]) / 100 * float(rng.choice([0.5, 1.0, 1.5]))
+            tail[v] = float(rng.choice([0.0, 0.0, 0.5, 2.0]))
+    window = float(rng.integers(0, 8))
+    return dataclasses.replace(
+        p,
+        offload=OffloadTerms(transfer, tail, forward_window=window, backward_window=2 * window),
     )

@@ -13,11 +13,9 @@ import time
 from collections.abc import Sequence
 from typing import ClassVar
 
-import numpy as np
-
 from ...core.problem import Problem
 from ..base import InfeasibleError, Objective, Request, Search, SolverBase, no_plan_in_time
-from .model import closure_model, integer_costs
+from .model import closure_model, integer_costs, offload_units, unit_scale
 
 
 class CpSat(SolverBase):
@@ -25,6 +23,7 @@ class CpSat(SolverBase):
     exact: ClassVar[bool] = True
     reduce: ClassVar[bool] = True  # measured faster on the bench graphs (bench/solvers.py)
     requires: ClassVar[str] = "ortools"
+    plans_offload: ClassVar[bool] = True
 
     def __init__(self, workers: int = 1, seed: int = 0, hint: Sequence[int] | None = None) -> None:
         """``hint``: a valid saved set of the problems to be solved, to start from (a warm
@@ -39,11 +38,11 @@ class CpSat(SolverBase):
         problem, target_bytes, minimize, time_limit = request
         start = time.perf_counter()
         model = cp_model.CpModel()
-        s, r, y = _build(model, problem, target_bytes)
+        s, r, y, o, offload_expr = _build(model, problem, target_bytes)
         if self.hint is not None:
             _add_hint(model, problem, self.hint, s, r, y)
         w = integer_costs(problem)
-        cost_expr = sum(int(w[v]) * r[v] for v in r if w[v] > 0)
+        cost_expr = sum(int(w[v]) * r[v] for v in r if w[v] > 0) + offload_expr
         bytes_expr = sum(int(problem.storage_bytes[g]) * y[g] for g in y)
         first, second = (cost_expr, bytes_expr) if minimize == "cost" else (bytes_expr, cost_expr)
 
@@ -58,26 +57,29 @@ class CpSat(SolverBase):
         bound = solver.best_objective_bound
         best_value = solver.objective_value
         values = {v: solver.value(x) for v, x in s.items()}
+        away = {v: solver.value(x) for v, x in o.items()}
         remaining = time_limit - (time.perf_counter() - start)
         if optimal and remaining > 0:
             model.clear_hints()  # a variable hinted twice makes the model invalid
-            for x in (*s.values(), *r.values(), *y.values()):
+            for x in (*s.values(), *r.values(), *y.values(), *o.values()):
                 model.add_hint(x, solver.value(x))
             model.add(first <= int(round(best_value)))
             model.minimize(second)
             solver, status = self._run(cp_model, model, remaining)
             if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 values = {v: solver.value(x) for v, x in s.items()}
+                away = {v: solver.value(x) for v, x in o.items()}
             tie_break = "optimal" if status == cp_model.OPTIMAL else "not proven"
         return Search(
             sorted(v for v, val in values.items() if val),
             optimal=optimal,
-            bound=_unscale(bound, problem, w, minimize),
+            bound=_unscale(bound, problem, minimize),
             info={
                 "backend": "CP-SAT",
-                "variables": len(s) + len(r) + len(y),
+                "variables": len(s) + len(r) + len(y) + len(o),
                 "tie_break": tie_break,
             },
+            offloaded=sorted(v for v, val in away.items() if val),
         )
 
     def _run(self, cp_model, model, time_limit: float):  # type: ignore[no-untyped-def]
@@ -92,10 +94,10 @@ class CpSat(SolverBase):
         return solver, status
 
 
-def _unscale(bound: float, problem: Problem, w: np.ndarray, minimize: Objective) -> float:
-    if minimize == "bytes" or not w.any():
+def _unscale(bound: float, problem: Problem, minimize: Objective) -> float:
+    if minimize == "bytes":
         return float(bound)
-    return float(bound) * float(problem.cost.max()) / float(w.max())
+    return float(bound) / unit_scale(problem)
 
 
 def _add_hint(model, problem: Problem, saved: Sequence[int], s, r, y) -> None:  # type: ignore[no-untyped-def]
@@ -111,10 +113,17 @@ def _add_hint(model, problem: Problem, saved: Sequence[int], s, r, y) -> None:  
 
 
 def _build(model, problem: Problem, target_bytes: int | None):  # type: ignore[no-untyped-def]
+    """The closure model's variables and rows (DESIGN.md), with offload where the problem
+    plans it: o_v keeps a saved value on the host (o_v -> s_v; its storage is then on the
+    device only through another saved value), priced by its tail and by the two passes'
+    link time beyond their windows (budget.core.offload). Returns s, r, y, o and the
+    offload part of the cost objective."""
     m = closure_model(problem)
+    units = offload_units(problem, m)
     s = {v: model.new_bool_var(f"s{v}") for v in m.save}
     r = {v: model.new_bool_var(f"r{v}") for v in m.recompute}
     y = {g: model.new_bool_var(f"y{g}") for g in m.groups}
+    o = {v: model.new_bool_var(f"o{v}") for v in (units.transfer if units else ())}
     for v in m.need:
         model.add_bool_or([x[v] for x in (s, r) if v in x])
     for v, u in m.closure:
@@ -124,7 +133,21 @@ def _build(model, problem: Problem, target_bytes: int | None):  # type: ignore[n
         else:
             model.add(r[v] == 0)
     for v, g in m.store:
-        model.add_implication(s[v], y[g])
+        if v in o:  # on the device unless offloaded
+            model.add_bool_or([y[g], o[v]]).only_enforce_if(s[v])
+        else:
+            model.add_implication(s[v], y[g])
+    for v, x in o.items():
+        model.add_implication(x, s[v])
     if target_bytes is not None:
         model.add(sum(int(problem.storage_bytes[g]) * y[g] for g in y) <= int(target_bytes))
-    return s, r, y
+    offload_expr = 0
+    if units is not None and o:
+        link = sum(units.transfer[v] * o[v] for v in o)
+        total = sum(units.transfer.values())
+        offload_expr = sum(units.tail[v] * o[v] for v in o if units.tail[v])
+        for window in (units.forward_window, units.backward_window):
+            exposed = model.new_int_var(0, max(0, total - window), "exposed")
+            model.add(exposed >= link - window)
+            offload_expr += exposed
+    return s, r, y, o, offload_expr

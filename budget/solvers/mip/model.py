@@ -54,17 +54,48 @@ def closure_model(problem: Problem) -> ClosureModel:
 _MAX_UNITS = 10**9
 
 
+def unit_scale(problem: Problem) -> float:
+    """Integer objective units per cost unit: 1 when every cost is an integer of at most
+    1e9 and nothing may be offloaded (exact), otherwise 1e9 over the largest cost or
+    offload term (a relative error below 1e-9 per term)."""
+    terms = [problem.cost]
+    if problem.offload is not None:
+        ok = problem.offload.offloadable
+        terms += [problem.offload.transfer[ok], problem.offload.tail[ok]]
+    top = max((float(t.max()) for t in terms if t.size), default=0.0)
+    exact = bool(np.all(problem.cost == np.round(problem.cost)))
+    if problem.offload is None and top <= _MAX_UNITS and exact:
+        return 1.0
+    return _MAX_UNITS / top if top > 0 else 1.0
+
+
 def integer_costs(problem: Problem) -> np.ndarray:
-    """Costs as int64, exact when they are already integers of moderate size (<= 1e9),
-    otherwise rounded so the largest is 1e9 (a relative error below 1e-9 per cost)."""
-    cost = problem.cost
-    top = float(cost.max()) if problem.n else 0.0
-    if top <= _MAX_UNITS and np.all(cost == np.round(cost)):
-        return cost.astype(np.int64)
-    return (
-        np.round(cost * (_MAX_UNITS / top)).astype(np.int64)
-        if top > 0
-        else np.zeros(problem.n, np.int64)
+    """Recompute costs as int64 objective units (:func:`unit_scale`)."""
+    return np.round(problem.cost * unit_scale(problem)).astype(np.int64)
+
+
+@dataclass
+class OffloadUnits:
+    """The offload terms (:mod:`budget.core.offload`) in integer objective units, for
+    the offloadable nodes with a save variable."""
+
+    transfer: dict[int, int]
+    tail: dict[int, int]
+    forward_window: int
+    backward_window: int
+
+
+def offload_units(problem: Problem, m: ClosureModel) -> OffloadUnits | None:
+    o = problem.offload
+    if o is None:
+        return None
+    k = unit_scale(problem)
+    nodes = [v for v in m.save if o.offloadable[v]]
+    return OffloadUnits(
+        transfer={v: int(round(o.transfer[v] * k)) for v in nodes},
+        tail={v: int(round(o.tail[v] * k)) for v in nodes},
+        forward_window=int(round(o.forward_window * k)),
+        backward_window=int(round(o.backward_window * k)),
     )
 
 

@@ -1,0 +1,123 @@
+"""Offload as a third decision (budget.core.offload): the exact solvers that plan it
+against the brute-force oracle, and the refusals of those that do not."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from helpers import oracle
+from helpers.problems import make, random_problem, rich_problem, with_offload
+
+from budget.core.offload import OffloadTerms, offload_terms
+from budget.solvers import InfeasibleError, available_solvers, get_solver
+from budget.solvers.base import offload_solvers
+
+PLANNERS = [name for name in ("cpsat", "auto") if name in available_solvers()]
+
+
+def _targets(p, k: int = 5) -> list[int | None]:
+    device = sorted({b for _, b, _, _ in oracle.offload_plans(p)})
+    picks = [device[int(i)] for i in np.linspace(0, len(device) - 1, k)]
+    return [None, *sorted(set(picks)), max(0, device[0] - 1)]
+
+
+def _same(got: tuple[float, int], want: tuple[float, int]) -> bool:
+    return abs(got[0] - want[0]) <= 1e-6 * max(1.0, abs(want[0])) and got[1] == want[1]
+
+
+@pytest.mark.parametrize("name", PLANNERS)
+@pytest.mark.parametrize("seed", range(12))
+def test_offload_plans_are_optimal_on_every_small_problem(name, seed):
+    build = random_problem if seed % 2 else rich_problem
+    p = with_offload(build(seed, n=9), seed)
+    for target in _targets(p):
+        want = oracle.offload_optimum(p, target)
+        if want is None:
+            with pytest.raises(InfeasibleError):
+                get_solver(name).solve(p, target)
+            continue
+        sol = get_solver(name).solve(p, target)
+        device = p.saved_bytes(sol.saved, sol.offloaded)
+        assert _same((sol.objective, device), want), (seed, target, sol, want)
+        assert target is None or device <= target
+        assert set(sol.offloaded) <= set(sol.saved)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_fewest_device_bytes_offload_what_can_be(seed):
+    p = with_offload(random_problem(seed, n=9), seed)
+    sol = get_solver("cpsat").solve(p, None, minimize="bytes")
+    want = oracle.offload_optimum(p, None, minimize="bytes")
+    assert want is not None
+    got = (p.recompute_cost(sol.saved) + p.offload_cost(sol.offloaded), sol.objective)
+    assert _same(got, want)
+
+
+def _chain(windows: float) -> object:
+    # x -> a -> b -> c, all needed, 100 B each, recomputing costs 10 each
+    p = make(
+        1,
+        [{"name": n, "cost": 10} for n in "abc"],
+        [(0, 1), (1, 2), (2, 3)],
+    )
+    terms = OffloadTerms(
+        transfer=np.array([np.nan, 1.0, 1.0, 1.0]),
+        tail=np.array([np.nan, 0.0, 0.0, 0.5]),
+        forward_window=windows,
+        backward_window=2 * windows,
+    )
+    return dataclasses.replace(p, offload=terms)
+
+
+def test_offload_is_free_while_the_link_hides_it_and_priced_beyond():
+    # at a target of 0 device bytes every value must be offloaded or recomputed
+    hidden = get_solver("cpsat").solve(_chain(5.0), 0)
+    assert hidden.offloaded == [1, 2, 3] and hidden.objective == pytest.approx(0.5)
+    # a window of 1: the link's 3 s of copies expose 2 s in the forward and 1 s in the
+    # backward, plus c's tail: 3.5, still cheaper than any recomputation (10 each)
+    tight = get_solver("cpsat").solve(_chain(1.0), 0)
+    assert tight.offloaded == [1, 2, 3] and tight.objective == pytest.approx(3.5)
+
+
+def test_what_the_link_hides_is_offloaded_for_nothing_even_without_a_target():
+    # a and b hide behind the compute; c's tail would cost 0.5: it stays on the device
+    sol = get_solver("cpsat").solve(_chain(5.0), None)
+    assert sol.offloaded == [1, 2] and sol.objective == 0.0 and sol.saved == [1, 2, 3]
+
+
+@pytest.mark.parametrize("name", ["greedy", "dp", "mincut", "ilp"])
+def test_solvers_that_do_not_plan_offload_refuse_it(name):
+    if name not in available_solvers():
+        pytest.skip(f"{name} not installed")
+    with pytest.raises(ValueError, match="does not plan offload; solvers that do: auto, cpsat"):
+        get_solver(name).solve(_chain(5.0), 0)
+    assert offload_solvers() == ["auto", "cpsat"]
+
+
+def test_a_plan_offloading_what_it_may_not_is_invalid():
+    p = _chain(5.0)
+    assert p.check([1, 2, 3], [2]) == []
+    assert p.check([1, 3], [2]) == ["b offloaded but not saved"]
+    q = dataclasses.replace(p, offload=None)
+    assert q.check([1, 2, 3], [2]) == ["b offloaded but cannot be offloaded"]
+    assert p.saved_bytes([1, 2, 3], [2]) == 200 and p.host_bytes([2]) == 100
+
+
+def test_offload_terms_from_forward_costs():
+    # four nodes in forward order costing 1, 2, 3, 4 s; storages of 10, 0, 20, 40 bytes
+    t = offload_terms(
+        np.array([1.0, 2.0, 3.0, 4.0]),
+        np.array([10.0, 0.0, 20.0, 40.0]),
+        np.array([True, True, True, False]),
+        bandwidth=2.0,
+    )
+    # transfer = bytes / 2; compute after each node: 9, 7, 4, 0
+    assert np.isnan(t.transfer[1]) and np.isnan(t.transfer[3])  # no bytes; not allowed
+    assert t.transfer[[0, 2]].tolist() == [5.0, 10.0]
+    # tails: max(0, 5 - 9) + max(0, 5 - 18) = 0; max(0, 10 - 4) + max(0, 10 - 8) = 8
+    assert t.tail[[0, 2]].tolist() == [0.0, 8.0]
+    assert (t.forward_window, t.backward_window) == (10.0, 20.0)
+    with pytest.raises(ValueError, match="bandwidth > 0"):
+        offload_terms(np.zeros(1), np.zeros(1), np.ones(1, bool), bandwidth=0.0)
