@@ -24,6 +24,7 @@ _DEFAULTS: dict[str, Any] = {
     "time_limit": 60.0,
     "peak_search": "grid",
     "conv_workspace": "measure",
+    "offload": False,
 }
 
 # How the peak models price a CPU convolution's workspace (budget.config.conv_workspace):
@@ -68,6 +69,10 @@ def validate_option(name: str, value: Any) -> Any:
                 f"conv_workspace must be one of {', '.join(map(repr, CONV_WORKSPACES))}; "
                 f"got {value!r}"
             )
+        return value
+    if name == "offload":
+        if not isinstance(value, bool):
+            raise ValueError(f"offload must be True or False; got {value!r}")
         return value
     raise AttributeError(f"budget.config has no option {name!r}; options: {sorted(_DEFAULTS)}")
 

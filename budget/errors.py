@@ -42,6 +42,12 @@ class PlanMismatchError(BudgetError, ValueError):
     """A saved plan does not fit the graph being compiled; it is refused, never applied."""
 
 
+class OffloadError(BudgetError, ValueError):
+    """Offload was asked for where it cannot be planned: the device is the host (a CPU),
+    its host link is unknown, the estimator does not price time, or the path does not
+    offload yet."""
+
+
 class PreviewError(BudgetError, ValueError):
     """A step a preview cannot trace on fake tensors (data-dependent Python in eager code
     between graphs; for budget.apply, a value read from tensor data that cannot be known
@@ -60,6 +66,7 @@ __all__ = [
     "BudgetError",
     "BudgetTooSmallError",
     "InfeasibleError",
+    "OffloadError",
     "PlanMismatchError",
     "SolverTimeout",
     "TargetError",

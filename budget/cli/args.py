@@ -91,6 +91,14 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         help=f"solver time limit per solve (default: {config.time_limit:g})",
     )
     p.add_argument(
+        "--offload",
+        action="store_true",
+        default=None,
+        help="the solver may also keep saved values in host memory, copied back for the "
+        "backward, where that is cheaper than recomputing them (GPU plans: name the GPU "
+        "in --estimator, e.g. flops:h100, to preview on a CPU)",
+    )
+    p.add_argument(
         "--compiler",
         choices=COMPILERS,
         default="inductor",
@@ -182,7 +190,7 @@ def _add_solve(sub: argparse._SubParsersAction, default_budget: float) -> None:
         "--json",
         metavar="FILE",
         help="also write the plan file (one plan's JSON; several graphs: "
-        '{"version": 7, "plans": [...]}) for budget.backend(plan=FILE)',
+        '{"version": 8, "plans": [...]}) for budget.backend(plan=FILE)',
     )
     solve.add_argument(
         "--plan",

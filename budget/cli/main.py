@@ -61,6 +61,7 @@ def _common(args: argparse.Namespace) -> dict[str, Any]:
         "estimator": args.estimator,
         "time_limit": args.time_limit,
         "compiler": args.compiler,
+        "offload": args.offload,
     }
 
 
@@ -229,6 +230,7 @@ def _solve_eager(args: argparse.Namespace) -> int:
             estimator=args.estimator,
             time_limit=args.time_limit,
             peak_search=args.peak_search,
+            offload=args.offload,
         )
     )
     done = time.perf_counter()

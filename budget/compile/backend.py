@@ -283,6 +283,7 @@ def backend(
     plan: PlanSource | None = None,
     peak_memory_budget: str | None = None,
     peak_search: str | None = None,
+    offload: bool | None = None,
 ) -> BudgetBackend:
     """A ``torch.compile`` backend that saves activations within ``memory_budget``.
 
@@ -307,6 +308,11 @@ def backend(
     ``budget.config.peak_search``, "grid"): "exact" also searches, with CP-SAT, the plans
     that recompute each value once, cheapest first, and proves the plan optimal among them
     when it can (:mod:`budget.compile.peak_search`; slower).
+
+    ``offload`` (default ``budget.config.offload``, False): the solver may also keep saved
+    values in host memory, copied back for the backward, where the link hides the copies
+    or they are cheaper than recomputation (:mod:`budget.core.offload`); torch's offload
+    pass moves them. A GPU plan only: on a CPU it raises :class:`budget.OffloadError`.
     """
     settings = resolve_settings(
         memory_budget=memory_budget,
@@ -315,6 +321,7 @@ def backend(
         estimator=estimator,
         time_limit=time_limit,
         peak_search=peak_search,
+        offload=offload,
         compiler=compiler,
         plan=plan,
     )

@@ -30,7 +30,7 @@ from ..errors import SolverTimeout
 from ..estimators import get_estimator
 from ..planning.planner import plan_like, solve_problem, solve_sweep
 from ..runtime import _torch_private as T
-from . import ranks
+from . import offload, ranks
 from .graph import build_problem, graph_hash
 from .layout import copied_inputs_bound
 from .peak_plan import plan_for_peak
@@ -147,6 +147,9 @@ def _partition(
     t1 = time.perf_counter()
     problem, nodes = build_problem(graph, node_info, get_estimator(settings.estimator), reference)
     problem.fixed_bytes = copied_inputs_bound(graph, node_info, settings.compiler)
+    if settings.offload:
+        terms = offload.terms_for(problem, nodes, num_fwd_outputs, settings.estimator)
+        problem = replace(problem, offload=terms)
     t2 = time.perf_counter()
     log.problems.append(problem)
     timings = {"classify": t1 - t0, "estimate": t2 - t1}
@@ -226,11 +229,20 @@ def _remake(
     against ``problem`` and priced by it, keeping the budget, ends, status, solver and
     peak budget it was made with."""
     saved = saved_indices(problem, made, source)
+    index = {name: i for i, name in enumerate(problem.names)}
     timings = {**timings, "apply": time.perf_counter() - start}
     plan = plan_like(
-        problem, saved, made, status=made.status, gap=made.gap, estimator=estimator, timings=timings
+        problem,
+        saved,
+        made,
+        offloaded=[index[name] for name in made.offloaded],
+        status=made.status,
+        gap=made.gap,
+        estimator=estimator,
+        timings=timings,
     )
-    return replace(plan, peak_target_bytes=made.peak_target_bytes)
+    offload_cost = plan.offload_cost if problem.offload is not None else made.offload_cost
+    return replace(plan, peak_target_bytes=made.peak_target_bytes, offload_cost=offload_cost)
 
 
 def _apply_saved_plan(

@@ -81,6 +81,15 @@ def node_storages(node: fx.Node, memo: Memo | None = None) -> list[tuple[int, in
     return out
 
 
+def _host_storages(nodes: list[fx.Node]) -> set[int]:
+    """Raw storages in host memory in graphs that run on an accelerator (the copies of
+    offloaded values, budget.core.offload); none where the graphs run on the host."""
+    vals = [t for n in nodes for t in tensors(n.meta.get("val"))]
+    if not any(t.device.type not in ("cpu", "meta") for t in vals):
+        return set()
+    return {s[0] for t in vals if t.device.type == "cpu" and (s := storage_of(t)) is not None}
+
+
 Key = tuple[str, int]  # (graph, fake storage): a recomputed value shares its forward twin's
 # fake tensor, but is a storage of its own
 
@@ -137,6 +146,8 @@ def predict_peak(
     handed_over = {key[1]: key for keys in fw_keys.values() for key in keys}
     bw_keys = _keys(bw_nodes, "bw", handed_over, memo)
     sizes = {raw: nbytes for n in fw_nodes + bw_nodes for raw, nbytes in node_storages(n, memo)}
+    for raw in _host_storages(fw_nodes + bw_nodes):
+        sizes[raw] = 0  # offloaded copies, in host memory: not the device's
 
     def keys(node: fx.Node, phase: str) -> list[Key]:
         return (fw_keys if phase == "forward" else bw_keys)[node]

@@ -280,6 +280,7 @@ def plans(
     plan: PlanSource | None = None,
     peak_memory_budget: str | None = None,
     peak_search: str | None = None,
+    offload: bool | None = None,
     **example_kwargs: Any,
 ) -> list[Plan]:
     """The plans for every graph of ``fn(*example_args, **example_kwargs)``, in order,
@@ -301,6 +302,7 @@ def plans(
         plan=plan,
         peak_memory_budget=peak_memory_budget,
         peak_search=peak_search,
+        offload=offload,
     )
     return be.plans
 
@@ -335,6 +337,7 @@ def sweep(
     time_limit: float | None = None,
     compiler: str = "inductor",
     progress: Callable[[int, int, int], None] | None = None,
+    offload: bool | None = None,
     **example_kwargs: Any,
 ) -> list[Plan] | list[list[Plan]]:
     """Plans for many budgets from one trace: ``[plan per budget]`` for a step with one
@@ -359,6 +362,7 @@ def sweep(
         estimator=estimator,
         time_limit=time_limit,
         compiler=compiler,
+        offload=offload,
     )
     sweeps = be.log.sweeps
     return sweeps[0] if len(sweeps) == 1 else sweeps
@@ -374,6 +378,7 @@ def plan(
     compiler: str = "inductor",
     peak_memory_budget: str | None = None,
     peak_search: str | None = None,
+    offload: bool | None = None,
     **example_kwargs: Any,
 ) -> Plan | list[Plan]:
     """The plan for ``fn``'s training step; a list of plans when it has graph breaks."""
@@ -383,6 +388,7 @@ def plan(
         memory_budget=memory_budget,
         peak_memory_budget=peak_memory_budget,
         peak_search=peak_search,
+        offload=offload,
         solver=solver,
         estimator=estimator,
         time_limit=time_limit,

@@ -20,6 +20,7 @@ import torch.fx as fx
 
 from ..core.plan import Plan
 from ..core.settings import PlanSettings
+from ..errors import PlanMismatchError
 from ..runtime import _torch_private as T
 from .graph import kept_inputs
 from .layout import copied_inputs, has_convolution, runs_channels_last
@@ -61,13 +62,18 @@ class Partitions:
         self._reference = reference
         self._reference_peak: int | None = None
 
-    def _extract(self, saved_names: set[str], recomputed: frozenset[str]) -> Made:
+    def _extract(
+        self,
+        saved_names: set[str],
+        recomputed: frozenset[str],
+        offloaded: frozenset[str] = frozenset(),
+    ) -> Made:
         saved = [n for n in self.nodes if n.name in saved_names]
         # the inputs are saved too, each once: torch's b=1 set names them already, and with
         # dynamic shapes an input handed over twice became two placeholders of one name
         # in the backward ("duplicate argument"), which fx refuses to build
         saved = list(dict.fromkeys([*saved, *self.node_info.inputs]))
-        fw, bw = extract(self.joint_module, saved, self.node_info, self.num_fwd_outputs)
+        fw, bw = extract(self.joint_module, saved, self.node_info, self.num_fwd_outputs, offloaded)
         copies = copied_inputs(fw, self.num_fwd_outputs, self.settings.compiler)
         kept = kept_inputs(fw, self.num_fwd_outputs, self.static_inputs)
         channels_last = runs_channels_last(fw, self.settings.compiler)
@@ -121,9 +127,9 @@ class Partitions:
                 goal = self.reference_peak()
                 if plan.peak_target_bytes is not None:
                     goal = min(goal, plan.peak_target_bytes)
-        key = (tuple(plan.saved), goal)
+        key = (tuple(plan.kept), tuple(plan.offloaded), goal)
         if key not in self._made:
-            made = self._extract(set(plan.saved), recomputed)
+            made = self._extract(set(plan.kept), recomputed, frozenset(plan.offloaded))
             # Under Inductor a rescheduled convnet backward peaks well above its
             # prediction, even with its extra recomputations pinned (pin_order): on the
             # bench convnet 35.43 MiB compiled against 29.94 predicted. Such graphs are
@@ -192,8 +198,10 @@ def extract(
     saved: list[fx.Node],
     node_info: T.NodeInfo,
     num_fwd_outputs: int,
+    offloaded: frozenset[str] = frozenset(),
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
-    """Forward and backward modules for a saved set, with torch's post-processing."""
+    """Forward and backward modules for a saved set, with torch's post-processing, its
+    offload pass included where ``offloaded`` names values kept in host memory."""
     sym = [n for n in saved if T.is_sym_node(n)]
     opaque = [n for n in saved if T.is_opaque_node(n)]
     values = [n for n in saved if not T.is_sym_node(n) and not T.is_opaque_node(n)]
@@ -208,8 +216,49 @@ def extract(
     if T.has_recomputable_rng_ops(joint_module):
         fw, bw = T.functionalize_rng_ops(joint_module, fw, bw, len(sym))
     bw = T.reordering_to_mimic_autograd_engine(bw)
+    if offloaded:
+        offload(fw, bw, offloaded, node_info, num_fwd_outputs)
     fw = T.raise_getitems(fw)
     bw = T.raise_getitems(bw)
     fw = T.thread_graphsafe_rng_from_hops(fw, is_backward=False)
     bw = T.thread_graphsafe_rng_from_hops(bw, is_backward=True)
     return fw, bw
+
+
+def offload(
+    fw: fx.GraphModule,
+    bw: fx.GraphModule,
+    offloaded: frozenset[str],
+    node_info: T.NodeInfo,
+    num_fwd_outputs: int,
+) -> None:
+    """Offload ``offloaded`` with torch's own pass (in place): the forward copies each to
+    host memory after its last use there, the backward copies it back before its first
+    use. On CUDA the copies run on a side stream, the forward's waits sunk and the
+    backward's reloads prefetched (torch's options for it); elsewhere they are plain
+    copies. A value torch's pass will not move (a view, a model output, an input, a
+    non-contiguous tensor) is refused by name, never left on the device in silence."""
+    devices = {
+        n.meta["val"].device.type
+        for n in fw.graph.nodes
+        if n.name in offloaded and isinstance(n.meta.get("val"), torch.Tensor)
+    }
+    for n in fw.graph.nodes:
+        if n.name in offloaded:
+            n.meta["should_offload"] = True
+    cuda = devices == {"cuda"}
+    with T.functorch_config.patch(
+        activation_offload_separate_stream=cuda,
+        activation_offload_sink_wait=cuda,
+        activation_reload_prefetch=cuda,
+    ):
+        T.enable_activation_offloading(
+            fw, bw, num_fwd_outputs, node_info.static_lifetime_input_nodes
+        )
+    moved = {n.name for n in fw.graph.nodes if n.meta.get("saved_for_offloading")}
+    refused = sorted(offloaded - moved)
+    if refused:
+        raise PlanMismatchError(
+            f"torch's offload pass does not move {', '.join(refused[:5])}: it offloads "
+            "whole contiguous tensors that are not views, model outputs or graph inputs"
+        )

@@ -14,12 +14,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-PLAN_FORMAT_VERSION = 7
+PLAN_FORMAT_VERSION = 8
 # version 1: no peak_bytes, no timeline; version 2: no recomputed_again, again_cost/flops
 # version 3: no eager_saved_bytes; version 4: no compiled_peak_bytes; version 5: no
-# reference_peak_bytes; version 6: no tie_break, previewed_on, held_bytes
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
-Choice = Literal["save", "recompute", "input"]
+# reference_peak_bytes; version 6: no tie_break, previewed_on, held_bytes; version 7: no
+# offload (offload_cost, offloaded_bytes, offload_transfer, the "offload" decision)
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
+# "offload": saved, but kept in host memory between the forward and the backward
+Choice = Literal["save", "offload", "recompute", "input"]
 
 
 @dataclass
@@ -27,6 +29,7 @@ class Decision:
     name: str
     op: str
     bytes: int  # bytes of the node's storage (0 for inputs and shared storages)
+    # (offloaded values: the host bytes they take)
     cost: float  # recompute cost in the plan's cost unit
     flops: float
     decision: Choice
@@ -51,7 +54,7 @@ class Plan:
     # ---- what was asked, and what the solver chose
     budget: float | str  # the budget asked for: a fraction, or a size like "36MiB"
     target_bytes: int
-    saved_bytes: int
+    saved_bytes: int  # device bytes: offloaded values are in ``offloaded_bytes``
     min_bytes: int
     max_bytes: int
     recompute_cost: float
@@ -134,6 +137,12 @@ class Plan:
     # compiled graphs depends on tensor values, "the example inputs" (the forward ran for
     # real: budget.compile.preview); "" in training
     previewed_on: str = ""
+    # ---- offload (budget.core.offload): the exposed time of the host-link copies of the
+    # offloaded values, in the plan's cost unit, and the host bytes they take
+    offload_cost: float = 0.0
+    offloaded_bytes: int = 0
+    # the host link's time for one way of those copies (the offloads, or the reloads)
+    offload_transfer: float = 0.0
     version: int = PLAN_FORMAT_VERSION
 
     @property
@@ -148,12 +157,23 @@ class Plan:
 
     @property
     def total_recompute_cost(self) -> float:
-        """What the backward recomputes, in the plan's cost unit, extra recomputations in."""
-        return self.recompute_cost + self.again_cost
+        """What the backward recomputes, in the plan's cost unit, extra recomputations in,
+        with the offloads' exposed transfer time."""
+        return self.recompute_cost + self.again_cost + self.offload_cost
 
     @property
     def saved(self) -> list[str]:
         return [d.name for d in self.decisions if d.decision == "save"]
+
+    @property
+    def offloaded(self) -> list[str]:
+        """Values saved in host memory between the forward and the backward."""
+        return [d.name for d in self.decisions if d.decision == "offload"]
+
+    @property
+    def kept(self) -> list[str]:
+        """Every value the forward hands the backward: saved on the device or offloaded."""
+        return [d.name for d in self.decisions if d.decision in ("save", "offload")]
 
     @property
     def recomputed(self) -> list[str]:

@@ -224,10 +224,13 @@ class Problem:
 
     def check(self, saved: Iterable[int], offloaded: Iterable[int] = ()) -> list[str]:
         """Reasons ``saved`` (``offloaded`` of it kept on the host) is not a valid plan
-        (empty when valid). Memory is not checked."""
+        (empty when valid). Memory is not checked; offloadability only where the problem
+        prices offload."""
         saved = set(saved)
+        # where offload is not priced (a plan file applied), what torch's offload pass can
+        # move is its own check (budget.compile.split)
         can_offload = (
-            self.offload.offloadable if self.offload is not None else np.zeros(self.n, bool)
+            self.offload.offloadable if self.offload is not None else np.ones(self.n, bool)
         )
         errors = [
             f"{self.names[v]} offloaded but "

@@ -116,6 +116,7 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
         f" ({plan.saved_bytes / plan.max_bytes:.1%} of the budget-1 end)" if plan.max_bytes else ""
     )
     lines.append(f"  saved      {format_bytes(plan.saved_bytes)}{share}")
+    lines += _offload_lines(plan)
     if plan.copied_input_bytes:
         lines.append(
             f"             of which {format_bytes(plan.copied_input_bytes)}: Inductor's "
@@ -192,6 +193,20 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
         items = [f"{k} {format_seconds(v)}" for k, v in plan.timings.items()]
         lines.extend(wrap_items("  timings   ", items))
     return "\n".join(lines)
+
+
+def _offload_lines(plan: Plan) -> list[str]:
+    """What is offloaded: host bytes, the link's time against what compute hides, names."""
+    names = plan.offloaded
+    if not names:
+        return []
+    lines = [
+        f"  offload    {format_bytes(plan.offloaded_bytes)} in {len(names)} values kept in host "
+        "memory, copied back for the backward",
+        f"             copies {_with_unit(plan.offload_transfer, plan.cost_unit)} each way, "
+        f"{_with_unit(plan.offload_cost, plan.cost_unit)} of that not hidden by compute",
+    ]
+    return lines + wrap_items(" " * 12, names)
 
 
 def _again_allocates(plan: Plan) -> bool:

@@ -52,6 +52,9 @@ class PlanSettings:
     """Saved plans to apply instead of solving (``budget.backend(plan=...)``)."""
     sweep: tuple[MemoryBudget, ...] = ()
     """Previews only: plan each of these budgets too (the first is the one applied)."""
+    offload: bool = False
+    """Whether the solver may keep saved values in host memory (budget.core.offload):
+    offloaded, copied back for the backward. Off by default."""
     conv_workspace: str = "measure"
     """How the peak models price a CPU convolution's (and bf16 matmul's) workspace:
     "measure" (once per call shape on this host) or "rule" (budget's fitted rule)."""

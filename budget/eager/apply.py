@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ..errors import PreviewError
+from ..errors import OffloadError, PreviewError
 from ..planning.options import resolve_settings
 from ..runtime import _torch_private as T
 from .peak import simulate
@@ -75,6 +75,7 @@ def plan(
     estimator: str | None = None,
     time_limit: float | None = None,
     peak_search: str | None = None,
+    offload: bool | None = None,
     **example_kwargs: Any,
 ) -> EagerPlan:
     """The eager plan for ``model``'s training step, without applying it.
@@ -99,7 +100,13 @@ def plan(
         estimator=estimator,
         time_limit=time_limit,
         peak_search=peak_search,
+        offload=offload,
     )
+    if settings.offload:
+        raise OffloadError(
+            "budget.apply does not offload yet: offload is planned on the compiled path "
+            "(budget.backend(offload=True)); set offload=False (budget.config.offload)"
+        )
     if settings.peak_bytes is not None and peak_search == "exact":
         raise ValueError(
             "peak_search='exact' searches the liveness bound of a compiled joint graph "
@@ -195,6 +202,7 @@ def apply(
     estimator: str | None = None,
     time_limit: float | None = None,
     peak_search: str | None = None,
+    offload: bool | None = None,
     plan: EagerPlan | None = None,
     **example_kwargs: Any,
 ) -> EagerPlan:
@@ -231,6 +239,7 @@ def apply(
             estimator=estimator,
             time_limit=time_limit,
             peak_search=peak_search,
+            offload=offload,
             **example_kwargs,
         )
     install(model, plan)

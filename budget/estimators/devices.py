@@ -1,4 +1,5 @@
-"""Device figures for the time estimators: peak FLOP rates and memory bandwidth.
+"""Device figures for the time estimators: peak FLOP rates, memory bandwidth
+and the host link.
 
 ``flops`` and ``roofline`` turn FLOPs and bytes into seconds with these figures. The GPUs
 come from their vendor datasheets (dense figures: the tensor-core rates NVIDIA prints "with
@@ -44,6 +45,9 @@ class Device:
     source: str
     measured: bool = False
     extra: Mapping[str, float] = field(default_factory=dict)  # probe details, for display
+    # bytes/s of the host link in one direction (offload's copies: budget.core.offload);
+    # 0 where offload frees nothing or the figure is unknown (the host CPU, measured GPUs)
+    host_link: float = 0.0
 
     def peak(self, dtype: torch.dtype | None, kind: str = "matmul") -> float:
         """FLOP/s for work of ``kind`` ("matmul", "conv", "attention" or "other") in ``dtype``."""
@@ -81,11 +85,14 @@ def _nvidia(
     fp8: float | None,
     bandwidth: float,
     source: str,
+    host_link: float,
 ) -> Device:
     matmul = {"float64": fp64, "float32": fp32, "tf32": tf32, "bfloat16": bf16, "float16": bf16}
     if fp8 is not None:
         matmul["float8"] = fp8
-    return Device(key, name, matmul, vector=fp32, bandwidth=bandwidth, source=source)
+    return Device(
+        key, name, matmul, vector=fp32, bandwidth=bandwidth, source=source, host_link=host_link
+    )
 
 
 T = 1e12
@@ -104,6 +111,7 @@ DEVICES: dict[str, Device] = {
             bf16=989.4 * T,  # 1,979 with sparsity; FP16 the same
             fp8=1978.9 * T,  # 3,958 with sparsity
             bandwidth=3.35e12,
+            host_link=64e9,  # PCIe Gen5 x16: 128 GB/s both ways
             source=f"{_H100_SHEET} (H100 SXM column; dense rates)",
         ),
         _nvidia(
@@ -115,6 +123,7 @@ DEVICES: dict[str, Device] = {
             bf16=756.5 * T,  # 1,513 with sparsity
             fp8=1513 * T,  # 3,026 with sparsity
             bandwidth=2.0e12,
+            host_link=64e9,  # PCIe Gen5 x16: 128 GB/s both ways
             source=f"{_H100_SHEET} (H100 PCIe column; dense rates)",
         ),
         _nvidia(
@@ -126,6 +135,7 @@ DEVICES: dict[str, Device] = {
             bf16=989.4 * T,  # 1,979 with sparsity
             fp8=1978.9 * T,  # 3,958 with sparsity
             bandwidth=4.8e12,
+            host_link=64e9,  # PCIe Gen5 x16: 128 GB/s both ways
             source="NVIDIA H200 Tensor Core GPU datasheet, "
             "https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM column; dense rates)",
         ),
@@ -138,6 +148,7 @@ DEVICES: dict[str, Device] = {
             bf16=312 * T,  # 624 with sparsity
             fp8=None,  # no FP8 on Ampere
             bandwidth=2.039e12,
+            host_link=32e9,  # PCIe Gen4 x16: 64 GB/s both ways
             source="NVIDIA A100 Tensor Core GPU datasheet, "
             "https://www.nvidia.com/en-us/data-center/a100/ (A100 80GB SXM column; dense rates)",
         ),

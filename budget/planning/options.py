@@ -24,6 +24,7 @@ def resolve_settings(
     estimator: str | None = None,
     time_limit: float | None = None,
     peak_search: str | None = None,
+    offload: bool | None = None,
     compiler: str = "",
     plan: PlanSource | object | None = None,
 ) -> PlanSettings:
@@ -51,6 +52,7 @@ def resolve_settings(
         peak_search=validate_option(
             "peak_search", config.peak_search if peak_search is None else peak_search
         ),
+        offload=validate_option("offload", config.offload if offload is None else offload),
         compiler=compiler,
         book=PlanBook.load(plan) if compiler and plan is not None else None,  # type: ignore[arg-type]
         conv_workspace=config.conv_workspace,

@@ -198,17 +198,19 @@ def solve_problem(
 
     sol: Solution
     status: str
+    offloaded: list[int] = []
     if budget.fraction == 1.0 and reference:
         saved, status, gap = reference, "reference", 0.0
     elif budget.fraction == 0.0 or target - fixed == ends.min_bytes:
-        saved, status, gap = low.saved, low.status, low.gap
+        saved, status, gap, offloaded = low.saved, low.status, low.gap, low.offloaded
     else:
         sol = backend.solve(problem, target - fixed, minimize="cost", time_limit=time_limit)
-        saved, status, gap = sol.saved, sol.status, sol.gap
+        saved, status, gap, offloaded = sol.saved, sol.status, sol.gap, sol.offloaded
     timings["solve"] = time.perf_counter() - start
     return make_plan(
         problem,
         saved,
+        offloaded=offloaded,
         budget=budget,
         target_bytes=target,
         min_bytes=ends.min_bytes + fixed,
@@ -225,6 +227,7 @@ def make_plan(
     problem: Problem,
     saved: list[int],
     *,
+    offloaded: Sequence[int] = (),
     budget: MemoryBudget,
     target_bytes: int,
     min_bytes: int,
@@ -235,10 +238,12 @@ def make_plan(
     estimator: str,
     timings: dict[str, float],
 ) -> Plan:
-    errors = problem.check(saved)
+    """The Plan of ``problem`` that keeps ``saved`` for the backward, ``offloaded`` of it
+    in host memory (checked: a plan over its target is a bug)."""
+    errors = problem.check(saved, offloaded)
     if errors:
         raise RuntimeError(f"internal error: invalid plan from {solver}: {errors[:3]}")
-    saved_bytes = problem.saved_bytes(saved) + problem.fixed_bytes
+    saved_bytes = problem.saved_bytes(saved, offloaded) + problem.fixed_bytes
     if saved_bytes > target_bytes and status != "reference":
         raise RuntimeError(
             f"internal error: {solver} returned {saved_bytes} bytes for a target of {target_bytes}"
@@ -246,6 +251,7 @@ def make_plan(
     recompute = problem.recompute_closure(saved)
     recomputed = set(recompute)
     saved_set = set(saved)
+    away = set(offloaded)
     counted: set[int] = set()
     decisions: list[Decision] = []
     for v in range(problem.n):
@@ -253,6 +259,8 @@ def make_plan(
             if not problem.needed[v]:
                 continue
             choice = "input"
+        elif v in away:
+            choice = "offload"
         elif v in saved_set:
             choice = "save"
         elif v in recomputed:
@@ -293,6 +301,15 @@ def make_plan(
         decisions=decisions,
         timings=timings,
         copied_input_bytes=problem.fixed_bytes,
+        # where offload is not priced (a plan file applied): 0 here, the file's own figure
+        # kept by the caller
+        offload_cost=problem.offload_cost(offloaded) if problem.offload is not None else 0.0,
+        offloaded_bytes=problem.host_bytes(offloaded),
+        offload_transfer=(
+            float(problem.offload.transfer[list(offloaded)].sum())
+            if problem.offload is not None and len(offloaded)
+            else 0.0
+        ),
     )
 
 
@@ -301,6 +318,7 @@ def plan_like(
     saved: list[int],
     like: Plan,
     *,
+    offloaded: Sequence[int] = (),
     status: str = "feasible",
     gap: float | None = None,
     solver: str | None = None,
@@ -313,6 +331,7 @@ def plan_like(
     return make_plan(
         problem,
         saved,
+        offloaded=offloaded,
         budget=parse_budget(like.budget),
         target_bytes=like.target_bytes,
         min_bytes=like.min_bytes,

@@ -56,6 +56,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
             "force_save_collectives",
             "force_save_effectful_ops",
             "functionalize_rng_ops",
+            "get_default_op_list",
             "has_recomputable_ops",
             "has_recomputable_rng_ops",
             "must_recompute",
@@ -98,6 +99,11 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     # eager selective checkpointing, budget/eager/: the tracing mode, parameter swapping,
     # and the test torch's own selective checkpoint uses to tell compile tracing apart
     "TorchDispatchMode": ("torch.utils._python_dispatch", "TorchDispatchMode"),
+    # torch's activation offloading pass (node meta "should_offload" -> offload/reload ops)
+    "enable_activation_offloading": (
+        "torch._functorch._activation_offloading.activation_offloading",
+        "enable_activation_offloading",
+    ),
     "reparametrize_module": ("torch.nn.utils.stateless", "_reparametrize_module"),
     "sac_is_compiling": ("torch.utils.checkpoint", "_is_compiling"),
     "FakeTensor": ("torch._subclasses.fake_tensor", "FakeTensor"),
@@ -110,6 +116,9 @@ if TYPE_CHECKING:
     from torch._dynamo.exc import BackendCompilerFailed
     from torch._dynamo.utils import counters
     from torch._functorch import config as functorch_config
+    from torch._functorch._activation_offloading.activation_offloading import (
+        enable_activation_offloading,
+    )
     from torch._functorch._aot_autograd.descriptors import InputMutationAOTOutput
     from torch._functorch._aot_autograd.graph_compile import is_opaque_node
     from torch._functorch.aot_autograd import make_boxed_func
@@ -125,6 +134,7 @@ if TYPE_CHECKING:
         force_save_collectives,
         force_save_effectful_ops,
         functionalize_rng_ops,
+        get_default_op_list,
         has_recomputable_ops,
         has_recomputable_rng_ops,
         must_recompute,
@@ -285,11 +295,13 @@ __all__ = [
     "compile_fx_inner",
     "counters",
     "default_partition",
+    "enable_activation_offloading",
     "force_save_bw_mutation_src",
     "force_save_collectives",
     "force_save_effectful_ops",
     "functionalize_rng_ops",
     "functorch_config",
+    "get_default_op_list",
     "fx_graph_cse",
     "has_recomputable_ops",
     "has_recomputable_rng_ops",

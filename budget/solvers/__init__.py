@@ -16,16 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from .base import InfeasibleError, Solution, Solver, SolverTimeout
-
-_SOLVERS: dict[str, type] = {}
-
-
-def register_solver(cls: type) -> type:
-    if cls.name in _SOLVERS:
-        raise ValueError(f"solver {cls.name!r} is already registered")
-    _SOLVERS[cls.name] = cls
-    return cls
+from .base import _SOLVERS, InfeasibleError, Solution, Solver, SolverTimeout, register_solver
 
 
 def available_solvers() -> list[str]:

@@ -220,10 +220,20 @@ def finish(request: Request, found: Search, *, solver: str, start: float) -> Sol
     return solution
 
 
+# ---- the registry (budget.solvers.get_solver reads it) ------------------------------------
+
+_SOLVERS: dict[str, type] = {}
+
+
+def register_solver(cls: type) -> type:
+    if cls.name in _SOLVERS:
+        raise ValueError(f"solver {cls.name!r} is already registered")
+    _SOLVERS[cls.name] = cls
+    return cls
+
+
 def offload_solvers() -> list[str]:
     """The registered solvers that plan offload."""
-    from . import _SOLVERS
-
     return sorted(name for name, cls in _SOLVERS.items() if getattr(cls, "plans_offload", False))
 
 

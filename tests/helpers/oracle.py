@@ -181,11 +181,22 @@ def offload_plans(p: Problem) -> list[tuple[float, int, tuple[int, ...], tuple[i
 
 def offload_optimum(
     p: Problem, target: int | None = None, minimize: Literal["cost", "bytes"] = "cost"
-) -> tuple[float, int] | None:
-    """(cost, device bytes) of the best plan with offload within ``target``, as
-    :func:`optimum`: least cost, then fewest device bytes (an offload the link hides is
-    free and frees device memory), or the reverse; None when none fits."""
-    fits = [(c, b) for c, b, _, _ in offload_plans(p) if target is None or b <= target]
+) -> tuple[float, int, int] | None:
+    """(cost, device bytes, host bytes) of the best plan with offload within ``target``:
+    least cost, then fewest device bytes (an offload the link hides is free and frees
+    device memory), then fewest host bytes (nothing offloaded for nothing); or fewest
+    device bytes first (``minimize="bytes"``). None when none fits."""
+    fits = [
+        (c, b, _host(p, away))
+        for c, b, _, away in offload_plans(p)
+        if target is None or b <= target
+    ]
     if not fits:
         return None
-    return min(fits) if minimize == "cost" else min(fits, key=lambda cb: (cb[1], cb[0]))
+    if minimize == "cost":
+        return min(fits, key=lambda x: (round(x[0], 9), x[1], x[2]))
+    return min(fits, key=lambda x: (x[1], round(x[0], 9), x[2]))
+
+
+def _host(p: Problem, away: tuple[int, ...]) -> int:
+    return sum(int(p.storage_bytes[int(p.storage[v])]) for v in away)

@@ -23,8 +23,8 @@ def _targets(p, k: int = 5) -> list[int | None]:
     return [None, *sorted(set(picks)), max(0, device[0] - 1)]
 
 
-def _same(got: tuple[float, int], want: tuple[float, int]) -> bool:
-    return abs(got[0] - want[0]) <= 1e-6 * max(1.0, abs(want[0])) and got[1] == want[1]
+def _same(got: tuple[float, int, int], want: tuple[float, int, int]) -> bool:
+    return abs(got[0] - want[0]) <= 1e-6 * max(1.0, abs(want[0])) and got[1:] == want[1:]
 
 
 @pytest.mark.parametrize("name", PLANNERS)
@@ -40,7 +40,8 @@ def test_offload_plans_are_optimal_on_every_small_problem(name, seed):
             continue
         sol = get_solver(name).solve(p, target)
         device = p.saved_bytes(sol.saved, sol.offloaded)
-        assert _same((sol.objective, device), want), (seed, target, sol, want)
+        got = (sol.objective, device, p.host_bytes(sol.offloaded))
+        assert _same(got, want), (seed, target, sol, want)
         assert target is None or device <= target
         assert set(sol.offloaded) <= set(sol.saved)
 
@@ -51,8 +52,8 @@ def test_the_fewest_device_bytes_offload_what_can_be(seed):
     sol = get_solver("cpsat").solve(p, None, minimize="bytes")
     want = oracle.offload_optimum(p, None, minimize="bytes")
     assert want is not None
-    got = (p.recompute_cost(sol.saved) + p.offload_cost(sol.offloaded), sol.objective)
-    assert _same(got, want)
+    cost = p.recompute_cost(sol.saved) + p.offload_cost(sol.offloaded)
+    assert _same((cost, sol.objective, p.host_bytes(sol.offloaded)), want)
 
 
 def _chain(windows: float) -> object:
@@ -100,8 +101,10 @@ def test_a_plan_offloading_what_it_may_not_is_invalid():
     p = _chain(5.0)
     assert p.check([1, 2, 3], [2]) == []
     assert p.check([1, 3], [2]) == ["b offloaded but not saved"]
-    q = dataclasses.replace(p, offload=None)
-    assert q.check([1, 2, 3], [2]) == ["b offloaded but cannot be offloaded"]
+    no_c = dataclasses.replace(
+        p, offload=dataclasses.replace(p.offload, transfer=np.array([np.nan, 1, 1, np.nan]))
+    )
+    assert no_c.check([1, 2, 3], [3]) == ["c offloaded but cannot be offloaded"]
     assert p.saved_bytes([1, 2, 3], [2]) == 200 and p.host_bytes([2]) == 100
 
 

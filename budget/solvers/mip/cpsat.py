@@ -4,7 +4,8 @@ Same model as ``ilp`` (s, r, y booleans; need, closure, storage and memory rows)
 integer coefficients: bytes exactly, costs rounded to integers after scaling so the
 largest is ~1e9 (FLOP counts are integers already and stay exact below that). CP-SAT
 reports a proven bound, so a time-limited solve returns its gap. Ties are broken by a
-second solve that fixes the first objective at its optimum, hinted with the first plan.
+second solve that caps the first objective at its optimum (plus the rounding's slack),
+hinted with the first plan.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ class CpSat(SolverBase):
         cost_expr = sum(int(w[v]) * r[v] for v in r if w[v] > 0) + offload_expr
         bytes_expr = sum(int(problem.storage_bytes[g]) * y[g] for g in y)
         first, second = (cost_expr, bytes_expr) if minimize == "cost" else (bytes_expr, cost_expr)
+        # Costs rounded to units can part plans whose costs are equal: each term is off by
+        # at most half a unit, so the tie-break admits the cheapest cost plus one unit per
+        # rounded term (a relative 1e-9 each) rather than miss the plan with fewer bytes.
+        rounded = minimize == "cost" and unit_scale(problem) != 1.0
+        slack = (sum(1 for v in r if w[v] > 0) + 2 * len(o)) if rounded else 0
 
         model.minimize(first)
         solver, status = self._run(cp_model, model, time_limit)
@@ -58,17 +64,29 @@ class CpSat(SolverBase):
         best_value = solver.objective_value
         values = {v: solver.value(x) for v, x in s.items()}
         away = {v: solver.value(x) for v, x in o.items()}
-        remaining = time_limit - (time.perf_counter() - start)
-        if optimal and remaining > 0:
+        # Ties go to the other objective, then (with offload) to the fewest host bytes:
+        # nothing is offloaded that neither saves time nor frees device memory.
+        host_expr = sum(problem.node_bytes(v) * x for v, x in o.items())
+        stages = [(first, best_value, slack), (second, None, 0)]
+        if o:
+            stages.append((host_expr, None, 0))
+        for (capped, value, extra), (goal, _, _) in zip(stages, stages[1:], strict=False):
+            remaining = time_limit - (time.perf_counter() - start)
+            if not optimal or remaining <= 0 or tie_break == "not proven":
+                break
             model.clear_hints()  # a variable hinted twice makes the model invalid
             for x in (*s.values(), *r.values(), *y.values(), *o.values()):
                 model.add_hint(x, solver.value(x))
-            model.add(first <= int(round(best_value)))
-            model.minimize(second)
+            model.add(
+                capped <= int(round(solver.objective_value if value is None else value)) + extra
+            )
+            model.minimize(goal)
             solver, status = self._run(cp_model, model, remaining)
-            if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-                values = {v: solver.value(x) for v, x in s.items()}
-                away = {v: solver.value(x) for v, x in o.items()}
+            if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                tie_break = "not proven"
+                break
+            values = {v: solver.value(x) for v, x in s.items()}
+            away = {v: solver.value(x) for v, x in o.items()}
             tie_break = "optimal" if status == cp_model.OPTIMAL else "not proven"
         return Search(
             sorted(v for v, val in values.items() if val),

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...core.liveness import LivenessBound
 from ...core.problem import Problem
@@ -62,7 +62,9 @@ class PeakModel:
         self._cp = cp_model
         self.problem = problem
         self.model = model = cp_model.CpModel()
-        s, r, y = _build(model, problem, cap_bytes)
+        # the peak rows know saves and recomputations: this search plans no offload
+        plain = problem if problem.offload is None else replace(problem, offload=None)
+        s, r, _, _, _ = _build(model, plain, cap_bytes)
         self.s, self.r = s, r
         self._bound = bound
         self._needs: dict[tuple[int, int], object] = {}

@@ -1,0 +1,134 @@
+"""Offload on the compiled path, on a CPU: a hand-made plan's offloaded values leave the
+partitioned forward through torch's own offload pass (its device_put ops, which run on a
+CPU as copies) and come back in the backward, for exactly the planned values, and the
+step's gradients equal the unplanned step's."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from helpers.partitions import capture
+from helpers.small import small_gpt
+from helpers.steps import grads_of
+
+import budget
+from budget.core.plan import Plan
+from budget.errors import PlanMismatchError
+
+
+def offloading(plan: Plan, names: set[str]) -> Plan:
+    """``plan`` with ``names`` (saved, each in a storage of its own) offloaded."""
+    moved = [d for d in plan.decisions if d.name in names]
+    assert {d.name for d in moved} == names and all(d.decision == "save" for d in moved)
+    return dataclasses.replace(
+        plan,
+        decisions=[
+            dataclasses.replace(d, decision="offload") if d.name in names else d
+            for d in plan.decisions
+        ],
+        saved_bytes=plan.saved_bytes - sum(d.bytes for d in moved),
+        offloaded_bytes=sum(d.bytes for d in moved),
+    )
+
+
+def movable(plan: Plan, k: int) -> set[str]:
+    """``k`` of the plan's saved values in storages of their own, largest first (what the
+    plan saves depends on the host's measured rates: the flops estimator prices a CPU)."""
+    own = sorted(
+        (d for d in plan.decisions if d.decision == "save" and d.bytes > 0),
+        key=lambda d: (-d.bytes, d.name),
+    )
+    assert len(own) >= k
+    return {d.name for d in own[:k]}
+
+
+def _ops(gm: torch.fx.GraphModule, prefix: str) -> set[str]:
+    return {
+        n.name.removeprefix(prefix)
+        for n in gm.graph.nodes
+        if n.name.startswith(prefix) and n.target is torch.ops.prims.device_put.default
+    }
+
+
+@pytest.fixture(scope="module")
+def gpt_plan():
+    ex = small_gpt()
+    (plan,) = budget.plans(ex.step, *ex.args, compiler="eager", memory_budget=0.5)
+    return ex, plan
+
+
+def test_the_partitioned_graphs_offload_and_reload_exactly_the_planned_values(gpt_plan):
+    ex, plan = gpt_plan
+    chosen = movable(plan, 3)
+    made = offloading(plan, chosen)
+    assert made.offloaded == sorted(chosen, key=[d.name for d in plan.decisions].index)
+    cap = capture(ex, compiler="eager")
+    fw, bw, told = cap.partitions.graphs(made)
+    assert _ops(fw, "cpu_offload_") == chosen
+    assert _ops(bw, "gpu_reload_") == chosen
+    assert told.saved_bytes == plan.saved_bytes - made.offloaded_bytes
+    assert told.offloaded == made.offloaded
+
+
+def test_gradients_under_an_offload_plan_equal_the_unplanned_steps(gpt_plan):
+    ex, plan = gpt_plan
+    made = offloading(plan, movable(plan, 4))
+    params = [p for p in ex.model.parameters()]
+    _, want = grads_of(ex.step, params, *ex.args)
+    be = budget.backend(plan=[made], compiler="eager")
+    step = torch.compile(ex.step, backend=be)
+    _, got = grads_of(step, params, *ex.args)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+    (used,) = be.plans
+    assert used.offloaded == made.offloaded and used.saved_bytes == made.saved_bytes
+
+
+def test_offloading_a_view_is_refused_by_name(gpt_plan):
+    ex, plan = gpt_plan
+    view = next(d.name for d in plan.decisions if d.decision == "save" and "permute" in d.op)
+    made = offloading(plan, {view})
+    cap = capture(ex, compiler="eager")
+    with pytest.raises(PlanMismatchError, match=f"does not move {view}"):
+        cap.partitions.graphs(made)
+
+
+# A wide MLP: its matmuls' compute on an H100 hides the copies of their outputs, so
+# planned for an H100 at budget 0 the exact solver offloads rather than recomputes.
+def wide_mlp():
+    from budget.models import mlp
+
+    return mlp(batch=16, d_in=64, d=4096, layers=3, classes=10)
+
+
+def test_planned_for_a_gpu_offload_replaces_recomputation_and_keeps_gradients():
+    ex = wide_mlp()
+    opts = {"compiler": "eager", "memory_budget": 0.0, "estimator": "flops:h100"}
+    (without,) = budget.plans(ex.step, *ex.args, **opts)
+    (planned,) = budget.plans(ex.step, *ex.args, offload=True, **opts)
+    assert without.offloaded == [] and planned.offloaded
+    assert planned.saved_bytes <= planned.target_bytes
+    assert planned.total_recompute_cost < without.total_recompute_cost
+    assert planned.offloaded_bytes == sum(
+        d.bytes for d in planned.decisions if d.decision == "offload"
+    )
+    assert "kept in host" in str(planned)
+
+    params = list(ex.model.parameters())
+    _, want = grads_of(ex.step, params, *ex.args)
+    be = budget.backend(0.0, compiler="eager", estimator="flops:h100", offload=True)
+    _, got = grads_of(torch.compile(ex.step, backend=be), params, *ex.args)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+    (trained,) = be.plans
+    assert trained.offloaded == planned.offloaded
+
+
+def test_offload_on_the_host_cpu_is_refused_with_what_to_do():
+    ex = wide_mlp()
+    with pytest.raises(budget.OffloadError, match="host CPU.*estimator='flops:h100'"):
+        budget.plans(ex.step, *ex.args, compiler="eager", offload=True)
+    with pytest.raises(budget.OffloadError, match="needs a time estimator"):
+        budget.plans(ex.step, *ex.args, compiler="eager", offload=True, estimator="unit")
