@@ -19,6 +19,9 @@ Blocks, in this order (each skipped, and said so, when the time limit is near):
   or refused naming the lowest reachable peak;
 - ``eager``: ``budget.apply`` on the same GPT (fp32), given the bytes torch's
   ``apply_activation_checkpointing`` on every block keeps: bytes kept, peak, step time;
+- ``offload``: ``offload=True`` at fractions 0.2 and 0 on the bf16 GPT: device bytes and
+  peak against predicted, gradients; step time against budget's recompute-only plans of
+  no lower measured peak and against ``save_on_cpu`` on every saved tensor (CUDA);
 - ``estimators``: ``estimator="profile"`` against ``"flops"`` at b=0.5, and the device
   table's bf16 matmul rate and memory bandwidth against a probe of this device;
 - ``convnet``: a ResNet-50 (torchvision; the built-in ResNet when ``--tiny``),
@@ -135,6 +138,7 @@ class Check:
         ref: list[torch.Tensor] | None,
         backend: Any,
         fraction: float | None = None,
+        saved_on_device: bool = False,
     ) -> Row:
         """Compile ``step`` with ``backend`` (torch's partitioner at ``fraction`` when
         given), measure it and add the row."""
@@ -145,7 +149,16 @@ class Check:
             )
             with patch:  # torch's partitioner reads it while compiling (the first step)
                 compiled = torch.compile(step, backend=backend)
-                measure(row, ex.model, compiled, args, ref, device=self.device, reps=self.reps)
+                measure(
+                    row,
+                    ex.model,
+                    compiled,
+                    args,
+                    ref,
+                    device=self.device,
+                    reps=self.reps,
+                    saved_on_device=saved_on_device,
+                )
             predictions(row, list(getattr(backend, "plans", [])))
         self.clock.learn(row)
         self.report.add(row)
@@ -373,6 +386,76 @@ def eager_row(c: Check, label: str, ex: Example, step: Any, args: tuple, ref: An
     return c.report.add(row)
 
 
+OFFLOAD_FRACTIONS = [0.2, 0.0]
+
+
+def block_offload(c: Check) -> None:
+    """budget with ``offload=True`` on the bf16 GPT at low fractions: device bytes and
+    peak against predicted, gradients; then, at no higher measured peak, its step time
+    against budget's recompute-only plans (the gpt block's rows) and against offloading
+    every saved tensor (``save_on_cpu``, as torchtune does; eager, CUDA only). On a CPU
+    the plan is made for an H100 (``flops:h100``) and its copies stay in host memory."""
+    estimator = "flops:h100" if c.device.type == "cpu" else "flops"
+    ex, step, args = c.gpt("bf16")
+    ref = grads_of(ex.model, step, args)
+    rows = []
+    for b in OFFLOAD_FRACTIONS:
+        if not c.clock.fits(2):
+            c.report.skip(f"offload b={b:g} and after (time)")
+            break
+        be = budget.backend(b, compiler=c.compiler, offload=True, estimator=estimator)
+        label = f"bf16 budget+offload b={b:g}"
+        cuda = c.device.type == "cuda"
+        o = c.run("offload", label, ex, step, args, ref, be, saved_on_device=cuda)
+        host = sum(p.offloaded_bytes for p in be.plans)
+        o.extra["offloaded_bytes"] = host
+        if not cuda:  # the host copies are this device's memory too
+            o.predicted_saved = (o.predicted_saved or 0) + host
+            o.target = (o.target or 0) + host
+        check_plan_row(c, o, f"offload b={b:g}", TOLERANCE["bf16"], None)
+        count = sum(len(p.offloaded) for p in be.plans)
+        toy = " (toy sizes: copying costs more than recomputing)" if c.tiny and not count else ""
+        c.report.check(
+            f"offload b={b:g}: offloads",
+            count > 0 or c.tiny,
+            f"{count} values, {_m(host)} MiB{toy}",
+        )
+        rows.append(o)
+    every = None
+    if c.device.type == "cuda" and c.clock.fits(1):
+
+        def on_cpu(*a: Any) -> torch.Tensor:
+            with torch.autograd.graph.save_on_cpu(pin_memory=True):
+                return step(*a)
+
+        every = eager_row(c, "save_on_cpu, every saved tensor", ex, on_cpu, args, ref)
+    c.report.write()
+    for o in rows:
+        if o.error or not o.ms or o.peak is None:
+            continue
+        recompute = [
+            r
+            for (d, who, _), r in c.gpt_rows.items()
+            if d == "bf16" and who == "budget" and r.ms and r.peak is not None
+            if r.peak <= o.peak * (1 + PEAK_TOLERANCE)
+        ]
+        if recompute:
+            best = min(recompute, key=lambda r: r.ms or math.inf)
+            c.report.check(
+                f"{o.label}: step time <= the fastest recompute-only plan at its peak",
+                o.ms <= (best.ms or 0),
+                f"{o.ms:.1f} vs {best.ms:.1f} ms ({best.label}, peak {_m(best.peak)} MiB)",
+                timing=True,
+            )
+        if every is not None and every.ms and every.peak is not None:
+            c.report.check(
+                f"{o.label}: step time <= offloading every saved tensor",
+                o.ms <= every.ms or o.peak < every.peak,
+                f"{o.ms:.1f} vs {every.ms:.1f} ms; peaks {_m(o.peak)} vs {_m(every.peak)} MiB",
+                timing=True,
+            )
+
+
 def block_estimators(c: Check) -> None:
     from budget.estimators.devices import DEVICES, match_gpu_name
 
@@ -499,6 +582,7 @@ BLOCKS = {
     "gpt": lambda c: block_gpt(c, ["bf16"]),
     "peak": block_peak,
     "eager": block_eager,
+    "offload": block_offload,
     "estimators": block_estimators,
     "pytest": block_pytest,
     "convnet": block_convnet,

@@ -191,10 +191,12 @@ def measure(
     device: torch.device,
     reps: int,
     eager: bool = False,
+    saved_on_device: bool = False,
 ) -> Row:
     """Fill ``row`` with what one configuration's step does. The first step compiles.
     ``eager``: the bytes kept after the forward (checkpointing keeps tensors the hooks
-    never see) instead of the saved-tensor hooks' count."""
+    never see) instead of the saved-tensor hooks' count. ``saved_on_device``: count only
+    what is saved on ``device`` (an offload plan's host copies are not)."""
     t0 = time.perf_counter()
     try:
         model.zero_grad(set_to_none=True)
@@ -206,7 +208,7 @@ def measure(
             row.saved = kept.retained_bytes
             kept.output.backward()
         else:
-            m = saved_bytes(step, *args, exclude=params)
+            m = saved_bytes(step, *args, exclude=params, on=device if saved_on_device else None)
             row.saved = m.saved_bytes
             m.output.backward()
         del params

@@ -42,14 +42,19 @@ class Measured:
 
 
 def saved_bytes(
-    fn: Callable[..., Any], *args: Any, exclude: Iterable[torch.Tensor] = (), **kwargs: Any
+    fn: Callable[..., Any],
+    *args: Any,
+    exclude: Iterable[torch.Tensor] = (),
+    on: torch.device | None = None,
+    **kwargs: Any,
 ) -> Measured:
     """Run ``fn`` and count the bytes of new storages saved for backward.
 
     Without ``exclude``, a leaf that requires grad is taken for a parameter and not
     counted. With it, only the storages of ``exclude`` and of the arguments are left out:
     a compiled step hands autograd some of its new values as leaves that require grad
-    (the bf16 copies of weights autocast makes), which are new memory all the same."""
+    (the bf16 copies of weights autocast makes), which are new memory all the same.
+    ``on``: count only storages on that device (an offload plan's host copies are not)."""
     exclude = list(exclude)
     existing = {_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
     existing |= {_key(t) for t in exclude}
@@ -59,7 +64,7 @@ def saved_bytes(
     def pack(t: torch.Tensor) -> torch.Tensor:
         k = _key(t)
         parameter = leaves_are_parameters and t.is_leaf and t.requires_grad
-        if k not in existing and not parameter:
+        if k not in existing and not parameter and (on is None or t.device == on):
             storages[k] = t.untyped_storage().nbytes()
         return t
 

@@ -28,12 +28,19 @@ def test_the_gpu_checks_code_runs_at_toy_sizes_and_what_is_deterministic_holds(t
     finally:
         sys.path.remove(str(BENCH))
     argv = ["--device", "cpu", "--tiny", "--compiler", "eager", "--out", str(tmp_path)]
-    gpu_check.main([*argv, "--blocks", "gpt,peak,eager,estimators,convnet"])
+    gpu_check.main([*argv, "--blocks", "gpt,peak,eager,offload,estimators,convnet"])
     data = json.loads((tmp_path / "gpu_check.json").read_text())
     assert (tmp_path / "gpu_check.md").read_text().startswith("### GPU check")
 
     assert not data["skipped"]
-    assert {r["block"] for r in data["rows"]} == {"gpt", "peak", "eager", "estimators", "convnet"}
+    assert {r["block"] for r in data["rows"]} == {
+        "gpt",
+        "peak",
+        "eager",
+        "offload",
+        "estimators",
+        "convnet",
+    }
     assert not [r["label"] for r in data["rows"] if r["error"] and r["block"] != "peak"]
     assert not [c["name"] for c in data["checks"] if c["name"].endswith(": runs")]
     failed = [

@@ -5,17 +5,28 @@ model of ``ilp`` build from it), :class:`MipWeights` its objectives and memory r
 exact integer units, :class:`ClosureMatrix` the same rows as CSR arrays for the APIs that
 take a matrix (``highs``, ``mip``). The lexicographic driver that solves them is in
 :mod:`budget.solvers.mip.driver`.
+
+Offload (:mod:`budget.core.offload`), where the problem prices it: a binary ``o_v`` per
+offloadable saved node keeps its value on the host (``o_v <= s_v``; its storage row
+becomes ``y_g >= s_v - o_v``), and two non-negative exposure columns ``e >= link -
+window`` (``link`` the offloaded transfer units, one per pass's window) carry the link
+time that compute does not hide. The cost objective gains ``sum(tail * o) + e_f + e_b``
+and a third objective, ``"host"``, counts the host bytes (the last tie-break).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
 from ...core.problem import Problem
-from ..base import Objective
+
+MipObjective = Literal["cost", "bytes", "host"]
+"""The MIP's objectives: cost (recompute plus offload), device bytes, host bytes."""
 
 
 @dataclass
@@ -23,7 +34,9 @@ class ClosureModel:
     """The closure ILP's rows, independent of any solver API (DESIGN.md).
 
     ``save``/``recompute``: nodes with an s/r variable; ``need``: nodes with s + r >= 1;
-    ``closure``: (v, u) pairs, r_v <= s_u + r_u; ``store``: (v, g) pairs, y_g >= s_v.
+    ``closure``: (v, u) pairs, r_v <= s_u + r_u; ``store``: (v, g) pairs, y_g >= s_v
+    (y_g >= s_v - o_v for v in ``offload``); ``offload``: the saved nodes that may be
+    offloaded (an o variable each, o_v <= s_v; empty unless ``Problem.offload`` is set).
     """
 
     save: list[int]
@@ -32,6 +45,7 @@ class ClosureModel:
     closure: list[tuple[int, int]]
     store: list[tuple[int, int]]
     groups: list[int]
+    offload: list[int] = field(default_factory=list)
 
 
 def closure_model(problem: Problem) -> ClosureModel:
@@ -48,21 +62,29 @@ def closure_model(problem: Problem) -> ClosureModel:
         for v in save
         if problem.storage[v] >= 0 and problem.storage_bytes[problem.storage[v]] > 0
     ]
-    return ClosureModel(save, recompute, need, closure, store, sorted({g for _, g in store}))
+    o = problem.offload
+    offload = [] if o is None else [v for v in save if o.offloadable[v]]
+    groups = sorted({g for _, g in store})
+    return ClosureModel(save, recompute, need, closure, store, groups, offload)
 
 
 _MAX_UNITS = 10**9
+
+
+def _largest_term(problem: Problem) -> float:
+    """The largest recompute cost or offload term (what :func:`unit_scale` scales to 1e9)."""
+    terms = [problem.cost]
+    if problem.offload is not None:
+        ok = problem.offload.offloadable
+        terms += [problem.offload.transfer[ok], problem.offload.tail[ok]]
+    return max((float(t.max()) for t in terms if t.size), default=0.0)
 
 
 def unit_scale(problem: Problem) -> float:
     """Integer objective units per cost unit: 1 when every cost is an integer of at most
     1e9 and nothing may be offloaded (exact), otherwise 1e9 over the largest cost or
     offload term (a relative error below 1e-9 per term)."""
-    terms = [problem.cost]
-    if problem.offload is not None:
-        ok = problem.offload.offloadable
-        terms += [problem.offload.transfer[ok], problem.offload.tail[ok]]
-    top = max((float(t.max()) for t in terms if t.size), default=0.0)
+    top = _largest_term(problem)
     exact = bool(np.all(problem.cost == np.round(problem.cost)))
     if problem.offload is None and top <= _MAX_UNITS and exact:
         return 1.0
@@ -84,8 +106,39 @@ class OffloadUnits:
     forward_window: int
     backward_window: int
 
+    @property
+    def windows(self) -> tuple[int, int]:
+        return self.forward_window, self.backward_window
+
+    def values(self) -> list[int]:
+        """Every term, for a common divisor (:func:`mip_weights`)."""
+        return [*self.transfer.values(), *self.tail.values(), *self.windows]
+
+    def divided(self, g: int) -> OffloadUnits:
+        """The terms in units of ``g`` (a divisor of every term)."""
+        return OffloadUnits(
+            {v: x // g for v, x in self.transfer.items()},
+            {v: x // g for v, x in self.tail.items()},
+            self.forward_window // g,
+            self.backward_window // g,
+        )
+
+    def exposures(self, offloaded: Iterable[int]) -> list[int]:
+        """The link time of ``offloaded`` that each pass's window leaves exposed."""
+        link = sum(self.transfer[v] for v in set(offloaded))
+        return [max(0, link - w) for w in self.windows]
+
+    def price(self, offloaded: Iterable[int]) -> int:
+        """The offload price of ``offloaded`` in units, as the MIP's cost objective has it
+        (tails plus exposures; 0 for nothing offloaded)."""
+        chosen = set(offloaded)
+        if not chosen:
+            return 0
+        return sum(self.tail[v] for v in chosen) + sum(self.exposures(chosen))
+
 
 def offload_units(problem: Problem, m: ClosureModel) -> OffloadUnits | None:
+    """``problem``'s offload terms in the units of :func:`unit_scale` (None without)."""
     o = problem.offload
     if o is None:
         return None
@@ -109,6 +162,12 @@ class MipWeights:
     proves the optimum, and a tie-break may fix the first objective at ``value + 0.5``
     units without admitting a worse plan. The memory row is exact too:
     ``sum bytes * y <= target`` is ``sum units * y <= target // byte_unit`` for integer y.
+
+    With offload the offload terms share the cost units (the gcd is over them too) and
+    ``host`` gives each offloadable node's host bytes in byte units. Offload costs are
+    always rounded (:func:`unit_scale`), so plans of equal cost may round apart by one
+    unit per rounded term: ``cost_slack`` is that many units, which the cost tie-break's
+    cap admits above the least cost, as ``cpsat`` does.
     """
 
     cost: np.ndarray  # int64[n]: recompute cost units (0 for inputs)
@@ -117,30 +176,52 @@ class MipWeights:
     byte_unit: int
     cost_exact: bool
     capacity: int | None  # the memory row's right-hand side in byte units
+    offload: OffloadUnits | None = None  # in cost units; None when offload is not planned
+    host: dict[int, int] = field(default_factory=dict)  # offloadable node -> byte units
+    cost_slack: int = 0  # see the class docstring
 
-    def value(self, problem: Problem, saved: list[int], which: Objective) -> int:
-        """The plan's objective in units, exactly (its recompute closure, its storages)."""
+    @property
+    def offloads(self) -> bool:
+        """Whether the model has offload columns (some saved node may be offloaded)."""
+        return self.offload is not None and bool(self.offload.transfer)
+
+    def value(
+        self,
+        problem: Problem,
+        saved: list[int],
+        which: MipObjective,
+        offloaded: Iterable[int] = (),
+    ) -> int:
+        """The plan's objective in units, exactly (its recompute closure and offload
+        price; its device storages; its host bytes)."""
         if which == "cost":
-            return int(self.cost[problem.recompute_closure(saved)].sum())
-        return problem.saved_bytes(saved) // self.byte_unit
+            price = 0 if self.offload is None else self.offload.price(offloaded)
+            return int(self.cost[problem.recompute_closure(saved)].sum()) + price
+        if which == "host":
+            return problem.host_bytes(offloaded) // self.byte_unit
+        return problem.saved_bytes(saved, offloaded) // self.byte_unit
 
-    def unscale(self, units: float | None, which: Objective) -> float | None:
+    def unscale(self, units: float | None, which: MipObjective) -> float | None:
         if units is None or not math.isfinite(units):
             return None
         return float(units) * (self.cost_unit if which == "cost" else self.byte_unit)
 
 
 def mip_weights(problem: Problem, m: ClosureModel, target_bytes: int | None) -> MipWeights:
+    """The integer units of ``problem``'s MIP (see :class:`MipWeights`)."""
     w = integer_costs(problem)
-    top = float(problem.cost.max()) if problem.n else 0.0
-    exact = bool(
+    units = offload_units(problem, m)
+    top = _largest_term(problem)
+    exact = units is None and bool(
         problem.n == 0 or top <= _MAX_UNITS and np.all(problem.cost == np.round(problem.cost))
     )
-    g = math.gcd(*w[w > 0].tolist()) if np.any(w > 0) else 1
-    cost_unit = float(g) if exact else g * top / _MAX_UNITS
+    terms = w[w > 0].tolist() + [x for x in (units.values() if units else []) if x > 0]
+    g = math.gcd(*terms) if terms else 1
+    cost_unit = float(g) if exact or top <= 0 else g * top / _MAX_UNITS
     sizes = {gr: int(problem.storage_bytes[gr]) for gr in m.groups}
     b = math.gcd(*sizes.values()) if sizes else 1
     b = max(b, 1)
+    rounded = sum(1 for v in m.recompute if w[v] > 0) + 2 * len(m.offload)
     return MipWeights(
         cost=w // g,
         size={gr: x // b for gr, x in sizes.items()},
@@ -148,6 +229,9 @@ def mip_weights(problem: Problem, m: ClosureModel, target_bytes: int | None) -> 
         byte_unit=b,
         cost_exact=exact,
         capacity=None if target_bytes is None else int(target_bytes) // b,
+        offload=None if units is None else units.divided(g),
+        host={v: problem.node_bytes(v) // b for v in m.offload},
+        cost_slack=0 if units is None or exact else rounded // g,
     )
 
 
@@ -155,25 +239,35 @@ def mip_weights(problem: Problem, m: ClosureModel, target_bytes: int | None) -> 
 class ClosureMatrix:
     """The closure ILP as arrays, for MIP APIs that take a matrix (``highs``, ``mip``).
 
-    Binary columns: ``s`` for ``ClosureModel.save``, then ``r`` for its ``recompute``, then
-    ``y`` for its ``groups`` (``s_col``/``r_col``/``y_col`` map node or storage ids to
-    columns). Rows ``row_lower <= A x <= row_upper`` in CSR form (``start``, ``index``,
-    ``value``): the need, closure, storage and memory rows of :class:`ClosureModel`, and
-    any cap rows added by :meth:`cap`. ``objective[which]``: dense coefficients in units.
+    Columns: ``s`` for ``ClosureModel.save``, then ``r`` for its ``recompute``, then ``y``
+    for its ``groups``, then ``o`` for its ``offload`` and, with offload, the two exposure
+    columns ``e`` (``s_col``/``r_col``/``y_col``/``o_col`` map node or storage ids to
+    columns, ``e_col`` lists the exposures). Every column is ``0 <= x <= col_upper``,
+    integer where ``integer`` (s, r, y, o: binary) and continuous elsewhere (e: at an
+    optimum it equals ``max(0, link - window)``, an integer, so the exactness argument
+    of :class:`MipWeights` holds). Rows ``row_lower <= A x <= row_upper`` in CSR form
+    (``start``, ``index``, ``value``): the need, closure, storage, offload and memory rows
+    of :class:`ClosureModel`, and any cap rows added by :meth:`cap`.
+    ``objective[which]``: dense coefficients in units.
     """
 
     s_col: dict[int, int]
     r_col: dict[int, int]
     y_col: dict[int, int]
+    o_col: dict[int, int]
+    e_col: list[int]
     num_cols: int
+    col_upper: np.ndarray  # float64[num_cols]
+    integer: np.ndarray  # bool[num_cols]
     start: np.ndarray  # int64[rows + 1]
     index: np.ndarray  # int32[nnz]
     value: np.ndarray  # float64[nnz]
     row_lower: np.ndarray
     row_upper: np.ndarray
     objective: dict[str, np.ndarray]
+    offload: OffloadUnits | None = None  # the weights' offload units (for :meth:`point`)
 
-    def cap(self, which: Objective, units: int) -> None:
+    def cap(self, which: MipObjective, units: int) -> None:
         """Append the row: objective ``which`` <= ``units`` + 0.5 (exact in integer units)."""
         c = self.objective[which]
         cols = np.flatnonzero(c)
@@ -183,71 +277,135 @@ class ClosureMatrix:
         self.row_lower = np.append(self.row_lower, -np.inf)
         self.row_upper = np.append(self.row_upper, units + 0.5)
 
-    def point(self, problem: Problem, saved: list[int]) -> np.ndarray:
-        """The column values of a plan: its saves, its recompute closure, its storages."""
+    def point(
+        self, problem: Problem, saved: list[int], offloaded: Iterable[int] = ()
+    ) -> np.ndarray:
+        """The column values of a plan: its saves, its recompute closure, its device
+        storages, its offloads and their exposures."""
         x = np.zeros(self.num_cols)
-        kept = set(saved)
+        kept, away = set(saved), set(offloaded)
         for v in kept:
             if v in self.s_col:
                 x[self.s_col[v]] = 1.0
         for v in problem.recompute_closure(kept):
             if v in self.r_col:
                 x[self.r_col[v]] = 1.0
-        for v in kept:
+        for v in kept - away:
             g = int(problem.storage[v])
             if g in self.y_col:
                 x[self.y_col[g]] = 1.0
+        for v in away:
+            x[self.o_col[v]] = 1.0
+        if self.offload is not None and self.e_col:
+            x[self.e_col] = self.offload.exposures(away)
         return x
 
     def saved(self, x: np.ndarray) -> list[int]:
         return sorted(v for v, c in self.s_col.items() if x[c] > 0.5)
 
-    def weighted(self, objective: dict[Objective, float]) -> np.ndarray:
+    def offloaded(self, x: np.ndarray) -> list[int]:
+        return sorted(v for v, c in self.o_col.items() if x[c] > 0.5)
+
+    def weighted(self, objective: dict[MipObjective, float]) -> np.ndarray:
         return sum((w * self.objective[k] for k, w in objective.items()), np.zeros(self.num_cols))
 
 
-def closure_matrix(problem: Problem, m: ClosureModel, weights: MipWeights) -> ClosureMatrix:
-    s_col = {v: i for i, v in enumerate(m.save)}
-    r_col = {v: len(s_col) + i for i, v in enumerate(m.recompute)}
-    y_col = {g: len(s_col) + len(r_col) + i for i, g in enumerate(m.groups)}
-    num_cols = len(s_col) + len(r_col) + len(y_col)
-    rows: list[list[tuple[int, float]]] = []
-    lower: list[float] = []
-    upper: list[float] = []
+class _Rows:
+    """CSR rows under construction: ``lower <= sum(coefficient * column) <= upper``."""
+
+    def __init__(self) -> None:
+        self.rows: list[list[tuple[int, float]]] = []
+        self.lower: list[float] = []
+        self.upper: list[float] = []
+
+    def add(self, entries: list[tuple[int, float]], lower: float, upper: float) -> None:
+        self.rows.append(entries)
+        self.lower.append(lower)
+        self.upper.append(upper)
+
+
+def _closure_rows(m: ClosureModel, weights: MipWeights, cols: ClosureMatrix) -> _Rows:
+    """The need, closure, storage, offload and memory rows over ``cols``' columns."""
+    s_col, r_col, y_col, o_col = cols.s_col, cols.r_col, cols.y_col, cols.o_col
+    rows = _Rows()
     for v in m.need:  # s_v + r_v >= 1
-        rows.append([(c[v], 1.0) for c in (s_col, r_col) if v in c])
-        lower.append(1.0)
-        upper.append(np.inf)
+        rows.add([(c[v], 1.0) for c in (s_col, r_col) if v in c], 1.0, np.inf)
     for v, u in m.closure:  # s_u + r_u - r_v >= 0
-        rows.append([(r_col[v], -1.0)] + [(c[u], 1.0) for c in (s_col, r_col) if u in c])
-        lower.append(0.0)
-        upper.append(np.inf)
-    for v, g in m.store:  # y_g - s_v >= 0
-        rows.append([(y_col[g], 1.0), (s_col[v], -1.0)])
-        lower.append(0.0)
-        upper.append(np.inf)
+        rows.add(
+            [(r_col[v], -1.0)] + [(c[u], 1.0) for c in (s_col, r_col) if u in c], 0.0, np.inf
+        )
+    for v, g in m.store:  # y_g - s_v >= 0, or y_g + o_v - s_v >= 0 where v may be offloaded
+        away = [(o_col[v], 1.0)] if v in o_col else []
+        rows.add([(y_col[g], 1.0), (s_col[v], -1.0), *away], 0.0, np.inf)
+    _offload_rows(rows, weights, cols)
     if weights.capacity is not None:
-        rows.append([(y_col[g], float(weights.size[g])) for g in m.groups])
-        lower.append(-np.inf)
-        upper.append(float(weights.capacity))
-    start = np.zeros(len(rows) + 1, np.int64)
-    start[1:] = np.cumsum([len(r) for r in rows])
-    flat = [e for r in rows for e in r]
-    cost = np.zeros(num_cols)
-    for v, c in r_col.items():
-        cost[c] = float(weights.cost[v])
-    size = np.zeros(num_cols)
-    for g, c in y_col.items():
-        size[c] = float(weights.size[g])
-    return ClosureMatrix(
-        s_col=s_col,
-        r_col=r_col,
-        y_col=y_col,
-        num_cols=num_cols,
-        start=start,
-        index=np.asarray([c for c, _ in flat], np.int32),
-        value=np.asarray([x for _, x in flat], np.float64),
-        row_lower=np.asarray(lower, np.float64),
-        row_upper=np.asarray(upper, np.float64),
-        objective={"cost": cost, "bytes": size},
+        rows.add([(y_col[g], float(weights.size[g])) for g in m.groups], -np.inf, weights.capacity)
+    return rows
+
+
+def _offload_rows(rows: _Rows, weights: MipWeights, cols: ClosureMatrix) -> None:
+    """o_v - s_v <= 0, and per window: e - sum(transfer * o) >= -window."""
+    units = weights.offload
+    for v, c in cols.o_col.items():
+        rows.add([(c, 1.0), (cols.s_col[v], -1.0)], -np.inf, 0.0)
+    if units is None or not cols.e_col:
+        return
+    link = [(cols.o_col[v], -float(t)) for v, t in units.transfer.items() if t]
+    for e, window in zip(cols.e_col, units.windows, strict=True):
+        rows.add([(e, 1.0), *link], -float(window), np.inf)
+
+
+def _columns(m: ClosureModel, weights: MipWeights) -> ClosureMatrix:
+    """The matrix's columns, bounds and objectives (no rows yet)."""
+    names = [*m.save, *m.recompute, *m.groups, *m.offload]
+    ends = np.cumsum([0, len(m.save), len(m.recompute), len(m.groups), len(m.offload)])
+    s_col, r_col, y_col, o_col = (
+        {v: int(ends[k]) + i for i, v in enumerate(part)}
+        for k, part in enumerate((m.save, m.recompute, m.groups, m.offload))
     )
+    units = weights.offload if weights.offloads else None
+    e_col = [len(names), len(names) + 1] if units is not None else []
+    num_cols = len(names) + len(e_col)
+    upper = np.ones(num_cols)
+    if units is not None:
+        total = sum(units.transfer.values())
+        upper[e_col] = [max(0, total - w) for w in units.windows]
+    integer = np.ones(num_cols, bool)
+    integer[e_col] = False
+    empty = np.zeros(0)
+    cols = ClosureMatrix(
+        s_col, r_col, y_col, o_col, e_col, num_cols, upper, integer,
+        np.zeros(1, np.int64), empty.astype(np.int32), empty, empty, empty, {}, units,
+    )  # fmt: skip
+    cols.objective = _objectives(weights, cols)
+    return cols
+
+
+def _objectives(weights: MipWeights, cols: ClosureMatrix) -> dict[str, np.ndarray]:
+    """Dense cost (recompute, tails, exposures), bytes (device) and host objectives."""
+    cost, size, host = (np.zeros(cols.num_cols) for _ in range(3))
+    for v, c in cols.r_col.items():
+        cost[c] = float(weights.cost[v])
+    for g, c in cols.y_col.items():
+        size[c] = float(weights.size[g])
+    if cols.offload is not None:
+        for v, c in cols.o_col.items():
+            cost[c] = float(cols.offload.tail[v])
+            host[c] = float(weights.host[v])
+        cost[cols.e_col] = 1.0
+    return {"cost": cost, "bytes": size, "host": host}
+
+
+def closure_matrix(problem: Problem, m: ClosureModel, weights: MipWeights) -> ClosureMatrix:
+    """``problem``'s closure ILP (:class:`ClosureModel` in the units of ``weights``) as
+    arrays."""
+    cols = _columns(m, weights)
+    rows = _closure_rows(m, weights, cols)
+    cols.start = np.zeros(len(rows.rows) + 1, np.int64)
+    cols.start[1:] = np.cumsum([len(r) for r in rows.rows])
+    flat = [e for r in rows.rows for e in r]
+    cols.index = np.asarray([c for c, _ in flat], np.int32)
+    cols.value = np.asarray([x for _, x in flat], np.float64)
+    cols.row_lower = np.asarray(rows.lower, np.float64)
+    cols.row_upper = np.asarray(rows.upper, np.float64)
+    return cols
