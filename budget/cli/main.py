@@ -285,10 +285,19 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.plot:
         from .plots import save_sweep_plot
 
+        plain: list[Any] = []
+        if args.offload:  # the offload curve beside the recompute-only one
+            options = {**_common(args), "offload": False}
+            again = _planning(
+                lambda: budget.sweep(target.step, *target.args, budgets=budgets, **options)
+            )
+            plain = again if again and isinstance(again[0], list) else [again]
         _write(
             "--plot",
             args.plot,
-            lambda: save_sweep_plot(sweeps, args.plot, title=target.description),
+            lambda: save_sweep_plot(
+                sweeps, args.plot, title=target.description, without_offload=plain
+            ),
         )
     if args.format == "json":
         print(sweep_json(sweeps, target.description))

@@ -77,14 +77,19 @@ def draw_sweep(
 
 
 def save_sweep_plot(
-    sweeps: Sequence[Sequence[Plan]], path: str | os.PathLike, title: str = ""
+    sweeps: Sequence[Sequence[Plan]],
+    path: str | os.PathLike,
+    title: str = "",
+    without_offload: Sequence[Sequence[Plan]] = (),
 ) -> None:
     """Write the sweep of every graph of a step to ``path`` as a PNG: saved memory against
-    recompute, and the predicted peak against recompute when the plans have one."""
+    recompute, and the predicted peak against recompute when the plans have one.
+    ``without_offload``: the same sweep planned without offload, drawn beside it (the
+    cost axis then counts the offloads' exposed copy time too)."""
     require_matplotlib()
     from matplotlib.figure import Figure
 
-    everything = [p for plans in sweeps for p in plans]
+    everything = [p for plans in [*sweeps, *without_offload] for p in plans]
     if not everything:
         raise ValueError("nothing to plot: the sweep has no plans")
     with_peak = any(p.peak_bytes is not None for p in everything)
@@ -92,11 +97,16 @@ def save_sweep_plot(
     axes = fig.subplots(1, 2 if with_peak else 1, squeeze=False)[0]
     several = len(sweeps) > 1
     scale = cost_scale([p.total_recompute_cost for p in everything], everything[0].cost_unit)
+    curves = [(sweeps, "with offload" if without_offload else "")]
+    if without_offload:
+        curves.append((without_offload, "recompute only"))
     for ax, x in zip(axes, ("saved", "peak"), strict=False):
-        for i, plans in enumerate(sweeps):
-            label = f"graph {i + 1} ({plans[0].graph_hash})" if several and plans else None
-            draw_sweep(ax, plans, label, scale, x=x)
-        if several:
+        for group, kind in curves:
+            for i, plans in enumerate(group):
+                name = f"graph {i + 1} ({plans[0].graph_hash})" if several and plans else ""
+                label = ", ".join(t for t in (name, kind) if t) or None
+                draw_sweep(ax, plans, label, scale, x=x)
+        if several or without_offload:
             ax.legend(fontsize=8)
     if title:
         fig.suptitle(title, fontsize=9)

@@ -140,8 +140,10 @@ def sweep_table(sweeps: Sequence[Sequence[Plan]], target: str = "") -> str:
         flop_scale = cost_scale([p.recompute_flops + p.again_flops for p in plans], "flop")
         with_flops = unit != "flop"
         with_peak = any(p.peak_bytes is not None for p in plans)
+        with_host = any(p.offloaded_bytes for p in plans)
         better = dominating_peaks(plans)
         head = f"  {'budget':>9} {'target':>10} {'saved':>10}"
+        head += f" {'offloaded':>10}" if with_host else ""
         head += f" {'peak':>10}" if with_peak else ""
         head += f" {'recompute':>11}"
         head += f" {'FLOPs':>12}" if with_flops else ""
@@ -152,6 +154,8 @@ def sweep_table(sweeps: Sequence[Sequence[Plan]], target: str = "") -> str:
                 f"  {budget_cell(p.budget):>9} {format_bytes(p.target_bytes):>10} "
                 f"{format_bytes(p.saved_bytes):>10}"
             )
+            if with_host:
+                row += f" {format_bytes(p.offloaded_bytes):>10}"
             if with_peak:
                 peak = "-" if p.peak_bytes is None else format_bytes(p.peak_bytes)
                 row += f" {peak + ('!' if i in better else ''):>10}"

@@ -201,7 +201,8 @@ def _offload_lines(plan: Plan) -> list[str]:
     if not names:
         return []
     lines = [
-        f"  offload    {format_bytes(plan.offloaded_bytes)} in {len(names)} values kept in host "
+        f"  offload    {format_bytes(plan.offloaded_bytes)} in {len(names)} "
+        f"value{'s' if len(names) != 1 else ''} kept in host "
         "memory, copied back for the backward",
         f"             copies {_with_unit(plan.offload_transfer, plan.cost_unit)} each way, "
         f"{_with_unit(plan.offload_cost, plan.cost_unit)} of that not hidden by compute",

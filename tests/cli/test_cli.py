@@ -213,6 +213,8 @@ def one_line_error(code, err):
         (["sweep", *MLP, "--plot", "pareto.svg"], "--plot writes a PNG"),
         (["solve", *MLP, "--timeline", "t.svg"], "--timeline writes a PNG"),
         (["sweep", *MLP, "--plot", "/no/such/dir/p.png"], "does not exist"),
+        (["solve", *MLP, "--offload"], "offload cannot be planned on the host CPU"),
+        (["solve", *MLP, "--offload", "--eager"], "budget.apply does not offload yet"),
     ],
 )
 def test_errors_exit_2_with_one_line(argv, needle, capsys):
@@ -413,3 +415,17 @@ def test_solve_compile_shows_the_peak_of_the_generated_code_and_checks_a_budget_
     assert be.plans[0].saved_bytes == plan["saved_bytes"]
     code, _, err = run(["solve", *gpt, "--compile", "--compiler", "eager"], capsys)
     assert code == 2 and "--compile" in err
+
+
+WIDE = ["builtin:mlp", "--batch", "8", "--d-in", "16", "--d", "4096", "--layers", "2"]
+
+
+def test_offload_planned_for_a_gpu_shows_in_solve_and_sweep(tmp_path, capsys):
+    """A wide MLP planned for an H100: at budget 0 copying beats recomputing."""
+    common = ["--offload", "--estimator", "flops:h100", "--compiler", "eager"]
+    code, out, _ = run(["solve", *WIDE, "--budget", "0", *common], capsys)
+    assert code == 0 and "kept in host memory, copied back for the backward" in out
+    plot = tmp_path / "sweep.png"
+    argv = ["sweep", *WIDE, "--budgets", "0,1", "--quiet", "--plot", str(plot), *common]
+    code, out, _ = run(argv, capsys)
+    assert code == 0 and " offloaded " in out and plot.stat().st_size > 0
