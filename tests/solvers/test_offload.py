@@ -14,7 +14,9 @@ from budget.core.offload import OffloadTerms, offload_terms
 from budget.solvers import InfeasibleError, available_solvers, get_solver
 from budget.solvers.base import offload_solvers
 
-PLANNERS = [name for name in ("cpsat", "auto") if name in available_solvers()]
+PLANNERS = [
+    name for name in ("cpsat", "auto", "ilp", "highs", "mip") if name in available_solvers()
+]
 
 
 def _targets(p, k: int = 5) -> list[int | None]:
@@ -46,10 +48,11 @@ def test_offload_plans_are_optimal_on_every_small_problem(name, seed):
         assert set(sol.offloaded) <= set(sol.saved)
 
 
+@pytest.mark.parametrize("name", PLANNERS)
 @pytest.mark.parametrize("seed", range(6))
-def test_the_fewest_device_bytes_offload_what_can_be(seed):
+def test_the_fewest_device_bytes_offload_what_can_be(name, seed):
     p = with_offload(random_problem(seed, n=9), seed)
-    sol = get_solver("cpsat").solve(p, None, minimize="bytes")
+    sol = get_solver(name).solve(p, None, minimize="bytes")
     want = oracle.offload_optimum(p, None, minimize="bytes")
     assert want is not None
     cost = p.recompute_cost(sol.saved) + p.offload_cost(sol.offloaded)
@@ -72,29 +75,33 @@ def _chain(windows: float) -> object:
     return dataclasses.replace(p, offload=terms)
 
 
-def test_offload_is_free_while_the_link_hides_it_and_priced_beyond():
+@pytest.mark.parametrize("name", PLANNERS)
+def test_offload_is_free_while_the_link_hides_it_and_priced_beyond(name):
     # at a target of 0 device bytes every value must be offloaded or recomputed
-    hidden = get_solver("cpsat").solve(_chain(5.0), 0)
+    hidden = get_solver(name).solve(_chain(5.0), 0)
     assert hidden.offloaded == [1, 2, 3] and hidden.objective == pytest.approx(0.5)
     # a window of 1: the link's 3 s of copies expose 2 s in the forward and 1 s in the
     # backward, plus c's tail: 3.5, still cheaper than any recomputation (10 each)
-    tight = get_solver("cpsat").solve(_chain(1.0), 0)
+    tight = get_solver(name).solve(_chain(1.0), 0)
     assert tight.offloaded == [1, 2, 3] and tight.objective == pytest.approx(3.5)
 
 
-def test_what_the_link_hides_is_offloaded_for_nothing_even_without_a_target():
+@pytest.mark.parametrize("name", PLANNERS)
+def test_what_the_link_hides_is_offloaded_for_nothing_even_without_a_target(name):
     # a and b hide behind the compute; c's tail would cost 0.5: it stays on the device
-    sol = get_solver("cpsat").solve(_chain(5.0), None)
+    sol = get_solver(name).solve(_chain(5.0), None)
     assert sol.offloaded == [1, 2] and sol.objective == 0.0 and sol.saved == [1, 2, 3]
 
 
-@pytest.mark.parametrize("name", ["greedy", "dp", "mincut", "ilp"])
+@pytest.mark.parametrize("name", ["greedy", "dp", "mincut"])
 def test_solvers_that_do_not_plan_offload_refuse_it(name):
     if name not in available_solvers():
         pytest.skip(f"{name} not installed")
-    with pytest.raises(ValueError, match="does not plan offload; solvers that do: auto, cpsat"):
+    with pytest.raises(
+        ValueError, match="does not plan offload; solvers that do: auto, cpsat, highs, ilp, mip"
+    ):
         get_solver(name).solve(_chain(5.0), 0)
-    assert offload_solvers() == ["auto", "cpsat"]
+    assert offload_solvers() == ["auto", "cpsat", "highs", "ilp", "mip"]
 
 
 def test_a_plan_offloading_what_it_may_not_is_invalid():

@@ -3,9 +3,10 @@
 Usage: ``python _highs_child.py``, then one request per line on stdin, ``IN.npz<TAB>OUT.npz``,
 each answered by a line ``ok`` (or ``error: ...``) on stdout; the worker exits at the end
 of its input. It is run by path, not as part of the package, so it loads highspy and
-nothing of OR-Tools (see :mod:`budget.solvers.mip.highs` for why). IN holds the binary MIP
-(CSR rows, bounds, objective, options, an optional starting point); OUT gets the model
-status, whether a primal solution exists, the dual bound and the column values.
+nothing of OR-Tools (see :mod:`budget.solvers.mip.highs` for why). IN holds the MIP (column
+upper bounds over a lower bound of 0 and which columns are integer, CSR rows, bounds,
+objective, options, an optional starting point); OUT gets the model status, whether a
+primal solution exists, the dual bound and the column values.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def solve(src: str, dst: str) -> None:
     lp.num_row_ = len(data["row_lower"])
     lp.col_cost_ = data["objective"]
     lp.col_lower_ = np.zeros(n)
-    lp.col_upper_ = np.ones(n)
+    lp.col_upper_ = data["col_upper"]
     lp.row_lower_ = np.where(np.isinf(data["row_lower"]), -highspy.kHighsInf, data["row_lower"])
     lp.row_upper_ = np.where(np.isinf(data["row_upper"]), highspy.kHighsInf, data["row_upper"])
     lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
@@ -35,7 +36,8 @@ def solve(src: str, dst: str) -> None:
     lp.a_matrix_.start_ = data["start"].astype(np.int32)
     lp.a_matrix_.index_ = data["index"].astype(np.int32)
     lp.a_matrix_.value_ = data["value"]
-    lp.integrality_ = [highspy.HighsVarType.kInteger] * n
+    kinds = (highspy.HighsVarType.kContinuous, highspy.HighsVarType.kInteger)
+    lp.integrality_ = [kinds[int(i)] for i in data["integer"]]
     h.passModel(lp)
     for key in ("time_limit", "mip_rel_gap", "mip_abs_gap"):
         h.setOptionValue(key, float(data[key]))

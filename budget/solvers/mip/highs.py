@@ -1,7 +1,7 @@
 """Exact closure ILP (DESIGN.md) with HiGHS from ``highspy`` (``pip install highspy``).
 
 The model is :class:`~budget.solvers.mip.model.ClosureMatrix` (integer units, so an absolute
-gap below one unit proves the exact optimum), solved lexicographically by
+gap below one unit proves the exact optimum; with offload where the problem prices it), solved lexicographically by
 :func:`~budget.solvers.mip.driver.solve_lexicographic` (one weighted solve where the units
 allow it, else two). HiGHS reports its dual bound, so a
 time-limited solve is "feasible" with its proven gap. Deterministic: one thread, a
@@ -35,9 +35,9 @@ from typing import IO, ClassVar
 import numpy as np
 
 from ...core.problem import Problem
-from ..base import Objective, SolverTimeout
-from .driver import MipResult, MipSolver
-from .model import ClosureMatrix, ClosureModel, MipWeights, closure_matrix
+from ..base import SolverTimeout
+from .driver import MipResult, MipSolver, Plan
+from .model import ClosureMatrix, ClosureModel, MipObjective, MipWeights, closure_matrix
 
 _CHILD = Path(__file__).with_name("_highs_child.py")
 _GRACE = 30.0  # seconds the child may run past its time limit before it is killed
@@ -134,7 +134,7 @@ class HighsChild:
         self.problem, self.matrix = problem, matrix
 
     def minimize(
-        self, objective: dict[Objective, float], time_limit: float, hint: list[int] | None
+        self, objective: dict[MipObjective, float], time_limit: float, hint: Plan | None
     ) -> MipResult:
         m = self.matrix
         if m.num_cols == 0:  # HiGHS calls an empty model an error; nothing to choose
@@ -142,6 +142,8 @@ class HighsChild:
             return MipResult("optimal" if feasible else "infeasible", [], 0.0)
         arrays = {
             "num_cols": np.int64(m.num_cols),
+            "col_upper": m.col_upper,
+            "integer": m.integer,
             "start": m.start,
             "index": m.index,
             "value": m.value,
@@ -152,7 +154,7 @@ class HighsChild:
             **{k: np.float64(v) for k, v in _OPTIONS.items()},
         }
         if hint is not None:
-            arrays["hint"] = m.point(self.problem, hint)
+            arrays["hint"] = m.point(self.problem, hint.saved, hint.offloaded)
         with tempfile.TemporaryDirectory(prefix="budget-highs-") as tmp:
             src, dst = os.path.join(tmp, "in.npz"), os.path.join(tmp, "out.npz")
             np.savez(src, **arrays)
@@ -163,14 +165,14 @@ class HighsChild:
         if status in ("kInfeasible", "kUnboundedOrInfeasible"):
             return MipResult("infeasible", [])
         if status == "kOptimal" and has_solution:
-            return MipResult("optimal", m.saved(x), bound)
+            return MipResult("optimal", m.saved(x), bound, m.offloaded(x))
         if status in ("kTimeLimit", "kInterrupt", "kIterationLimit", "kSolutionLimit"):
-            return (
-                MipResult("feasible", m.saved(x), bound) if has_solution else MipResult("none", [])
-            )
+            if not has_solution:
+                return MipResult("none", [])
+            return MipResult("feasible", m.saved(x), bound, m.offloaded(x))
         raise RuntimeError(f"highs stopped with model status {status}")
 
-    def cap(self, which: Objective, units: int) -> None:
+    def cap(self, which: MipObjective, units: int) -> None:
         self.matrix.cap(which, units)
 
 

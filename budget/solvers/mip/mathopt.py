@@ -1,7 +1,8 @@
 """Exact closure ILP (DESIGN.md) with an OR-Tools MIP solver, through MathOpt.
 
-The model of ``ilp`` (s, r, y binaries; need, closure, storage and memory rows; integer
-units from :class:`~budget.solvers.mip.model.MipWeights`) built in OR-Tools' MathOpt, solved
+The model of ``ilp`` (s, r, y binaries; need, closure, storage and memory rows; with
+offload, o binaries and two continuous exposures; integer units from
+:class:`~budget.solvers.mip.model.MipWeights`) built in OR-Tools' MathOpt, solved
 by SCIP (default) or HiGHS, both shipped in the ``ortools`` wheel. SCIP is the default by
 measurement: it was the faster of the two on every bench graph (``python bench/solvers.py``).
 MathOpt reports the dual bound, so a time-limited solve is "feasible"
@@ -21,9 +22,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ...core.problem import Problem
-from ..base import Objective
-from .driver import MipResult, MipSolver
-from .model import ClosureMatrix, ClosureModel, MipWeights, closure_matrix
+from .driver import MipResult, MipSolver, Plan
+from .model import ClosureMatrix, ClosureModel, MipObjective, MipWeights, closure_matrix
 
 BACKENDS = ("scip", "highs")
 
@@ -36,10 +36,17 @@ class MathOptModel:
 
         self.mathopt, self.problem, self.matrix, self.backend = mathopt, problem, matrix, backend
         model = mathopt.Model(name="budget")
-        self.x = [model.add_binary_variable() for _ in range(matrix.num_cols)]
         self.model = model
+        self.x = [self._column(c) for c in range(matrix.num_cols)]
         self._rows = 0
         self._add_rows()
+
+    def _column(self, c: int) -> Any:
+        """Column ``c`` of the matrix as a variable: binary, or bounded (the exposures)."""
+        upper, integer = float(self.matrix.col_upper[c]), bool(self.matrix.integer[c])
+        if integer and upper == 1.0:
+            return self.model.add_binary_variable()
+        return self.model.add_variable(lb=0.0, ub=upper, is_integer=integer)
 
     def _add_rows(self) -> None:
         m, x = self.matrix, self.x
@@ -62,7 +69,7 @@ class MathOptModel:
         )
 
     def minimize(
-        self, objective: dict[Objective, float], time_limit: float, hint: list[int] | None
+        self, objective: dict[MipObjective, float], time_limit: float, hint: Plan | None
     ) -> MipResult:
         mathopt, m = self.mathopt, self.matrix
         target = self.model.objective
@@ -73,7 +80,7 @@ class MathOptModel:
             target.set_linear_coefficient(self.x[col], float(c[col]))
         model_params = None
         if hint is not None:
-            point = m.point(self.problem, hint)
+            point = m.point(self.problem, hint.saved, hint.offloaded)
             values = {v: float(point[i]) for i, v in enumerate(self.x)}
             model_params = mathopt.ModelSolveParameters(
                 solution_hints=[mathopt.SolutionHint(variable_values=values)]
@@ -96,9 +103,9 @@ class MathOptModel:
             raise RuntimeError(f"mip ({self.backend}) stopped: {result.termination}")
         values = np.asarray(result.variable_values(self.x), np.float64)
         bound = float(result.termination.objective_bounds.dual_bound)
-        return MipResult(status, m.saved(values), bound)  # type: ignore[arg-type]
+        return MipResult(status, m.saved(values), bound, m.offloaded(values))  # type: ignore[arg-type]
 
-    def cap(self, which: Objective, units: int) -> None:
+    def cap(self, which: MipObjective, units: int) -> None:
         self.matrix.cap(which, units)
         self._add_rows()
 

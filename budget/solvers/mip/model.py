@@ -259,13 +259,13 @@ class ClosureMatrix:
     num_cols: int
     col_upper: np.ndarray  # float64[num_cols]
     integer: np.ndarray  # bool[num_cols]
-    start: np.ndarray  # int64[rows + 1]
-    index: np.ndarray  # int32[nnz]
-    value: np.ndarray  # float64[nnz]
-    row_lower: np.ndarray
-    row_upper: np.ndarray
-    objective: dict[str, np.ndarray]
-    offload: OffloadUnits | None = None  # the weights' offload units (for :meth:`point`)
+    offload: OffloadUnits | None  # the weights' offload units, with columns (:meth:`point`)
+    objective: dict[str, np.ndarray] = field(default_factory=dict)
+    start: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))  # int64[rows + 1]
+    index: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # int32[nnz]
+    value: np.ndarray = field(default_factory=lambda: np.zeros(0))  # float64[nnz]
+    row_lower: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    row_upper: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def cap(self, which: MipObjective, units: int) -> None:
         """Append the row: objective ``which`` <= ``units`` + 0.5 (exact in integer units)."""
@@ -331,9 +331,7 @@ def _closure_rows(m: ClosureModel, weights: MipWeights, cols: ClosureMatrix) -> 
     for v in m.need:  # s_v + r_v >= 1
         rows.add([(c[v], 1.0) for c in (s_col, r_col) if v in c], 1.0, np.inf)
     for v, u in m.closure:  # s_u + r_u - r_v >= 0
-        rows.add(
-            [(r_col[v], -1.0)] + [(c[u], 1.0) for c in (s_col, r_col) if u in c], 0.0, np.inf
-        )
+        rows.add([(r_col[v], -1.0)] + [(c[u], 1.0) for c in (s_col, r_col) if u in c], 0.0, np.inf)
     for v, g in m.store:  # y_g - s_v >= 0, or y_g + o_v - s_v >= 0 where v may be offloaded
         away = [(o_col[v], 1.0)] if v in o_col else []
         rows.add([(y_col[g], 1.0), (s_col[v], -1.0), *away], 0.0, np.inf)
@@ -357,26 +355,31 @@ def _offload_rows(rows: _Rows, weights: MipWeights, cols: ClosureMatrix) -> None
 
 def _columns(m: ClosureModel, weights: MipWeights) -> ClosureMatrix:
     """The matrix's columns, bounds and objectives (no rows yet)."""
-    names = [*m.save, *m.recompute, *m.groups, *m.offload]
-    ends = np.cumsum([0, len(m.save), len(m.recompute), len(m.groups), len(m.offload)])
+    parts = (m.save, m.recompute, m.groups, m.offload)
+    first = np.cumsum([0, *(len(p) for p in parts)]).tolist()
     s_col, r_col, y_col, o_col = (
-        {v: int(ends[k]) + i for i, v in enumerate(part)}
-        for k, part in enumerate((m.save, m.recompute, m.groups, m.offload))
+        {v: first[k] + i for i, v in enumerate(p)} for k, p in enumerate(parts)
     )
     units = weights.offload if weights.offloads else None
-    e_col = [len(names), len(names) + 1] if units is not None else []
-    num_cols = len(names) + len(e_col)
+    e_col = [first[-1], first[-1] + 1] if units is not None else []
+    num_cols = first[-1] + len(e_col)
     upper = np.ones(num_cols)
     if units is not None:
         total = sum(units.transfer.values())
         upper[e_col] = [max(0, total - w) for w in units.windows]
     integer = np.ones(num_cols, bool)
     integer[e_col] = False
-    empty = np.zeros(0)
     cols = ClosureMatrix(
-        s_col, r_col, y_col, o_col, e_col, num_cols, upper, integer,
-        np.zeros(1, np.int64), empty.astype(np.int32), empty, empty, empty, {}, units,
-    )  # fmt: skip
+        s_col=s_col,
+        r_col=r_col,
+        y_col=y_col,
+        o_col=o_col,
+        e_col=e_col,
+        num_cols=num_cols,
+        col_upper=upper,
+        integer=integer,
+        offload=units,
+    )
     cols.objective = _objectives(weights, cols)
     return cols
 

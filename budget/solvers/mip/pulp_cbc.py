@@ -1,7 +1,9 @@
 """Exact closure ILP (DESIGN.md) through PuLP, solved with CBC.
 
 Variables: ``s_v`` (saved) and ``r_v`` (recomputed) for each non-input node that allows
-them, ``y_g`` for each storage with bytes. Objectives and the memory row are in integer
+them, ``y_g`` for each storage with bytes (on the device), and where the problem prices
+offload ``o_v`` for each offloadable saved node and two continuous exposures
+(:mod:`budget.solvers.mip.model`). Objectives and the memory row are in integer
 units (:class:`~budget.solvers.mip.model.MipWeights`), so a proof with an absolute gap below
 one unit is a proof of the exact optimum. Ties are broken exactly by a second solve
 (:func:`~budget.solvers.mip.driver.solve_lexicographic`): first minimise the primary
@@ -21,9 +23,8 @@ import warnings
 from typing import Any, ClassVar
 
 from ...core.problem import Problem
-from ..base import Objective
-from .driver import MipResult, MipSolver
-from .model import ClosureModel, MipWeights
+from .driver import MipResult, MipSolver, Plan
+from .model import ClosureModel, MipObjective, MipWeights
 
 
 def _import_pulp() -> Any:
@@ -43,7 +44,8 @@ def _import_pulp() -> Any:
 
 
 class PulpModel:
-    """The closure model as a PuLP problem (a :class:`~budget.solvers.mip.driver.MipModel`)."""
+    """The closure model as a PuLP problem (a :class:`~budget.solvers.mip.driver.MipModel`),
+    with offload where ``weights`` has it (:mod:`budget.solvers.mip.model`)."""
 
     def __init__(self, pulp: Any, problem: Problem, m: ClosureModel, weights: MipWeights) -> None:
         self.pulp, self.problem = pulp, problem
@@ -51,24 +53,46 @@ class PulpModel:
         s = {v: model.add_variable(f"s{v}", cat="Binary") for v in m.save}
         r = {v: model.add_variable(f"r{v}", cat="Binary") for v in m.recompute}
         y = {g: model.add_variable(f"y{g}", cat="Binary") for g in m.groups}
+        o = {v: model.add_variable(f"o{v}", cat="Binary") for v in m.offload}
         for v in m.need:
             model += pulp.lpSum(x[v] for x in (s, r) if v in x) >= 1, f"need{v}"
         for k, (v, u) in enumerate(m.closure):
             model += r[v] <= pulp.lpSum(x[u] for x in (s, r) if u in x), f"closure{k}"
-        for v, g in m.store:
-            model += y[g] >= s[v], f"store{v}"
+        for v, g in m.store:  # on the device unless offloaded
+            model += y[g] + o.get(v, 0) >= s[v], f"store{v}"
         size = pulp.lpSum(weights.size[g] * y[g] for g in y)
         if weights.capacity is not None:
             model += size <= weights.capacity, "memory"
         self.objectives = {
-            "cost": pulp.lpSum(int(weights.cost[v]) * r[v] for v in r if weights.cost[v] > 0),
+            "cost": pulp.lpSum(int(weights.cost[v]) * r[v] for v in r if weights.cost[v] > 0)
+            + self._offload(model, weights, s, o),
             "bytes": size,
+            "host": pulp.lpSum(weights.host[v] * x for v, x in o.items()),
         }
-        self.model, self.s, self.r, self.y = model, s, r, y
-        self.variables = len(s) + len(r) + len(y)
+        self.model, self.s, self.r, self.y, self.o = model, s, r, y, o
+        self.variables = len(s) + len(r) + len(y) + len(o) + (2 if o else 0)
+
+    def _offload(
+        self, model: Any, weights: MipWeights, s: dict[int, Any], o: dict[int, Any]
+    ) -> Any:
+        """The offload rows (o_v <= s_v; per window, e >= link - window with e >= 0) and
+        the offload part of the cost objective (tails and exposures)."""
+        pulp, units = self.pulp, weights.offload
+        for v, x in o.items():
+            model += x <= s[v], f"offload{v}"
+        if units is None or not o:
+            return 0
+        link = pulp.lpSum(units.transfer[v] * x for v, x in o.items() if units.transfer[v])
+        total = sum(units.transfer.values())
+        price = pulp.lpSum(units.tail[v] * x for v, x in o.items() if units.tail[v])
+        for name, window in zip(("forward", "backward"), units.windows, strict=True):
+            e = model.add_variable(f"exposed_{name}", lowBound=0, upBound=max(0, total - window))
+            model += e >= link - window, f"exposure_{name}"
+            price += e
+        return price
 
     def minimize(
-        self, objective: dict[Objective, float], time_limit: float, hint: list[int] | None
+        self, objective: dict[MipObjective, float], time_limit: float, hint: Plan | None
     ) -> MipResult:
         """As the protocol; ``hint`` is ignored (module docstring)."""
         pulp, model = self.pulp, self.model
@@ -94,9 +118,10 @@ class PulpModel:
         else:
             return MipResult("none", [])
         saved = sorted(v for v, x in self.s.items() if (x.varValue or 0) > 0.5)
-        return MipResult(status, saved)  # type: ignore[arg-type]
+        away = sorted(v for v, x in self.o.items() if (x.varValue or 0) > 0.5)
+        return MipResult(status, saved, offloaded=away)  # type: ignore[arg-type]
 
-    def cap(self, which: Objective, units: int) -> None:
+    def cap(self, which: MipObjective, units: int) -> None:
         self.model += self.objectives[which] <= units + 0.5, f"cap_{which}"
 
 
