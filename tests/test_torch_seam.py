@@ -58,6 +58,7 @@ PARTITIONER = [
     "force_save_collectives",
     "force_save_effectful_ops",
     "functionalize_rng_ops",
+    "get_default_op_list",
     "has_recomputable_ops",
     "has_recomputable_rng_ops",
     "must_recompute",
@@ -68,6 +69,7 @@ PARTITIONER = [
 LAZY = {
     **dict.fromkeys(PARTITIONER, "torch._functorch.partitioners"),
     "functorch_config": "torch._functorch.config",
+    "enable_activation_offloading": "torch._functorch._activation_offloading.activation_offloading",
     "fx_graph_cse": "torch._functorch.compile_utils",
     "is_opaque_node": "torch._functorch._aot_autograd.graph_compile",
     "InputMutationAOTOutput": "torch._functorch._aot_autograd.descriptors",
