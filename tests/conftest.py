@@ -27,9 +27,9 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-# Seconds each of the 80 longest tests took in a full run (2 workers, a 2-core Zen 3,
-# 2026-11-26; from `python -m pytest -q -n 2 --durations=80`), those of the default run
-# updated from its 60 longest at bbfd2db (PYTEST_ADDOPTS=--durations=60 bash .ci/run):
+# Seconds each of the longest tests took: a full run's 80 longest (`python -m pytest -q
+# -n 2 --durations=80`), those of the default run updated from a clean clone's 80 longest
+# with Inductor's cache cold (PYTEST_ADDOPTS=--durations=80 bash .ci/run), new tests guessed:
 # only the order uses them.
 _DURATIONS = json.loads((Path(__file__).parent / "durations.json").read_text())
 
