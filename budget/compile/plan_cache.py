@@ -108,7 +108,7 @@ def settings_key(settings: PlanSettings) -> str:
     return (
         f"budget-{__version__}-{code_hash()}-{s.budget.to_json()}-{s.peak_bytes}-"
         f"{s.search_peak_bytes}-{s.peak_search}-{s.solver}-{s.estimator}-{s.time_limit!r}-"
-        f"{s.compiler}-{fixed}-[{sweep}]-{_host(s.estimator, s.conv_workspace)}"
+        f"{s.compiler}-{fixed}-[{sweep}]-offload={s.offload}-{_host(s.estimator, s.conv_workspace)}"
     )
 
 

@@ -208,6 +208,8 @@ def test_the_settings_key_names_the_version_the_code_and_the_host():
     assert "threads" not in named and named.endswith("rule")
     for kw in ({"solver": "cpsat"}, {"estimator": "flops"}, {"time_limit": 5}):
         assert InductorPartitioner(budget.backend(0.5, **kw)).uuid() != key
+    offload = InductorPartitioner(budget.backend(0.5, estimator="roofline", offload=True))
+    assert offload.uuid() != key  # a plan that may offload is another plan
 
 
 def test_each_peak_target_of_a_compiled_peak_search_has_its_own_key():
