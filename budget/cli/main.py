@@ -37,6 +37,7 @@ from .args import (
     parse_peak_arg,
     size_options,
 )
+from .progress import ProgressBar
 from .targets import Target, describe_error, load_eager_target, load_target
 
 __all__ = ["UsageError", "main", "parse_budget_arg", "parse_budgets"]
@@ -272,7 +273,7 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.plot:
         check_png(args.plot, "--plot")
     target = _target(args)
-    bar = _ProgressBar(len(budgets), quiet=args.quiet)
+    bar = ProgressBar(len(budgets), quiet=args.quiet)
     try:
         found = _planning(
             lambda: budget.sweep(
@@ -308,35 +309,6 @@ def _sweep(args: argparse.Namespace) -> int:
         if args.plot:
             print(f"\nplot: {args.plot}")
     return 0
-
-
-class _ProgressBar:
-    """A tqdm bar on stderr driven by budget.sweep's progress(graph, done, total) callback;
-    silent with --quiet, and (tqdm's ``disable=None``) when stderr is not a terminal."""
-
-    def __init__(self, total: int, quiet: bool) -> None:
-        from tqdm import tqdm
-
-        self.graph = -1
-        self.bar = tqdm(
-            total=total,
-            desc="tracing",
-            unit="budget",
-            file=sys.stderr,
-            leave=False,
-            disable=True if quiet else None,
-        )
-
-    def update(self, graph: int, done: int, total: int) -> None:
-        if graph != self.graph:
-            self.graph = graph
-            self.bar.reset(total=total)
-            self.bar.set_description(f"graph {graph + 1}")
-        self.bar.n = done
-        self.bar.refresh()
-
-    def close(self) -> None:
-        self.bar.close()
 
 
 # --------------------------------------------------------------------------- main

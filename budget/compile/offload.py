@@ -57,10 +57,7 @@ def terms_for(
             f"name it in the estimator (e.g. estimator='flops:h100'; devices: "
             f"{', '.join(device_names())})"
         )
-    sizes = np.asarray(
-        [problem.node_bytes(v) if problem.storage[v] >= 0 else 0 for v in range(problem.n)],
-        dtype=np.float64,
-    )
+    sizes = np.asarray([problem.node_bytes(v) for v in range(problem.n)], dtype=np.float64)
     owner = _storage_owners(problem, movable)
     return offload_terms(problem.cost, sizes, owner, bandwidth=device.host_link)
 

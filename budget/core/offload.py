@@ -47,8 +47,6 @@ class OffloadTerms:
     """The forward's compute that offloads overlap, in the cost unit."""
     backward_window: float
     """The backward's compute that reloads overlap, in the cost unit."""
-    bandwidth: float = 0.0
-    """Host link bytes/s the transfers were priced with (for display)."""
 
     def __post_init__(self) -> None:
         transfer = np.asarray(self.transfer, dtype=np.float64)
@@ -111,5 +109,4 @@ def offload_terms(
         tail=np.where(ok, tail, np.nan),
         forward_window=total,
         backward_window=backward_factor * total,
-        bandwidth=float(bandwidth),
     )

@@ -37,7 +37,8 @@ import numpy as np
 from ...core.problem import Problem
 from ..base import SolverTimeout
 from .driver import MipResult, MipSolver, Plan
-from .model import ClosureMatrix, ClosureModel, MipObjective, MipWeights, closure_matrix
+from .matrix import ClosureMatrix, closure_matrix
+from .model import ClosureModel, MipObjective, MipWeights
 
 _CHILD = Path(__file__).with_name("_highs_child.py")
 _GRACE = 30.0  # seconds the child may run past its time limit before it is killed

@@ -23,7 +23,8 @@ import numpy as np
 
 from ...core.problem import Problem
 from .driver import MipResult, MipSolver, Plan
-from .model import ClosureMatrix, ClosureModel, MipObjective, MipWeights, closure_matrix
+from .matrix import ClosureMatrix, closure_matrix
+from .model import ClosureModel, MipObjective, MipWeights
 
 BACKENDS = ("scip", "highs")
 
