@@ -97,6 +97,7 @@ LAZY = {
 OWN = {
     "boykov_kolmogorov_cuts",
     "compiled_versions",
+    "in_compiled_step",
     "forget_compiled",
     "frame_code",
     "input_mutation_outputs",

@@ -12,16 +12,13 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 import torch.fx as fx
 
-from ..core.offload import OffloadTerms, offload_terms
+from ..core.offload import OffloadTerms
 from ..core.problem import Problem
 from ..errors import OffloadError
-from ..estimators import get_estimator
-from ..estimators.base import DeviceEstimator
-from ..estimators.devices import HOST, device_names
+from ..planning.offload import host_link, price_offload
 from ..runtime import _torch_private as T
 from ..runtime.values import storage_of
 
@@ -35,31 +32,11 @@ def terms_for(
     """The offload terms of ``problem`` (built from ``nodes`` of a joint graph whose
     forward returns ``num_fwd_outputs`` user outputs first), priced for the estimator's
     device; :class:`OffloadError` where offload cannot be planned (module docstring)."""
-    est = get_estimator(estimator)
-    if not isinstance(est, DeviceEstimator) or est.unit != "s":
-        raise OffloadError(
-            f"offload needs a time estimator (flops, roofline or profile) to price its "
-            f"copies against recomputation; {estimator!r} prices in {est.unit!r}"
-        )
     movable = _movable(nodes, num_fwd_outputs)
     tensor = next((n for n, ok in zip(nodes, movable, strict=True) if ok), None)
     if tensor is None:
         raise OffloadError("offload asked for, but no value of this graph can be offloaded")
-    device = est.device_for(tensor)
-    if device.host_link <= 0:
-        where = (
-            "the host CPU: offloading to host memory frees nothing where the host is the device"
-            if device.key == HOST
-            else f"{device.name}: its host link's bandwidth is not known"
-        )
-        raise OffloadError(
-            f"offload cannot be planned on {where}. To plan for a GPU of the device table, "
-            f"name it in the estimator (e.g. estimator='flops:h100'; devices: "
-            f"{', '.join(device_names())})"
-        )
-    sizes = np.asarray([problem.node_bytes(v) for v in range(problem.n)], dtype=np.float64)
-    owner = _storage_owners(problem, movable)
-    return offload_terms(problem.cost, sizes, owner, bandwidth=device.host_link)
+    return price_offload(problem, movable, host_link(estimator, tensor))
 
 
 def _movable(nodes: Sequence[fx.Node], num_fwd_outputs: int) -> list[bool]:
@@ -83,16 +60,3 @@ def _movable(nodes: Sequence[fx.Node], num_fwd_outputs: int) -> list[bool]:
             and storage_of(val) is not None
         )
     return ok
-
-
-def _storage_owners(problem: Problem, movable: list[bool]) -> np.ndarray:
-    """One offloadable value per storage: the first movable member of each (a storage
-    shared by two values is moved once, by the value that made it)."""
-    seen: set[int] = set()
-    out = np.zeros(problem.n, dtype=bool)
-    for v in range(problem.n):
-        g = int(problem.storage[v])
-        if movable[v] and not problem.is_input[v] and g >= 0 and g not in seen:
-            seen.add(g)
-            out[v] = True
-    return out

@@ -8,8 +8,10 @@ instance, so ``state_dict()`` keys and parameters do not change) by
 ``torch.utils.checkpoint.checkpoint(forward, use_reentrant=False, preserve_rng_state=True,
 context_fn=...)`` with the plan's per-op policy (:mod:`budget.eager.policy`). The replaced
 forward runs the original one unchanged when gradients are off (``torch.no_grad()``
-evaluation) or when the module is not in the training mode it was planned in.
-``unapply(model)`` puts every original forward back; applying again re-plans from the
+evaluation) or when the module is not in the training mode it was planned in. A plan
+that offloads (``offload=True``) also runs the model's forward under its saved-tensor
+hooks (:mod:`budget.eager.hooks`), outside the checkpointing, as ``offload_wrapper``
+around ``checkpoint_wrapper``. ``unapply(model)`` puts every original forward back; applying again re-plans from the
 original model (what was applied is undone first).
 """
 
@@ -26,6 +28,7 @@ from torch.utils.checkpoint import checkpoint
 from ..errors import OffloadError, PreviewError
 from ..planning.options import resolve_settings
 from ..runtime import _torch_private as T
+from .hooks import OffloadHooks
 from .peak import simulate
 from .plan import EagerPlan, RegionChoice
 from .planner import plan_for_peak, plan_trace
@@ -35,6 +38,7 @@ from .trace import Trace, default_loss, trace_step
 
 _STATE = "_budget_eager"  # attribute of a checkpointed module: what apply replaced
 _PLAN = "_budget_eager_plan"  # attribute of the model: the plan applied
+_OFFLOAD = "_budget_eager_offload"  # attribute of the model: its offload hooks
 
 
 @dataclass
@@ -43,7 +47,7 @@ class _Installed:
 
     had_forward: bool  # the instance had its own ``forward`` attribute before
     original: Callable[..., Any]
-    policy: RegionPolicy
+    policy: RegionPolicy | OffloadHooks
 
 
 def _step_of(
@@ -102,11 +106,6 @@ def plan(
         peak_search=peak_search,
         offload=offload,
     )
-    if settings.offload:
-        raise OffloadError(
-            "budget.apply does not offload yet: offload is planned on the compiled path "
-            "(budget.backend(offload=True)); set offload=False (budget.config.offload)"
-        )
     if settings.peak_bytes is not None and peak_search == "exact":
         raise ValueError(
             "peak_search='exact' searches the liveness bound of a compiled joint graph "
@@ -153,6 +152,7 @@ def plan(
         "solver": settings.solver,
         "estimator": settings.estimator,
         "time_limit": settings.time_limit,
+        "offload": settings.offload,
     }
     if settings.peak_bytes is not None:
         return plan_for_peak(  # type: ignore[arg-type]
@@ -259,6 +259,8 @@ def install(model: nn.Module, plan: EagerPlan) -> None:
     try:
         for region in chosen:
             _wrap(named[region.module], region, model.training)
+        if any(s.offload for s in plan.saves):
+            _offload(model, OffloadHooks(plan.saves), model.training)
     except BaseException:
         unapply(model)
         raise
@@ -289,9 +291,37 @@ def _wrap(module: nn.Module, region: RegionChoice, training: bool) -> None:
     object.__setattr__(module, _STATE, _Installed(had, original, policy))
 
 
+def _offload(model: nn.Module, hooks: OffloadHooks, training: bool) -> None:
+    """Run the model's forward (checkpointed or not) under the plan's offload hooks."""
+    had = "forward" in model.__dict__
+    original = model.forward
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled() or model.training != training:
+            return original(*args, **kwargs)
+        if torch.compiler.is_compiling() or T.in_compiled_step():
+            raise OffloadError(
+                "budget.apply's offload runs in eager mode: a compiled step saves other "
+                "tensors. Under torch.compile, offload with budget.backend(offload=True), "
+                "or apply a plan made with offload=False"
+            )
+        return hooks.run(original, *args, **kwargs)
+
+    object.__setattr__(model, "forward", forward)
+    object.__setattr__(model, _OFFLOAD, _Installed(had, original, hooks))
+
+
 def unapply(model: nn.Module) -> bool:
-    """Restore every module ``budget.apply`` checkpointed; True when there was any."""
+    """Restore every module ``budget.apply`` checkpointed or offloads in; True when there
+    was any."""
     changed = False
+    state = model.__dict__.pop(_OFFLOAD, None)
+    if state is not None:  # wrapped last, around a checkpointed model's own forward
+        if state.had_forward:
+            object.__setattr__(model, "forward", state.original)
+        else:
+            del model.__dict__["forward"]
+        changed = True
     for module in model.modules():
         state = module.__dict__.get(_STATE)
         if state is None:

@@ -5,8 +5,11 @@ An eager plan is a :class:`~budget.core.plan.Plan` (decisions per value, totals,
 whether its forward is checkpointed and, when it is, the selective-checkpoint policy of
 each of its op calls, in call order (``save``: cached in forward; ``recompute``: run again
 in backward, or not at all after the region's last saved tensor). The op names are kept
-so that applying a plan checks each call against the op it was planned for. It round-trips
-through JSON like a Plan (``plan.to_json()``, ``EagerPlan.from_json(text)``).
+so that applying a plan checks each call against the op it was planned for. A plan made
+with offload also lists, in order, the tensors autograd saves around the model's forward
+outside checkpointed modules (:class:`SaveChoice`), each moved to host memory or not
+(:mod:`budget.eager.hooks`). It round-trips through JSON like a Plan (``plan.to_json()``,
+``EagerPlan.from_json(text)``).
 """
 
 from __future__ import annotations
@@ -42,11 +45,23 @@ class RegionChoice:
         return sum(p == "recompute" for p in self.policy)
 
 
+@dataclass
+class SaveChoice:
+    """One tensor autograd saves during the model's forward, outside checkpointed modules
+    (their positional inputs included: checkpointing saves them there), in save order."""
+
+    value: str  # the plan's name of the value saved
+    shape: list[int]
+    dtype: str  # as torch prints it ("torch.float32")
+    offload: bool = False  # moved to host memory after the save, back before its use
+
+
 @dataclass(frozen=True)
 class EagerPlan(Plan):
     """A plan for eager selective checkpointing (``budget.apply``)."""
 
     regions: list[RegionChoice] = field(default_factory=list)
+    saves: list[SaveChoice] = field(default_factory=list)  # empty: planned without offload
 
     @property
     def checkpointed(self) -> list[str]:
@@ -68,10 +83,12 @@ class EagerPlan(Plan):
         data = dict(data)
         try:
             regions = [RegionChoice(**r) for r in data.pop("regions")]
+            saves = [SaveChoice(**s) for s in data.pop("saves", [])]
         except TypeError as e:
             raise ValueError(f"not an eager plan: {e}") from None
         base = Plan.from_dict(data)
-        return cls(**{f.name: getattr(base, f.name) for f in fields(Plan)}, regions=regions)
+        made = {f.name: getattr(base, f.name) for f in fields(Plan)}
+        return cls(**made, regions=regions, saves=saves)
 
     @classmethod
     def from_json(cls, text: str) -> EagerPlan:

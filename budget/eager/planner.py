@@ -40,9 +40,11 @@ from ..core.problem import Problem
 from ..core.sizes import MemoryBudget
 from ..errors import InfeasibleError
 from ..estimators import get_estimator
+from ..planning.offload import host_link
 from ..planning.peak_grid import PeakGrid, grid_budgets
 from ..planning.planner import budget_target, make_plan
 from ..solvers import Solution, get_solver
+from .offload import save_choices
 from .plan import EagerPlan, RegionChoice
 from .problem import CostCache, _cacheable, build_problem
 from .trace import Trace
@@ -64,13 +66,17 @@ def plan_trace(
     time_limit: float,
     excluded: dict[int, str] | None = None,
     costs: CostCache | None = None,
+    offload: bool = False,
 ) -> EagerPlan:
     """The eager plan of ``trace`` at ``budget``; ``excluded``: regions that may not be
     checkpointed, and why; ``costs``: priced nodes and built problems to reuse (the plans
-    of one trace at several budgets, made with the same estimator and solver)."""
+    of one trace at several budgets, made with the same estimator, solver and offload);
+    ``offload``: values may also be moved to host memory (:mod:`budget.eager.offload`)."""
     start = time.perf_counter()
     excluded = dict(excluded or {})
     costs = costs or CostCache(get_estimator(estimator))
+    if offload and costs.link is None:
+        costs.link = host_link(estimator, next(iter(trace.ops)))
     backend = get_solver(solver)
     usable = [r for r in range(len(trace.regions)) if r not in excluded]
 
@@ -78,11 +84,12 @@ def plan_trace(
     plain_saved = _forced(plain)
     max_bytes = plain.saved_bytes(plain_saved)
     t_estimate = time.perf_counter() - start
-    if usable and costs.min_bytes is None:
+    movable = bool(usable) or costs.link is not None  # anything a plan can take away
+    if movable and costs.min_bytes is None:
         full, _ = _problem(trace, usable, costs)
         low = backend.solve(full, None, minimize="bytes", time_limit=time_limit)
         costs.min_bytes = min(int(low.objective), max_bytes)
-    min_bytes = costs.min_bytes if usable and costs.min_bytes is not None else max_bytes
+    min_bytes = costs.min_bytes if movable and costs.min_bytes is not None else max_bytes
     target = budget_target(
         budget,
         min_bytes,
@@ -97,13 +104,13 @@ def plan_trace(
         "max_bytes": max_bytes,
         "estimator": spec,
     }
-    if target >= max_bytes or not usable:
+    if target >= max_bytes or not movable:
         status = "reference" if budget.fraction == 1.0 else "optimal"
         timings = {"estimate": t_estimate, "solve": time.perf_counter() - start - t_estimate}
         plan = make_plan(
             plain, plain_saved, status=status, gap=0.0, solver="none", timings=timings, **common
         )
-        return _eager_plan(plan, trace, plain, plain_nodes, (), excluded)
+        return _eager_plan(plan, trace, plain, plain_nodes, (), excluded, costs)
 
     checkpointed = list(usable)
     best = _solve(trace, checkpointed, costs, backend, target, time_limit)
@@ -121,13 +128,14 @@ def plan_trace(
     plan = make_plan(
         problem,
         sol.saved,
+        offloaded=sol.offloaded,
         status=sol.status,
         gap=sol.gap,
         solver=backend.name,
         timings=timings,
         **common,
     )
-    return _eager_plan(plan, trace, problem, nodes, checkpointed, excluded)
+    return _eager_plan(plan, trace, problem, nodes, checkpointed, excluded, costs)
 
 
 def plan_for_peak(
@@ -140,6 +148,7 @@ def plan_for_peak(
     estimator: str,
     time_limit: float,
     excluded: dict[int, str] | None = None,
+    offload: bool = False,
 ) -> EagerPlan:
     """The eager plan with the least recompute whose predicted peak is at most
     ``peak_bytes``, among the plans at ``budget`` and at the fractions of ``PEAK_GRID``
@@ -151,7 +160,13 @@ def plan_for_peak(
     itself is chosen greedily, so this is the grid's cheapest fit up to that choice)."""
     start = time.perf_counter()
     costs = CostCache(get_estimator(estimator))
-    opts = {"solver": solver, "estimator": estimator, "time_limit": time_limit, "costs": costs}
+    opts = {
+        "solver": solver,
+        "estimator": estimator,
+        "time_limit": time_limit,
+        "costs": costs,
+        "offload": offload,
+    }
     limit: int | None = None  # the memory budget's own target
 
     def make(b: MemoryBudget) -> EagerPlan | None:
@@ -163,7 +178,7 @@ def plan_for_peak(
 
     grid = PeakGrid(
         peak_bytes,
-        key=lambda p: (tuple(p.checkpointed), tuple(p.saved)),  # type: ignore[attr-defined]
+        key=lambda p: (tuple(p.checkpointed), tuple(p.saved), tuple(p.offloaded)),  # type: ignore[attr-defined]
         predict=predict,  # type: ignore[arg-type]
     )
     grid.walk(p for b in grid_budgets(budget) if (p := make(b)) is not None)
@@ -226,9 +241,11 @@ def _eager_plan(
     nodes: list[fx.Node | None],
     checkpointed: Sequence[int],
     excluded: dict[int, str],
+    costs: CostCache,
 ) -> EagerPlan:
     """``plan`` with its per-region choices: the policy of each op call of each
-    checkpointed region, from the values the plan saves."""
+    checkpointed region, from the values the plan saves; planned with offload, the saves
+    around the model's forward, each offloaded or not."""
     saved_nodes = {nodes[d] for d in _indices(problem, plan.saved)}
     by_name = {d.name: d for d in plan.decisions}
     region_by_name = {
@@ -270,7 +287,8 @@ def _eager_plan(
         )
     made = {k: getattr(plan, k) for k in plan.__dataclass_fields__}
     provenance = {"compiler": "eager-checkpoint", "torch_version": torch.__version__}
-    return EagerPlan(**{**made, **provenance}, regions=regions)
+    saves = save_choices(trace, checkpointed, plan.offloaded) if costs.link is not None else []
+    return EagerPlan(**{**made, **provenance}, regions=regions, saves=saves)
 
 
 def _indices(problem: Problem, names: Sequence[str]) -> list[int]:

@@ -21,6 +21,9 @@ problem is built for a set ``checkpointed`` of candidate regions (indices into
   cache entry), and ops that write a tensor from outside the region, or that update
   BatchNorm running statistics, are never recomputed (the write would happen twice).
 
+With offload planned (``CostCache.link``), the values :func:`budget.eager.offload.movable`
+allows carry offload terms.
+
 Counted this way, a plan's saved bytes are the bytes the eager step keeps alive after its
 forward (the loss aside), which is what :func:`budget.eager.measure.retained_bytes` measures.
 """
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Collection
+from dataclasses import replace
 
 import torch
 import torch.fx as fx
@@ -38,8 +42,10 @@ from ..core.builder import ProblemBuilder
 from ..core.problem import Problem
 from ..estimators import Estimator, NodeCost
 from ..estimators.ops import forbidden_recompute, is_mutating, is_random
+from ..planning.offload import price_offload
 from ..runtime.graph_hash import graph_hash
 from ..runtime.values import storage_of
+from .offload import movable
 from .trace import Trace
 
 _aten = torch.ops.aten
@@ -66,8 +72,9 @@ class CostCache:
     problem built once per set of checkpointed regions (``problems``: the planner's memo,
     shared by the plans of one trace)."""
 
-    def __init__(self, estimator: Estimator) -> None:
+    def __init__(self, estimator: Estimator, link: float | None = None) -> None:
         self.estimator = estimator
+        self.link = link  # host link bytes/s when offload is planned, else None
         self.costs: dict[fx.Node, NodeCost] = {}
         self.problems: dict[tuple[int, ...], tuple[Problem, list[fx.Node | None]]] = {}
         self.min_bytes: int | None = None  # the least saved memory, once solved
@@ -112,12 +119,15 @@ def build_problem(
         )
     edges = [(index[a], index[n]) for n in values for a in n.all_input_nodes if a in index]
     problem = rows.build(edges, cost_unit=costs.estimator.unit, graph_hash=graph_hash(trace.graph))
+    if costs.link is not None:
+        terms = price_offload(problem, movable(trace, ckpt, nodes), costs.link)
+        problem = replace(problem, offload=terms)
     return problem, nodes
 
 
 def _held(trace: Trace, ckpt: set[int]) -> set[fx.Node]:
     """What is kept whatever the plan: saves outside checkpointed regions, region inputs."""
-    held = {value for value, region, _ in trace.saves if region is None or region not in ckpt}
+    held = {s.value for s in trace.saves if s.region is None or s.region not in ckpt}
     for r in ckpt:
         held.update(trace.regions[r].args)
     return held

@@ -16,7 +16,9 @@ no buffer changes, the caller's RNG is untouched):
 - every tensor autograd saves for the backward is recorded with the number of op calls made
   when it was saved: checkpointing recomputes a region only up to its last save (early
   stop), and the saves outside checkpointed regions are what autograd keeps as is;
-- every region call records the tensors it was given (checkpointing keeps them).
+- every region call records the tensors it was given (checkpointing keeps them), and
+  where among the saves it started: checkpointing saves its positional tensor arguments
+  through the saved-tensor hooks around it, which is how eager offload moves them.
 
 A step may read tensor values in Python (``if mask.all():``), which fake tensors do not
 have: such a read gets the value the real step reads (:mod:`budget.eager.reads`), so the
@@ -32,7 +34,7 @@ import contextlib
 import operator
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.fx as fx
@@ -59,6 +61,18 @@ class Region:
     end: int = 0  # op count when it returned
     last_save: int | None = None  # op count at its last autograd save (recompute stops there)
     args: list[fx.Node] = field(default_factory=list)  # tensors it was given
+    positional: list[fx.Node] = field(default_factory=list)  # its positional tensor args
+    saves_at: int = 0  # saves recorded before it started (its index in Trace.saves)
+    in_model: bool = False  # called during the model's own forward
+
+
+class Save(NamedTuple):
+    """One tensor autograd saved in the traced step, in save order."""
+
+    value: fx.Node
+    region: int | None  # the candidate region it was saved in (None: outside all)
+    count: int  # op calls made when it was saved
+    in_model: bool  # saved during the model's own forward (not the loss or step code)
 
 
 @dataclass
@@ -73,11 +87,12 @@ class Trace:
     order: dict[fx.Node, int]  # op node -> its position in the call order
     region_of: dict[fx.Node, int]  # op node -> the region it ran in (absent outside)
     module_of: dict[fx.Node, str]  # op node -> module path
-    saves: list[tuple[fx.Node, int | None, int]]  # (value saved, saving region, op count)
+    saves: list[Save]
     mutated_after: dict[fx.Node, int]  # op node -> last op that writes its output's storage
     rng_state_bytes: int  # bytes of the RNG state checkpointing keeps per region call
     device: torch.device
     reads: list[tuple[str, Any]] = field(default_factory=list)  # (op, value) read from data
+    outputs: list[fx.Node] = field(default_factory=list)  # what the model's forward returned
 
     def outputs_of(self, node: fx.Node) -> list[fx.Node]:
         """The value nodes of an op: itself, or its getitems when it has several outputs."""
@@ -120,13 +135,14 @@ class _Tracer:
         self.order: dict[fx.Node, int] = {}
         self.region_of: dict[fx.Node, int] = {}
         self.module_of: dict[fx.Node, str] = {}
-        self.saves: list[tuple[fx.Node, int | None, int]] = []
+        self.saves: list[Save] = []
         self.mutated_after: dict[fx.Node, int] = {}
         self.producers: dict[int, list[fx.Node]] = {}  # storage key -> ops whose output has it
         self.writers: dict[int, list[fx.Node]] = {}  # storage key -> ops writing it, in order
         self.real: dict[fx.Node, torch.Tensor] = {}  # placeholder -> its real tensor
         self.reads: list[tuple[str, Any]] = []  # (op, value) of each read of tensor data
         self.module_stack: list[str] = []
+        self.outputs: list[fx.Node] = []  # what the model's forward returned
         self.region: int | None = None
         self.region_list = list(regions.values())
 
@@ -220,7 +236,8 @@ class _Tracer:
         if node is None:
             node = self.constant(t)
         count = len(self.ops)
-        self.saves.append((node, self.region, count))
+        in_model = bool(self.module_stack) and self.module_stack[0] == self.root_name
+        self.saves.append(Save(node, self.region, count, in_model))
         if self.region is not None:
             self.region_list[self.region].last_save = count
         return t
@@ -237,7 +254,13 @@ class _Tracer:
             def pre(_m: nn.Module, _a: Any, path: str = path) -> None:
                 self.module_stack.append(path)
 
-            def post(_m: nn.Module, _a: Any, _o: Any) -> None:
+            def post(_m: nn.Module, _a: Any, out: Any) -> None:
+                if self.module_stack == [self.root_name]:  # the model's own forward returns
+                    self.outputs.extend(
+                        self.node_of[id(t)]
+                        for t in T.tree_leaves(out)
+                        if isinstance(t, torch.Tensor) and id(t) in self.node_of
+                    )
                 if self.module_stack:
                     self.module_stack.pop()
 
@@ -279,6 +302,9 @@ class _Tracer:
         if self.region is not None or not torch.is_grad_enabled():
             return fn(*args, **kwargs)  # nested or no grad: checkpointing does not apply
         region.start = len(self.ops)
+        region.saves_at = len(self.saves)
+        region.in_model = bool(self.module_stack) and self.module_stack[0] == self.root_name
+        region.positional = [self.node_for(t) for t in args if isinstance(t, torch.Tensor)]
         region.args = [
             self.node_for(t) for t in T.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)
         ]
@@ -383,4 +409,5 @@ def trace_step(
         rng_state_bytes=int(cpu_state.nbytes) if device.type == "cpu" else 0,
         device=device,
         reads=tracer.reads,
+        outputs=tracer.outputs,
     )

@@ -229,6 +229,13 @@ def frame_code() -> Any:
     return codes[0] if codes else None
 
 
+@torch.compiler.disable(recursive=False)  # run, not traced: dynamo cannot trace the question
+def in_compiled_step() -> bool:
+    """Whether this Python code runs inside a ``torch.compile``'d function (after a graph
+    break, in eager Python: the frames it calls are compiled as they start)."""
+    return torch._C._dynamo.eval_frame.get_eval_frame_callback() not in (None, False)
+
+
 def compiled_versions(code: Any) -> int:
     """How many compiled versions of ``code`` dynamo holds (its cache entries)."""
     return len(torch._C._dynamo.eval_frame._debug_get_cache_entry_list(code))
@@ -257,6 +264,7 @@ __all__ = [
     # budget's own
     "boykov_kolmogorov_cuts",
     "compiled_versions",
+    "in_compiled_step",
     "forget_compiled",
     "frame_code",
     "input_mutation_outputs",

@@ -214,7 +214,7 @@ def one_line_error(code, err):
         (["solve", *MLP, "--timeline", "t.svg"], "--timeline writes a PNG"),
         (["sweep", *MLP, "--plot", "/no/such/dir/p.png"], "does not exist"),
         (["solve", *MLP, "--offload"], "offload cannot be planned on the host CPU"),
-        (["solve", *MLP, "--offload", "--eager"], "budget.apply does not offload yet"),
+        (["solve", *MLP, "--offload", "--eager"], "offload cannot be planned on the host CPU"),
     ],
 )
 def test_errors_exit_2_with_one_line(argv, needle, capsys):
