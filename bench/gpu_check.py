@@ -19,6 +19,7 @@ Blocks, in this order (each skipped, and said so, when the time limit is near):
   or refused naming the lowest reachable peak;
 - ``eager``: ``budget.apply`` on the same GPT (fp32), given the bytes torch's
   ``apply_activation_checkpointing`` on every block keeps: bytes kept, peak, step time;
+  then ``budget.apply(offload=True)`` at b=0: device bytes, peak, gradients, step time;
 - ``offload``: ``offload=True`` at fractions 0.2 and 0 on the bf16 GPT: device bytes and
   peak against predicted, gradients; step time against budget's recompute-only plans of
   no lower measured peak and against ``save_on_cpu`` on every saved tensor (CUDA);
@@ -377,6 +378,56 @@ def block_eager(c: Check) -> None:
     )
     if ours.ms and ac.ms:
         r.check("eager: step time <= AC's", ours.ms <= ac.ms, f"{ours.ms / ac.ms:.3f}", timing=True)
+    if c.clock.fits(1):
+        eager_offload(c, ac, ref)
+
+
+def eager_offload(c: Check, ac: Row, ref: Any) -> None:
+    """``budget.apply(offload=True)`` at b=0 on the same GPT: device bytes kept and peak
+    against predicted, gradients, step time against AC on every block (on a CPU the plan
+    is made for an H100 and its host copies are this device's memory too)."""
+    cpu = c.device.type == "cpu"
+    ex, step, args = c.gpt(EAGER_DTYPE)
+    plan = budget.apply(
+        ex.model,
+        *args,
+        step=step,
+        memory_budget=0.0,
+        offload=True,
+        estimator="flops:h100" if cpu else "flops",
+    )
+    row = eager_row(c, "budget.apply+offload b=0", ex, step, args, ref)
+    row.predicted_saved, row.predicted_peak = plan.saved_bytes, plan.peak_bytes
+    row.extra["offloaded_bytes"] = plan.offloaded_bytes
+    c.report.write()
+    want = plan.saved_bytes + (plan.offloaded_bytes if cpu else 0)
+    r = c.report
+    r.check(
+        "eager offload: kept = predicted",
+        row.saved == want,
+        f"{row.saved} vs {want} B; {len(plan.offloaded)} values, "
+        f"{_m(plan.offloaded_bytes)} MiB offloaded",
+    )
+    r.check(
+        "eager offload: gradients = unplanned",
+        row.grad_err is not None and row.grad_err <= TOLERANCE[EAGER_DTYPE],
+        f"{_e(row.grad_err)}",
+    )
+    got = row.requested if row.requested is not None else row.peak
+    if not cpu and plan.peak_bytes and got:
+        err = (got - plan.peak_bytes) / plan.peak_bytes
+        r.check(
+            "eager offload: peak within 3% of predicted",
+            abs(err) <= PEAK_TOLERANCE,
+            f"{err:+.2%} (requested {_m(got)} vs {_m(plan.peak_bytes)} MiB)",
+        )
+    if not cpu and row.ms and ac.ms and row.peak is not None and ac.peak is not None:
+        r.check(
+            "eager offload: step time <= AC's, or a lower peak",
+            row.ms <= ac.ms or row.peak < ac.peak,
+            f"{row.ms:.1f} vs {ac.ms:.1f} ms; peaks {_m(row.peak)} vs {_m(ac.peak)} MiB",
+            timing=True,
+        )
 
 
 def eager_row(c: Check, label: str, ex: Example, step: Any, args: tuple, ref: Any) -> Row:
