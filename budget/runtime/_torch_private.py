@@ -229,11 +229,22 @@ def frame_code() -> Any:
     return codes[0] if codes else None
 
 
-@torch.compiler.disable(recursive=False)  # run, not traced: dynamo cannot trace the question
 def in_compiled_step() -> bool:
     """Whether this Python code runs inside a ``torch.compile``'d function (after a graph
     break, in eager Python: the frames it calls are compiled as they start)."""
-    return torch._C._dynamo.eval_frame.get_eval_frame_callback() not in (None, False)
+    return _compiled_step_probe()()
+
+
+@functools.cache
+def _compiled_step_probe() -> Any:
+    """The question, run and never traced (dynamo cannot trace it); made on first use so
+    that importing the seam does not load dynamo."""
+
+    @torch.compiler.disable(recursive=False)
+    def probe() -> bool:
+        return torch._C._dynamo.eval_frame.get_eval_frame_callback() not in (None, False)
+
+    return probe
 
 
 def compiled_versions(code: Any) -> int:
