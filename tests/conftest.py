@@ -14,8 +14,18 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import torch
 
+# Two xdist workers share two cores: one intra-op thread each. torch's default (a thread
+# per core in each worker) makes the workers' threads wait on each other: a fifth longer.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Inductor checks once per cache directory that this host's compiler builds vector code
+# (about 15 s of test builds); the tests' child processes compile into fresh directories,
+# so each paid it. The answer is the CPU's own flags here: the check is skipped.
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # were torch loaded before
 _SESSION_CACHE = tempfile.TemporaryDirectory(prefix="budget-tests-")
 os.environ["BUDGET_CACHE_DIR"] = _SESSION_CACHE.name
 
