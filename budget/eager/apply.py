@@ -34,7 +34,8 @@ from .plan import EagerPlan, RegionChoice
 from .planner import plan_for_peak, plan_trace
 from .policy import RegionPolicy
 from .regions import ModuleSpec, select_candidates
-from .trace import Trace, default_loss, trace_step
+from .step import step_of
+from .trace import Trace, trace_step
 
 _STATE = "_budget_eager"  # attribute of a checkpointed module: what apply replaced
 _PLAN = "_budget_eager_plan"  # attribute of the model: the plan applied
@@ -48,23 +49,6 @@ class _Installed:
     had_forward: bool  # the instance had its own ``forward`` attribute before
     original: Callable[..., Any]
     policy: RegionPolicy | OffloadHooks
-
-
-def _step_of(
-    model: nn.Module,
-    loss_fn: Callable[[Any], torch.Tensor] | None,
-    step: Callable[..., Any] | None,
-) -> Callable[..., Any]:
-    if step is not None:
-        if loss_fn is not None:
-            raise ValueError("pass loss_fn= or step=, not both: step= computes the loss itself")
-        return step
-
-    def run(*args: Any, **kwargs: Any) -> torch.Tensor:
-        out = model(*args, **kwargs)
-        return loss_fn(out) if loss_fn is not None else default_loss(out)
-
-    return run
 
 
 def plan(
@@ -113,7 +97,7 @@ def plan(
             "(budget.config.peak_search applies to the compiled path only)"
         )
     candidates = select_candidates(model, modules)
-    run = _step_of(model, loss_fn, step)
+    run = step_of(model, loss_fn, step)
     trace = trace_step(model, run, example_inputs, example_kwargs, candidates)
     if not any(
         v.meta["val"].requires_grad

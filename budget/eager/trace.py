@@ -330,23 +330,6 @@ def _written_args(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
     return out
 
 
-def default_loss(out: Any) -> torch.Tensor:
-    """The loss of a model's output: a scalar tensor, or the ``loss`` a Hugging Face model
-    returns when given labels."""
-    if isinstance(out, torch.Tensor) and out.numel() == 1:
-        return out
-    loss = getattr(out, "loss", None)
-    if loss is None and isinstance(out, dict):
-        loss = out.get("loss")
-    if isinstance(loss, torch.Tensor):
-        return loss
-    raise ValueError(
-        f"the model returned {type(out).__name__}, not a scalar loss: pass loss_fn= (a "
-        "function of the model's output returning the scalar loss), or step= (a function "
-        "of the example inputs that runs the model and returns it)"
-    )
-
-
 def trace_step(
     model: nn.Module,
     step: Callable[..., Any],
