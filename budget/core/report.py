@@ -1,10 +1,9 @@
 """A plan as text: ``str(plan)``, and the pieces the command reports are made of.
 
 Pure string formatting: every function takes plans and returns text; nothing here prints
-or imports torch. Reports fit an 80-column terminal: long module
-and node names are shortened in the middle. Costs are shown in the plan's own
-``cost_unit`` (seconds, FLOPs, ops...), never assumed; FLOPs are shown beside them when the
-unit is not FLOPs.
+or imports torch. Reports fit an 80-column terminal: long module and node names are
+shortened in the middle. Costs are shown in the plan's own ``cost_unit`` (seconds, FLOPs,
+ops...), never assumed; FLOPs are shown beside them when the unit is not FLOPs.
 """
 
 from __future__ import annotations
@@ -259,6 +258,7 @@ class ModuleRow:
     recompute_cost: float = 0.0
     saves: int = 0
     recomputes: int = 0
+    offloaded_bytes: int = 0  # kept in host memory between the forward and the backward
 
 
 def module_root(paths: Sequence[str]) -> str:
@@ -298,6 +298,8 @@ def module_rows(plan: Plan, depth: int = 2) -> list[ModuleRow]:
         if d.decision == "save":
             row.saved_bytes += d.bytes
             row.saves += 1
+        elif d.decision == "offload":
+            row.offloaded_bytes += d.bytes
         else:
             row.recomputed_bytes += d.bytes
             row.recompute_cost += d.cost
@@ -307,34 +309,38 @@ def module_rows(plan: Plan, depth: int = 2) -> list[ModuleRow]:
 
 
 def module_table(plan: Plan, depth: int = 2) -> str:
-    """The per-module table: bytes saved, bytes recomputed and their cost, with a total."""
+    """Per module: bytes saved (offloaded, when any), recomputed, their cost; a total."""
     rows = module_rows(plan, depth)
     if not rows:
         return "per module: nothing saved or recomputed"
     scale = cost_scale([r.recompute_cost for r in rows], plan.cost_unit)
-    name_w = WIDTH - 2 - (1 + 11) - (1 + 11) - (1 + 16)
+    host = any(r.offloaded_bytes for r in rows)
+    name_w = WIDTH - 2 - (1 + 11) * (3 if host else 2) - (1 + 16)
+
+    def line(name: str, saved: int, offloaded: int, recomputed: int, cost: float) -> str:
+        moved = f" {format_bytes(offloaded):>11}" if host else ""
+        return (
+            f"  {shorten(name, name_w):<{name_w}} {format_bytes(saved):>11}{moved} "
+            f"{format_bytes(recomputed):>11} {format_cost(cost, plan.cost_unit, scale):>16}"
+        )
+
+    head = f"  {'module':<{name_w}} {'saved':>11}" + (f" {'offloaded':>11}" if host else "")
     lines = [
-        f"per module (depth {depth}): saved, and recomputed in the backward",
-        f"  {'module':<{name_w}} {'saved':>11} {'recomputed':>11} {'recompute cost':>16}",
+        f"per module (depth {depth}): saved, {'offloaded, ' if host else ''}and recomputed in "
+        "the backward",
+        f"{head} {'recomputed':>11} {'recompute cost':>16}",
     ]
     for r in rows:
         lines.append(
-            f"  {shorten(r.module, name_w):<{name_w}} {format_bytes(r.saved_bytes):>11} "
-            f"{format_bytes(r.recomputed_bytes):>11} "
-            f"{format_cost(r.recompute_cost, plan.cost_unit, scale):>16}"
+            line(r.module, r.saved_bytes, r.offloaded_bytes, r.recomputed_bytes, r.recompute_cost)
         )
     copies = plan.copied_input_bytes
     if copies:
-        lines.append(
-            f"  {'(layout copies of inputs)':<{name_w}} {format_bytes(copies):>11} "
-            f"{format_bytes(0):>11} {format_cost(0.0, plan.cost_unit, scale):>16}"
-        )
+        lines.append(line("(layout copies of inputs)", copies, 0, 0, 0.0))
     total = sum(r.recompute_cost for r in rows)
-    lines.append(
-        f"  {'total':<{name_w}} {format_bytes(sum(r.saved_bytes for r in rows) + copies):>11} "
-        f"{format_bytes(sum(r.recomputed_bytes for r in rows)):>11} "
-        f"{format_cost(total, plan.cost_unit, scale):>16}"
-    )
+    saved = sum(r.saved_bytes for r in rows) + copies
+    offloaded = sum(r.offloaded_bytes for r in rows)
+    lines.append(line("total", saved, offloaded, sum(r.recomputed_bytes for r in rows), total))
     return "\n".join(lines)
 
 

@@ -17,6 +17,7 @@ from budget.core.report import (
     plan_report,
     shorten,
 )
+from budget.core.sizes import format_bytes
 
 
 @pytest.mark.parametrize(
@@ -60,6 +61,24 @@ def test_module_rows_aggregate_by_depth_in_graph_order():
     assert "model.blocks.0.attn" in deep and "model.blocks.1.mlp" in deep
     with pytest.raises(ValueError, match="depth"):
         module_rows(plan, depth=0)
+
+
+def test_offloaded_values_have_their_own_column_not_the_recomputed_one():
+    plan = make_plan()
+    assert "offloaded" not in module_table(plan)
+    moved = next(d for d in plan.decisions if d.decision == "save" and d.bytes)
+    moved.decision = "offload"
+    rows = {r.module: r for r in module_rows(plan, depth=2)}
+    before = {r.module: r for r in module_rows(make_plan(), depth=2)}
+    key = next(k for k in rows if moved.module.startswith(k))
+    assert rows[key].offloaded_bytes == moved.bytes
+    assert rows[key].saved_bytes == before[key].saved_bytes - moved.bytes
+    assert rows[key].recomputed_bytes == before[key].recomputed_bytes
+    table = module_table(plan)
+    head, total = table.splitlines()[1], table.splitlines()[-1]
+    assert head.split() == ["module", "saved", "offloaded", "recomputed", "recompute", "cost"]
+    assert total.split()[3:5] == [*format_bytes(moved.bytes).split()]
+    assert max(len(line) for line in table.splitlines()) <= 80
 
 
 def test_module_rows_without_a_shared_root():
