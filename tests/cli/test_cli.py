@@ -424,6 +424,10 @@ def test_offload_planned_for_a_gpu_shows_in_solve_and_sweep(tmp_path, capsys):
     common = ["--offload", "--estimator", "flops:h100", "--compiler", "eager"]
     code, out, _ = run(["solve", *WIDE, "--budget", "0", *common], capsys)
     assert code == 0 and "kept in host memory, copied back for the backward" in out
+    eager = ["--offload", "--estimator", "flops:h100", "--eager"]  # budget.apply's plan
+    code, out, _ = run(["solve", *WIDE, "--budget", "0", *eager], capsys)
+    assert code == 0 and "kept in host memory, copied back for the backward" in out
+    assert " offloaded " in out.split("per module")[1]  # the module table's column
     plot = tmp_path / "sweep.png"
     argv = ["sweep", *WIDE, "--budgets", "0,1", "--quiet", "--plot", str(plot), *common]
     code, out, _ = run(argv, capsys)
