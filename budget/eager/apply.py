@@ -96,6 +96,7 @@ def plan(
             "(budget.backend, budget.plan); budget.apply searches a grid of eager plans "
             "(budget.config.peak_search applies to the compiled path only)"
         )
+    _refuse_kv_cache(model)
     candidates = select_candidates(model, modules)
     run = step_of(model, loss_fn, step)
     trace = trace_step(model, run, example_inputs, example_kwargs, candidates)
@@ -147,6 +148,19 @@ def plan(
         return predict(made)
     except PreviewError:  # the plan stands; its peak is unknown
         return made
+
+
+def _refuse_kv_cache(model: nn.Module) -> None:
+    """A transformers model training with ``config.use_cache`` updates its key-value
+    cache in every layer: a checkpointed layer would update it again when recomputed."""
+    config = getattr(model, "config", None)
+    if model.training and getattr(config, "use_cache", False) is True:
+        raise ValueError(
+            f"{type(model).__name__} has config.use_cache=True: its layers update a "
+            "key-value cache, which a checkpointed layer would update again when it is "
+            "recomputed. Set model.config.use_cache = False for training (transformers "
+            "does the same under gradient checkpointing)"
+        )
 
 
 def _excluded(trace: Trace, *, given: bool) -> dict[int, str]:

@@ -78,7 +78,7 @@ def plan_trace(
     if offload and costs.link is None:
         costs.link = host_link(estimator, next(iter(trace.ops)))
     backend = get_solver(solver)
-    usable = [r for r in range(len(trace.regions)) if r not in excluded]
+    usable = _checkpointable(trace, costs, excluded)
 
     plain, plain_nodes = _problem(trace, (), costs)
     plain_saved = _forced(plain)
@@ -189,6 +189,28 @@ def plan_for_peak(
         "modules=, may reach lower)"
     )
     return replace(best, timings={**best.timings, "peak search": time.perf_counter() - start})
+
+
+def _checkpointable(trace: Trace, costs: CostCache, excluded: dict[int, str]) -> list[int]:
+    """The candidate regions not ``excluded`` that some plan can checkpoint; the others
+    join ``excluded``, with why. Checkpointing a region where a value the backward needs
+    can be neither cached nor recomputed (BatchNorm, whose running statistics must not be
+    updated twice, followed by an in-place ReLU that writes its output) has no plan."""
+    usable = [r for r in range(len(trace.regions)) if r not in excluded]
+    if not usable or not _stuck(_problem(trace, usable, costs)[0]):
+        return usable
+    for r in usable:
+        stuck = _stuck(_problem(trace, [r], costs)[0])
+        if stuck:
+            excluded[r] = f"checkpointing it has no plan: {stuck}"
+    return [r for r in usable if r not in excluded]
+
+
+def _stuck(problem: Problem) -> str:
+    """Why no plan of ``problem`` is valid ("" when one is): saving every value that can
+    be saved is valid when any plan is."""
+    errors = problem.check(np.flatnonzero(problem.can_save & ~problem.is_input).tolist())
+    return errors[0] if errors else ""
 
 
 def _solve(

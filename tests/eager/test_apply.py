@@ -233,3 +233,33 @@ def test_loss_fn_and_a_model_returning_its_loss():
     assert plan.saved_bytes == same.saved_bytes and plan.checkpointed == ["body"]
     with pytest.raises(ValueError, match="not a scalar loss"):
         budget.eager.plan(small_mlp().model, x)
+
+
+def _conv_bn_relu(width: int) -> torch.nn.Module:
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(width, width, 3, padding=1, bias=False),
+        torch.nn.BatchNorm2d(width),
+        torch.nn.ReLU(inplace=True),  # writes BatchNorm's output: it cannot be cached
+    )
+
+
+def test_a_block_no_plan_can_checkpoint_is_left_out_saying_why():
+    """BatchNorm followed by an in-place ReLU (torchvision's ResNets): its output can be
+    neither cached (written in place) nor recomputed (running statistics would update
+    twice), so checkpointing the block has no plan; the other blocks are planned."""
+    torch.manual_seed(0)
+    conv = [torch.nn.Conv2d(16, 16, 3, padding=1) for _ in range(2)]
+    free = torch.nn.Sequential(conv[0], torch.nn.Tanh(), conv[1], torch.nn.Tanh())
+    model = torch.nn.Sequential(_conv_bn_relu(16), free, _conv_bn_relu(16)).train()
+    ref = copy.deepcopy(model)
+    x = torch.randn(2, 16, 16, 16)
+    plan = budget.apply(model, x, memory_budget=0.0, loss_fn=lambda out: out.square().mean())
+    assert plan.checkpointed == ["1"]
+    for name in ("0", "2"):
+        assert "BatchNorm running statistics" in plan.region(name).reason
+    model(x).square().mean().backward()
+    ref(x).square().mean().backward()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-6, atol=1e-7)
+    for b, c in zip(model.buffers(), ref.buffers(), strict=True):
+        torch.testing.assert_close(b, c, rtol=0, atol=0)  # running statistics updated once

@@ -134,3 +134,13 @@ def test_predicted_peak_and_no_trace_left_on_tied_weights(kind, attn):
         assert plan.peak_bytes == measured, (b, plan.peak_bytes - measured)
         model.zero_grad(set_to_none=True)
         budget.unapply(model)
+
+
+def test_a_model_training_with_its_kv_cache_on_is_refused():
+    model = _model("gpt2")
+    ids = torch.randint(0, 128, (2, 16))
+    model.config.use_cache = True  # the default: every layer updates the cache
+    with pytest.raises(ValueError, match=r"model.config.use_cache = False"):
+        budget.apply(model, input_ids=ids, labels=ids, memory_budget=0.5)
+    model.config.use_cache = False
+    assert budget.apply(model, input_ids=ids, labels=ids, memory_budget=0.5).checkpointed
