@@ -25,11 +25,12 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ..core.settings import PlanSettings
 from ..errors import OffloadError, PreviewError
 from ..planning.options import resolve_settings
 from ..runtime import _torch_private as T
 from .hooks import OffloadHooks
-from .peak import simulate
+from .peak import EagerPeak, simulate
 from .plan import EagerPlan, RegionChoice
 from .planner import plan_for_peak, plan_trace
 from .policy import RegionPolicy
@@ -74,13 +75,7 @@ def plan(
     function that runs ``model`` and returns the loss). Every plan carries its predicted
     peak (``peak_bytes``, ``timeline``: :mod:`budget.eager.peak`).
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"budget.apply takes an nn.Module; got {type(model).__name__}")
-    if getattr(model, _PLAN, None) is not None:
-        raise ValueError(
-            "this model has a plan applied: budget.unapply(model) first, or call "
-            "budget.apply(model, ...) again (it re-plans from the original model)"
-        )
+    _check_model(model)
     settings = resolve_settings(
         memory_budget=memory_budget,
         peak_memory_budget=peak_memory_budget,
@@ -96,39 +91,17 @@ def plan(
             "(budget.backend, budget.plan); budget.apply searches a grid of eager plans "
             "(budget.config.peak_search applies to the compiled path only)"
         )
-    _refuse_kv_cache(model)
     candidates = select_candidates(model, modules)
     run = step_of(model, loss_fn, step)
     trace = trace_step(model, run, example_inputs, example_kwargs, candidates)
-    if not any(
-        v.meta["val"].requires_grad
-        for v in trace.inputs
-        if isinstance(v.meta.get("val"), torch.Tensor)
-    ):
-        raise ValueError(
-            "nothing in the step requires grad: budget.apply plans a training step "
-            "(parameters with requires_grad=True)"
-        )
+    _check_trace(trace)
     excluded = _excluded(trace, given=modules is not None)
 
     def predict(p: EagerPlan) -> EagerPlan:
+        """``p`` with the peak of the step it makes (run on fake tensors)."""
         install(model, p)
         try:
-            found = simulate(
-                model,
-                run,
-                example_inputs,
-                example_kwargs,
-                trace,
-                measure_workspace=settings.measure_workspace,
-            )
-        except T.DataDependentOutputException as e:
-            raise PreviewError(
-                "cannot predict this step's peak: a checkpointed module reads a tensor's "
-                "value in Python, which it does again when it is recomputed in the backward, "
-                "where the fake run has no value to give it; plan without a peak budget, or "
-                "leave that module out (modules=)"
-            ) from e
+            found = _simulate(model, run, example_inputs, example_kwargs, trace, settings)
         finally:
             unapply(model)
         return replace(p, peak_bytes=found.peak_bytes, timeline=found.timeline)
@@ -150,9 +123,17 @@ def plan(
         return made
 
 
-def _refuse_kv_cache(model: nn.Module) -> None:
-    """A transformers model training with ``config.use_cache`` updates its key-value
-    cache in every layer: a checkpointed layer would update it again when recomputed."""
+def _check_model(model: nn.Module) -> None:
+    """A model budget.apply can plan: a module with no plan applied, and (a transformers
+    model training with ``config.use_cache`` updates its key-value cache in every layer)
+    no cache a checkpointed layer would update again when it is recomputed."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"budget.apply takes an nn.Module; got {type(model).__name__}")
+    if getattr(model, _PLAN, None) is not None:
+        raise ValueError(
+            "this model has a plan applied: budget.unapply(model) first, or call "
+            "budget.apply(model, ...) again (it re-plans from the original model)"
+        )
     config = getattr(model, "config", None)
     if model.training and getattr(config, "use_cache", False) is True:
         raise ValueError(
@@ -161,6 +142,40 @@ def _refuse_kv_cache(model: nn.Module) -> None:
             "recomputed. Set model.config.use_cache = False for training (transformers "
             "does the same under gradient checkpointing)"
         )
+
+
+def _check_trace(trace: Trace) -> None:
+    if not any(
+        v.meta["val"].requires_grad
+        for v in trace.inputs
+        if isinstance(v.meta.get("val"), torch.Tensor)
+    ):
+        raise ValueError(
+            "nothing in the step requires grad: budget.apply plans a training step "
+            "(parameters with requires_grad=True)"
+        )
+
+
+def _simulate(
+    model: nn.Module,
+    run: Callable[..., Any],
+    args: tuple,
+    kwargs: dict[str, Any],
+    trace: Trace,
+    settings: PlanSettings,
+) -> EagerPeak:
+    """The peak of the step as ``model`` is now (:func:`budget.eager.peak.simulate`)."""
+    try:
+        return simulate(
+            model, run, args, kwargs, trace, measure_workspace=settings.measure_workspace
+        )
+    except T.DataDependentOutputException as e:
+        raise PreviewError(
+            "cannot predict this step's peak: a checkpointed module reads a tensor's "
+            "value in Python, which it does again when it is recomputed in the backward, "
+            "where the fake run has no value to give it; plan without a peak budget, or "
+            "leave that module out (modules=)"
+        ) from e
 
 
 def _excluded(trace: Trace, *, given: bool) -> dict[int, str]:
