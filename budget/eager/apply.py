@@ -184,17 +184,21 @@ def _excluded(trace: Trace, *, given: bool) -> dict[int, str]:
     be checkpointed is an error, not a region left out."""
     excluded = {}
     for r, region in enumerate(trace.regions):
-        if region.calls == 1:
+        if region.calls == 1 and not region.cache:
             continue
-        why = (
-            "its forward did not run"
-            if region.calls == 0
-            else f"its forward ran {region.calls} times in one step"
-        )
+        if region.cache:
+            why = (
+                f"it is given a key-value cache ({region.cache}) that it updates: "
+                "recomputed, it would read what its first run wrote"
+            )
+        elif region.calls == 0:
+            why = "its forward did not run"
+        else:
+            why = f"its forward ran {region.calls} times in one step"
         if given:
+            rule = "" if region.cache else " (a region is one call of a module's forward per step)"
             raise ValueError(
-                f"modules=: {region.name or '(the model)'!r} cannot be checkpointed: {why} "
-                "(a region is one call of a module's forward per step)"
+                f"modules=: {region.name or '(the model)'!r} cannot be checkpointed: {why}{rule}"
             )
         excluded[r] = why
     return excluded

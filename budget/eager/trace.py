@@ -64,6 +64,7 @@ class Region:
     positional: list[fx.Node] = field(default_factory=list)  # its positional tensor args
     saves_at: int = 0  # saves recorded before it started (its index in Trace.saves)
     in_model: bool = False  # called during the model's own forward
+    cache: str = ""  # the transformers cache it was given (state its recompute would reread)
 
 
 class Save(NamedTuple):
@@ -299,6 +300,10 @@ class _Tracer:
     def run_region(self, index: int, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         region = self.region_list[index]
         region.calls += 1
+        given = (*args, *kwargs.values())
+        region.cache = region.cache or next(
+            (type(a).__name__ for a in given if type(a).__module__.startswith(_CACHES)), ""
+        )
         if self.region is not None or not torch.is_grad_enabled():
             return fn(*args, **kwargs)  # nested or no grad: checkpointing does not apply
         region.start = len(self.ops)
@@ -314,6 +319,9 @@ class _Tracer:
         finally:
             self.region = None
             region.end = len(self.ops)
+
+
+_CACHES = "transformers.cache_utils"  # key-value caches a layer updates as it runs
 
 
 def _written_args(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:

@@ -144,3 +144,23 @@ def test_a_model_training_with_its_kv_cache_on_is_refused():
         budget.apply(model, input_ids=ids, labels=ids, memory_budget=0.5)
     model.config.use_cache = False
     assert budget.apply(model, input_ids=ids, labels=ids, memory_budget=0.5).checkpointed
+
+
+def test_layers_given_a_cache_they_update_are_left_out_saying_why():
+    """T5's decoder layers are handed an EncoderDecoderCache even with use_cache=False:
+    the cross-attention keys and values are written there on the first run, so a
+    recomputed layer would take another path (torch's checkpoint failed in the backward)."""
+    from helpers.real_models import make
+
+    m, ref = make("t5"), make("t5")
+    for model in (m.model, ref.model):
+        model.config.use_cache = False
+    ref.step(*ref.args).backward()
+    plan = budget.apply(m.model, *m.args, step=m.step, memory_budget=0.0)
+    assert plan.checkpointed == ["encoder.block.0", "encoder.block.1"]
+    for name in ("decoder.block.0", "decoder.block.1"):
+        assert "EncoderDecoderCache" in plan.region(name).reason
+    m.step(*m.args).backward()
+    for p, q in zip(m.model.parameters(), ref.model.parameters(), strict=True):
+        if q.grad is not None:
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
