@@ -147,6 +147,13 @@ def _add_solve(sub: argparse._SubParsersAction, default_budget: float) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_common(solve)
+    _add_solve_budgets(solve, default_budget)
+    _add_solve_outputs(solve)
+    _add_solve_eager(solve)
+
+
+def _add_solve_budgets(solve: argparse.ArgumentParser, default_budget: float) -> None:
+    """``budget solve``'s budgets and how a peak budget is searched and checked."""
     solve.add_argument(
         "--budget",
         default=None,
@@ -178,6 +185,10 @@ def _add_solve(sub: argparse._SubParsersAction, default_budget: float) -> None:
         "only), and a --peak is checked on it, as in training (slower: Inductor's code "
         "generation)",
     )
+
+
+def _add_solve_outputs(solve: argparse.ArgumentParser) -> None:
+    """What ``budget solve`` prints and writes."""
     solve.add_argument(
         "--format", choices=("table", "json"), default="table", help="what to print to stdout"
     )
@@ -208,6 +219,10 @@ def _add_solve(sub: argparse._SubParsersAction, default_budget: float) -> None:
     solve.add_argument(
         "--top", type=int, default=10, metavar="N", help="largest decisions to list (default: 10)"
     )
+
+
+def _add_solve_eager(solve: argparse.ArgumentParser) -> None:
+    """``budget solve --eager``: budget.apply's plan."""
     solve.add_argument(
         "--eager",
         action="store_true",

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core.plan import Plan
-from ..core.report import budget_cell, cost_scale
+from ..core.text import budget_cell, cost_scale
 
 INSTALL_HINT = "pip install budget-remat[plot]"
 

@@ -11,17 +11,16 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..core.plan import Plan, step_peak
-from ..core.report import (
+from ..core.report import format_status, plan_report
+from ..core.sizes import format_bytes
+from ..core.text import (
     budget_cell,
     cost_scale,
     format_cost,
     format_flops,
     format_seconds,
-    format_status,
-    plan_report,
     wrap_items,
 )
-from ..core.sizes import format_bytes
 
 if TYPE_CHECKING:
     from ..eager.plan import EagerPlan

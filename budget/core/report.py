@@ -13,84 +13,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .sizes import format_bytes, parse_budget
+from .sizes import format_bytes
+from .text import (
+    WIDTH,
+    cost_scale,
+    describe_budget,
+    format_cost,
+    format_seconds,
+    short_op,
+    shorten,
+    with_unit,
+    wrap_items,
+)
+
+NO_MODULE = "(no module)"
 
 if TYPE_CHECKING:  # plan.py imports this module for Plan.__str__
     from .plan import Plan
-
-WIDTH = 80
-NO_MODULE = "(no module)"
-
-_FLOP_SCALES = ((1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP"), (1e3, "kFLOP"))
-_TIME_SCALES = ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns"))
-
-
-# --------------------------------------------------------------------------- numbers
-
-
-def cost_scale(values: Sequence[float], unit: str) -> tuple[float, str]:
-    """(divisor, label) that shows the largest of ``values`` in ``unit`` readably."""
-    top = max((abs(v) for v in values), default=0.0)
-    if unit == "flop":
-        for scale, label in _FLOP_SCALES:
-            if top >= scale:
-                return scale, label
-        return 1.0, "FLOP"
-    if unit == "s":
-        for scale, label in _TIME_SCALES:
-            if top >= scale:
-                return scale, label
-        return 1e-9, "ns"
-    return 1.0, unit
-
-
-def format_cost(cost: float, unit: str, scale: tuple[float, str] | None = None) -> str:
-    """``cost`` in ``unit`` for people: '1.208 GFLOP', '3.214 ms', '37 op'."""
-    if cost == 0:
-        return "0"
-    divisor, label = scale or cost_scale([cost], unit)
-    if unit in ("flop", "s"):
-        return f"{cost / divisor:.3f} {label}"
-    return f"{cost:g} {label}"
-
-
-def format_flops(flops: float) -> str:
-    return format_cost(flops, "flop")
-
-
-def shorten(text: str, width: int) -> str:
-    """``text`` cut to ``width`` characters with '...' in the middle (keeps both ends)."""
-    if len(text) <= width:
-        return text
-    if width <= 3:
-        return text[:width]
-    tail = (width - 3) * 2 // 3
-    head = width - 3 - tail
-    return text[:head] + "..." + text[len(text) - tail :]
-
-
-def short_op(op: str) -> str:
-    """'aten.addmm.default' -> 'addmm', 'aten.add.Tensor' -> 'add.Tensor'."""
-    for prefix in ("aten.", "prims."):
-        if op.startswith(prefix):
-            op = op[len(prefix) :]
-    if op.endswith(".default"):
-        op = op[: -len(".default")]
-    if op == "<built-in function getitem>":
-        return "getitem"
-    return op
-
-
-def describe_budget(budget: float | str) -> str:
-    """A plan's ``budget`` field for people: '0.5 of the range', '512.00 MiB'."""
-    parsed = parse_budget(budget)
-    if parsed.fraction is not None:
-        return f"{parsed.fraction:g} of the range"
-    return format_bytes(parsed.nbytes or 0)
-
-
-def format_seconds(t: float) -> str:
-    return f"{t:.2f} s" if t >= 1 else f"{t * 1e3:.0f} ms"
 
 
 def format_status(plan: Plan) -> str:
@@ -115,7 +54,26 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
         f" ({plan.saved_bytes / plan.max_bytes:.1%} of the budget-1 end)" if plan.max_bytes else ""
     )
     lines.append(f"  saved      {format_bytes(plan.saved_bytes)}{share}")
-    lines += _offload_lines(plan)
+    lines += _offload_lines(plan) + _outside_lines(plan) + _peak_lines(plan)
+    lines.append(f"  recompute  {_cost_line(plan)}")
+    lines += _again_lines(plan)
+    if plan.graph_break:
+        lines.append(f"  ends at    a graph break: {plan.graph_break}")
+    if plan.previewed_on == "the example inputs":
+        lines += [
+            "  preview    ran on the example inputs (code outside the graphs reads tensor",
+            "             values): the graphs and branches training meets with these inputs",
+        ]
+    lines.append(f"  solver     {plan.solver}: {format_status(plan)}; estimator {plan.estimator}")
+    if plan.timings:
+        items = [f"{k} {format_seconds(v)}" for k, v in plan.timings.items()]
+        lines.extend(wrap_items("  timings   ", items))
+    return "\n".join(lines)
+
+
+def _outside_lines(plan: Plan) -> list[str]:
+    """What the graph keeps outside its decisions: layout copies, inputs, eager saves."""
+    lines = []
     if plan.copied_input_bytes:
         lines.append(
             f"             of which {format_bytes(plan.copied_input_bytes)}: Inductor's "
@@ -131,6 +89,12 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
             f"  eager      {format_bytes(plan.eager_saved_bytes)} saved for the backward by "
             "eager code after this graph, outside the plans"
         )
+    return lines
+
+
+def _peak_lines(plan: Plan) -> list[str]:
+    """The predicted peak, against b=1's; the tie-break; the generated code's peak."""
+    lines = []
     if plan.peak_bytes is not None:
         bound = (
             f", planned for at most {format_bytes(plan.peak_target_bytes)}"
@@ -155,43 +119,37 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
             f"  compiled   {format_bytes(plan.compiled_peak_bytes)} peak of the code Inductor "
             "generated (what the step peaks at)"
         )
-    lines.append(f"  recompute  {_cost_line(plan)}")
-    if plan.recomputed_again:
-        extra = _with_unit(plan.again_cost, plan.cost_unit)
-        if plan.cost_unit != "flop":
-            extra += f", {_with_unit(plan.again_flops, 'flop')}"
-        lines.append(
-            f"  again      {len(plan.recomputed_again)} more recomputations of "
-            f"{len(set(plan.recomputed_again))} values, rather than holding them through the "
-            f"peak: +{extra}"
-        )
-        if (
-            plan.compiler == "inductor"
-            and plan.peak_bytes is not None
-            and plan.compiled_peak_bytes is None  # unchecked: a preview
-            and _again_allocates(plan)
-        ):
-            # measured: Inductor fuses and reorders a rescheduled backward (README, Known
-            # limitations): the prediction is the op-by-op order's. Views recomputed again
-            # allocate nothing, wherever they run.
-            lines += [
-                "  caution    under Inductor, values recomputed again may not run where planned:",
-                "             a GPT's such backward measured 9% above its predicted peak, a",
-                "             convnet's compiled 18-19% above; --compile (training) checks the",
-                "             peak on Inductor's code; compiler='eager' runs them as predicted",
-            ]
-    if plan.graph_break:
-        lines.append(f"  ends at    a graph break: {plan.graph_break}")
-    if plan.previewed_on == "the example inputs":
+    return lines
+
+
+def _again_lines(plan: Plan) -> list[str]:
+    """Values recomputed more than once, and the caution where Inductor may move them."""
+    if not plan.recomputed_again:
+        return []
+    extra = with_unit(plan.again_cost, plan.cost_unit)
+    if plan.cost_unit != "flop":
+        extra += f", {with_unit(plan.again_flops, 'flop')}"
+    lines = [
+        f"  again      {len(plan.recomputed_again)} more recomputations of "
+        f"{len(set(plan.recomputed_again))} values, rather than holding them through the "
+        f"peak: +{extra}"
+    ]
+    if (
+        plan.compiler == "inductor"
+        and plan.peak_bytes is not None
+        and plan.compiled_peak_bytes is None  # unchecked: a preview
+        and _again_allocates(plan)
+    ):
+        # measured: Inductor fuses and reorders a rescheduled backward (README, Known
+        # limitations): the prediction is the op-by-op order's. Views recomputed again
+        # allocate nothing, wherever they run.
         lines += [
-            "  preview    ran on the example inputs (code outside the graphs reads tensor",
-            "             values): the graphs and branches training meets with these inputs",
+            "  caution    under Inductor, values recomputed again may not run where planned:",
+            "             a GPT's such backward measured 9% above its predicted peak, a",
+            "             convnet's compiled 18-19% above; --compile (training) checks the",
+            "             peak on Inductor's code; compiler='eager' runs them as predicted",
         ]
-    lines.append(f"  solver     {plan.solver}: {format_status(plan)}; estimator {plan.estimator}")
-    if plan.timings:
-        items = [f"{k} {format_seconds(v)}" for k, v in plan.timings.items()]
-        lines.extend(wrap_items("  timings   ", items))
-    return "\n".join(lines)
+    return lines
 
 
 def _offload_lines(plan: Plan) -> list[str]:
@@ -203,8 +161,8 @@ def _offload_lines(plan: Plan) -> list[str]:
         f"  offload    {format_bytes(plan.offloaded_bytes)} in {len(names)} "
         f"value{'s' if len(names) != 1 else ''} kept in host "
         "memory, copied back for the backward",
-        f"             copies {_with_unit(plan.offload_transfer, plan.cost_unit)} each way, "
-        f"{_with_unit(plan.offload_cost, plan.cost_unit)} of that not hidden by compute",
+        f"             copies {with_unit(plan.offload_transfer, plan.cost_unit)} each way, "
+        f"{with_unit(plan.offload_cost, plan.cost_unit)} of that not hidden by compute",
     ]
     return lines + wrap_items(" " * 12, names)
 
@@ -222,30 +180,11 @@ def _provenance(plan: Plan) -> str:
 
 
 def _cost_line(plan: Plan) -> str:
-    cost = _with_unit(plan.recompute_cost, plan.cost_unit)
+    cost = with_unit(plan.recompute_cost, plan.cost_unit)
     if plan.cost_unit == "flop":
         return f"{cost} (estimated FLOPs)"
     what = "estimated time" if plan.cost_unit == "s" else f"cost in {plan.cost_unit}"
-    return f"{cost} ({what}), {_with_unit(plan.recompute_flops, 'flop')}"
-
-
-def _with_unit(cost: float, unit: str) -> str:
-    """Like :func:`format_cost`, but a zero keeps its unit ('0 s', '0 FLOP')."""
-    return format_cost(cost, unit) if cost else f"0 {cost_scale([1.0], unit)[1]}"
-
-
-def wrap_items(prefix: str, items: Sequence[str], width: int = WIDTH, sep: str = ",") -> list[str]:
-    """``prefix item, item, ...`` over as many lines as it takes to stay within ``width``."""
-    lines: list[str] = []
-    line, empty = prefix, True
-    for i, item in enumerate(items):
-        piece = item + (sep if i < len(items) - 1 else "")
-        if not empty and len(line) + 1 + len(piece) > width:
-            lines.append(line)
-            line, empty = " " * len(prefix), True
-        line, empty = f"{line} {piece}", False
-    lines.append(line)
-    return lines
+    return f"{cost} ({what}), {with_unit(plan.recompute_flops, 'flop')}"
 
 
 @dataclass
@@ -393,9 +332,3 @@ def plan_report(
             largest_decisions(plan, top),
         ]
     )
-
-
-def budget_cell(budget: float | str) -> str:
-    """A plan's budget, short: '0.5', '64.00 MiB'."""
-    parsed = parse_budget(budget)
-    return f"{parsed.fraction:g}" if parsed.fraction is not None else format_bytes(parsed.nbytes)

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..core.report import format_flops, plan_report, short_op, shorten, wrap_items
+from ..core.report import plan_report
 from ..core.sizes import format_bytes
+from ..core.text import format_flops, short_op, shorten, wrap_items
 
 if TYPE_CHECKING:  # plan.py imports this module for EagerPlan.__str__
     from .plan import EagerPlan, RegionChoice

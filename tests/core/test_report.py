@@ -10,14 +10,13 @@ from helpers.plans import KiB, MiB, make_plan
 
 from budget.core.report import (
     NO_MODULE,
-    format_cost,
     largest_decisions,
     module_rows,
     module_table,
     plan_report,
-    shorten,
 )
 from budget.core.sizes import format_bytes
+from budget.core.text import format_cost, shorten
 
 
 @pytest.mark.parametrize(
