@@ -249,7 +249,42 @@ def make_plan(
             f"internal error: {solver} returned {saved_bytes} bytes for a target of {target_bytes}"
         )
     recompute = problem.recompute_closure(saved)
-    recomputed = set(recompute)
+    decisions = _decisions(problem, saved, offloaded, set(recompute))
+    return Plan(
+        budget=budget.to_json(),
+        target_bytes=int(target_bytes),
+        saved_bytes=saved_bytes,
+        min_bytes=int(min_bytes),
+        max_bytes=int(max_bytes),
+        recompute_cost=problem.recompute_cost(saved),
+        recompute_flops=float(problem.flops[recompute].sum()),  # for display, beside the cost
+        cost_unit=problem.cost_unit,
+        status=status,  # type: ignore[arg-type]
+        gap=gap,
+        solver=solver if status != "reference" else "torch-mincut",
+        estimator=estimator,
+        torch_version="",  # provenance of the compile pipeline: set by budget.compile
+        graph_hash=problem.graph_hash,
+        decisions=decisions,
+        timings=timings,
+        copied_input_bytes=problem.fixed_bytes,
+        # where offload is not priced (a plan file applied): 0 here, the file's own figure
+        # kept by the caller
+        offload_cost=problem.offload_cost(offloaded) if problem.offload is not None else 0.0,
+        offloaded_bytes=problem.host_bytes(offloaded),
+        offload_transfer=(
+            float(problem.offload.transfer[list(offloaded)].sum())
+            if problem.offload is not None and len(offloaded)
+            else 0.0
+        ),
+    )
+
+
+def _decisions(
+    problem: Problem, saved: Sequence[int], offloaded: Sequence[int], recomputed: set[int]
+) -> list[Decision]:
+    """One Decision per value the backward reads: a storage's bytes on its first saved
+    value only (what the plan's saved bytes count), a value's own elsewhere."""
     saved_set = set(saved)
     away = set(offloaded)
     counted: set[int] = set()
@@ -283,34 +318,7 @@ def make_plan(
                 module=problem.modules[v],
             )
         )
-    return Plan(
-        budget=budget.to_json(),
-        target_bytes=int(target_bytes),
-        saved_bytes=saved_bytes,
-        min_bytes=int(min_bytes),
-        max_bytes=int(max_bytes),
-        recompute_cost=problem.recompute_cost(saved),
-        recompute_flops=float(problem.flops[recompute].sum()),  # for display, beside the cost
-        cost_unit=problem.cost_unit,
-        status=status,  # type: ignore[arg-type]
-        gap=gap,
-        solver=solver if status != "reference" else "torch-mincut",
-        estimator=estimator,
-        torch_version="",  # provenance of the compile pipeline: set by budget.compile
-        graph_hash=problem.graph_hash,
-        decisions=decisions,
-        timings=timings,
-        copied_input_bytes=problem.fixed_bytes,
-        # where offload is not priced (a plan file applied): 0 here, the file's own figure
-        # kept by the caller
-        offload_cost=problem.offload_cost(offloaded) if problem.offload is not None else 0.0,
-        offloaded_bytes=problem.host_bytes(offloaded),
-        offload_transfer=(
-            float(problem.offload.transfer[list(offloaded)].sum())
-            if problem.offload is not None and len(offloaded)
-            else 0.0
-        ),
-    )
+    return decisions
 
 
 def plan_like(
