@@ -91,7 +91,7 @@ def plan(
             "(budget.backend, budget.plan); budget.apply searches a grid of eager plans "
             "(budget.config.peak_search applies to the compiled path only)"
         )
-    candidates = select_candidates(model, modules)
+    candidates = select_candidates(model, modules, offload=settings.offload)
     run = step_of(model, loss_fn, step)
     trace = trace_step(model, run, example_inputs, example_kwargs, candidates)
     _check_trace(trace)

@@ -48,12 +48,16 @@ def default_candidates(model: nn.Module) -> dict[str, nn.Module]:
 
 
 def select_candidates(
-    model: nn.Module, modules: Sequence[ModuleSpec] | ModuleSpec | None = None
+    model: nn.Module,
+    modules: Sequence[ModuleSpec] | ModuleSpec | None = None,
+    *,
+    offload: bool = False,
 ) -> dict[str, nn.Module]:
-    """The candidate regions: ``modules`` (names or classes) or the default ones."""
+    """The candidate regions: ``modules`` (names or classes) or the default ones. With
+    ``offload`` a model without default candidates has none (offload alone plans it)."""
     if modules is None:
         found = default_candidates(model)
-        if not found:
+        if not found and not offload:
             raise ValueError(
                 f"{type(model).__name__} has no blocks to checkpoint (no ModuleList or "
                 "Sequential of blocks or layers): name the modules to consider with "

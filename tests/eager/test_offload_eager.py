@@ -137,3 +137,16 @@ def test_an_offloading_plan_under_torch_compile_is_refused():
     step = torch.compile(ex.step, backend="eager")
     with pytest.raises(budget.OffloadError, match=r"budget.backend\(offload=True\)"):
         step(*ex.args)
+
+
+def test_a_model_without_blocks_is_planned_by_offload_alone():
+    model, x = _Twice(), torch.randn(64, 8)
+    with pytest.raises(ValueError, match="no blocks to checkpoint"):
+        budget.eager.plan(model, x, memory_budget=0.0)
+    want = torch.autograd.grad(model(x), list(model.parameters()))
+    plan = budget.apply(model, x, memory_budget=0.0, **H100)
+    assert plan.regions == [] and plan.offloaded
+    assert measure_eager(model, x).retained_bytes == plan.saved_bytes + plan.offloaded_bytes
+    got = torch.autograd.grad(model(x), list(model.parameters()))
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
