@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 # Two xdist workers share two cores: one intra-op thread each. torch's default (a thread
-# per core in each worker) makes the workers' threads wait on each other: a fifth longer.
+# per core in each worker) makes the workers' threads wait on each other.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Inductor checks once per cache directory that this host's compiler builds vector code
-# (about 15 s of test builds); the tests' child processes compile into fresh directories,
-# so each paid it. The answer is the CPU's own flags here: the check is skipped.
+# (several test builds); the tests' child processes compile into fresh directories, so
+# each paid it. The answer is the CPU's own flags here: the check is skipped.
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 
 import torch  # noqa: E402

@@ -43,7 +43,7 @@ from torch.utils.checkpoint import SAC_IGNORED_OPS
 
 from ..errors import PreviewError
 from ..runtime import _torch_private as T
-from ..runtime.values import storage_of
+from ..runtime.values import storage_of, written_args
 from .fake import fake_step
 from .reads import real_value, transformers_reads_values
 
@@ -207,7 +207,7 @@ class _Tracer:
                 region = self.region_list[self.region]
                 region.ops.append(str(func))
                 region.nodes.append(node)
-        for written in _written_args(func, args, kwargs):
+        for written in written_args(func, args, kwargs):
             st = storage_of(written)
             for op in self.producers.get(st[0], []) if st is not None else []:
                 self.mutated_after[op] = index
@@ -322,20 +322,6 @@ class _Tracer:
 
 
 _CACHES = "transformers.cache_utils"  # key-value caches a layer updates as it runs
-
-
-def _written_args(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
-    """The tensors an op call writes in place, by its schema (``Tensor(a!)``)."""
-    schema = getattr(func, "_schema", None)
-    if schema is None or not schema.is_mutable:
-        return []
-    out = []
-    for i, arg in enumerate(schema.arguments):
-        if arg.alias_info is None or not arg.alias_info.is_write:
-            continue
-        value = args[i] if i < len(args) else kwargs.get(arg.name)
-        out.extend(t for t in T.tree_leaves(value) if isinstance(t, torch.Tensor))
-    return out
 
 
 def trace_step(

@@ -93,3 +93,17 @@ def compute_dtype(node: torch.fx.Node) -> torch.dtype | None:
             return t.dtype
     out = tensors(node.meta.get("val"))
     return out[0].dtype if out else None
+
+
+def written_args(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors an op call writes in place, by its schema (``Tensor(a!)``)."""
+    schema = getattr(func, "_schema", None)
+    if schema is None or not schema.is_mutable:
+        return []
+    out = []
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = args[i] if i < len(args) else kwargs.get(arg.name)
+        out.extend(t for t in tree_leaves(value) if isinstance(t, torch.Tensor))
+    return out
