@@ -4,7 +4,11 @@ budget pins torch 2.13 (private APIs). The GPU machines this project is lent car
 2.11 and cannot install another, so the GPU check runs budget there with this file first
 on ``PYTHONPATH`` (Python imports ``sitecustomize`` at start-up, in Inductor's compile
 workers and pytest's processes too). It fills in the four 2.13 names budget uses that
-2.11 lacks, each with 2.11's equivalent; on torch 2.13 it does nothing.
+2.11 lacks, each with 2.11's equivalent, and mends two 2.11 behaviours 2.13 changed:
+torch's checkpoint saves a 0-element dummy tensor before its inputs (2.13 saves the inputs
+alone, and budget's eager offload hooks check each save against the plan's list), and the
+fake kernel of ``streams::record_stream`` takes another op's arguments (fixed in 2.13; the
+offload pass on a side stream fails without it). On torch 2.13 it does nothing.
 """
 
 import inspect
@@ -44,3 +48,38 @@ if "saved_opaque_nodes" not in inspect.signature(_extract).parameters:
         return _extract(*args, **kwargs)
 
     _partitioners._extract_fwd_bwd_modules = _extract_fwd_bwd_modules
+
+
+import torch.utils.checkpoint as _checkpoint  # noqa: E402
+
+_Noop = getattr(_checkpoint, "_NoopSaveInputs", None)
+if _Noop is not None:
+
+    def _setup_context(ctx, inputs, output):
+        # inputs: (dummy, kwargs, *args); save the tensors of args alone, as 2.13 does
+        where = {
+            i: k
+            for k, i in enumerate(
+                i for i, o in enumerate(inputs) if i > 0 and isinstance(o, torch.Tensor)
+            )
+        }
+        rest = [None if i in where else o for i, o in enumerate(inputs)]
+
+        def get_args(saved):
+            return [saved[where[i]] if i in where else o for i, o in enumerate(rest)][1:]
+
+        ctx.get_args = get_args
+        ctx.save_for_backward(*(inputs[i] for i in where))
+
+    _Noop.setup_context = staticmethod(_setup_context)
+
+try:
+    import torch._dynamo.variables.streams as _streams  # noqa: E402
+except ImportError:
+    _streams = None
+_record = getattr(_streams, "record_stream", None)
+if _record is not None and "to_dealloc" in inspect.signature(_record._abstract_fn).parameters:
+
+    @_record.register_fake
+    def _record_stream_fake(tensor, stream_index):
+        return None

@@ -8,7 +8,8 @@ was made for. Any other op, or one call too many, raises
 :class:`~budget.errors.PlanMismatchError` naming the region, the call and both ops: a
 plan is never applied to calls it was not made for. Each forward starts counting afresh
 (``context_fn`` is called once per checkpointed call), so nothing carries over from a step
-that raised.
+that raised. Where torch asks the policy again while it recomputes (torch before 2.13,
+``ctx.is_recompute``), the recomputation is counted apart from the forward it replays.
 
 Under ``torch.compile`` (AOTAutograd traces the region with its own, functionalized ops)
 the calls differ from eager's; there the plan's cached ops are matched by op and
@@ -96,7 +97,7 @@ class _Pass:
 
     def __init__(self, policy: RegionPolicy) -> None:
         self.policy = policy
-        self.index = 0
+        self.index = [0, 0]  # op calls seen: in the forward, in the recomputation
         self.seen: Counter[str] = Counter()
 
     def __call__(
@@ -109,8 +110,9 @@ class _Pass:
             self.seen[name] += 1
             save = p.by_occurrence.get((name, k), False)
             return CheckpointPolicy.MUST_SAVE if save else CheckpointPolicy.PREFER_RECOMPUTE
-        k = self.index
-        self.index += 1
+        phase = int(bool(getattr(ctx, "is_recompute", False)))
+        k = self.index[phase]
+        self.index[phase] += 1
         if k >= len(p.ops) or p.ops[k] != name:
             planned = p.ops[k] if k < len(p.ops) else f"the end of the region ({len(p.ops)} calls)"
             raise PlanMismatchError(

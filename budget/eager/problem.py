@@ -44,7 +44,7 @@ from ..estimators import Estimator, NodeCost
 from ..estimators.ops import forbidden_recompute, is_mutating, is_random
 from ..planning.offload import price_offload
 from ..runtime.graph_hash import graph_hash
-from ..runtime.values import storage_of
+from ..runtime.values import on_host, storage_of
 from .offload import movable
 from .trace import Trace
 
@@ -85,11 +85,14 @@ class CostCache:
         return self.costs[node]
 
 
-def _on(val: object, device: torch.device) -> bool:
-    """Whether ``val`` lives on the step's device: a GPU step's memory is the GPU's, and
-    the CPU scalars some of its kernels save (efficient attention's RNG seed and offset
-    on CUDA) take none of it."""
-    return not isinstance(val, torch.Tensor) or val.device.type == device.type
+def _on(node: fx.Node, device: torch.device) -> bool:
+    """Whether ``node``'s value lives on the step's device: a GPU step's memory is the
+    GPU's, and the host scalars some of its kernels return (efficient attention's RNG seed
+    and offset on CUDA, ``on_host``) take none of it."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return True
+    return val.device.type == device.type and not on_host(node)
 
 
 def build_problem(
@@ -106,7 +109,7 @@ def build_problem(
     storage = _storages(trace, ckpt, rows)
     for n in nodes:
         assert n is not None
-        _add_node(rows, n, storage(n.meta.get("val")), trace, ckpt, held, costs)
+        _add_node(rows, n, storage(n), trace, ckpt, held, costs)
     for r in sorted(ckpt):  # one node per checkpointed region call: the RNG state it keeps
         nodes.append(None)
         rows.add_kept(
@@ -154,11 +157,11 @@ def _storages(trace: Trace, ckpt: set[int], rows: ProblemBuilder) -> Callable[[o
         if n not in made and (st := storage_of(n.meta.get("val"))) is not None
     }
 
-    def storage(val: object) -> int:
-        st = storage_of(val)
+    def storage(n: fx.Node) -> int:
+        st = storage_of(n.meta.get("val"))
         if st is None:
             return -1
-        counted = st[0] not in free and _on(val, trace.device)
+        counted = st[0] not in free and _on(n, trace.device)
         return rows.storage(group.get(st[0], st[0]), st[1] if counted else 0, member=st[0])
 
     return storage

@@ -54,12 +54,15 @@ def saved_bytes(
     counted. With it, only the storages of ``exclude`` and of the arguments are left out:
     a compiled step hands autograd some of its new values as leaves that require grad
     (the bf16 copies of weights autocast makes), which are new memory all the same.
-    ``on``: count only storages on that device (an offload plan's host copies are not)."""
+    ``on``: count only storages on that device (an offload plan's host copies are not);
+    ``cuda`` takes in the current CUDA device, as tensors name it (``cuda:0``)."""
     exclude = list(exclude)
     existing = {_key(t) for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
     existing |= {_key(t) for t in exclude}
     leaves_are_parameters = not exclude
     storages: dict[int, int] = {}
+    if on is not None and on.type == "cuda" and on.index is None:
+        on = torch.device("cuda", torch.cuda.current_device())
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         k = _key(t)

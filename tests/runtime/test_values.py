@@ -1,0 +1,43 @@
+"""runtime/values.py: which outputs a CUDA kernel leaves in host memory."""
+
+import operator
+
+import torch
+import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from budget.runtime.values import on_host
+
+
+def _items(op, device: str, *args) -> list[fx.Node]:
+    """getitem nodes of one call of ``op``, their values its fake outputs on ``device``."""
+    g = fx.Graph()
+    with FakeTensorMode():
+        q = torch.empty(2, 4, 64, 32, device=device)
+        outs = op(q, q, q, *args)
+    call = g.call_function(op, ())
+    items = []
+    for i, o in enumerate(outs):
+        item = g.call_function(operator.getitem, (call, i))
+        item.meta["val"] = o
+        items.append(item)
+    return items
+
+
+def test_efficient_attentions_seed_and_offset_are_host_memory_on_cuda():
+    items = _items(
+        torch.ops.aten._scaled_dot_product_efficient_attention.default, "cuda", None, True
+    )
+    # the fake kernel says they are on the device: on_host knows better
+    assert all(i.meta["val"].device.type == "cuda" for i in items)
+    assert [on_host(i) for i in items] == [False, False, True, True]
+
+
+def test_nothing_else_is_host_memory():
+    cpu = _items(torch.ops.aten._scaled_dot_product_efficient_attention.default, "cpu", None, True)
+    assert not any(on_host(i) for i in cpu)  # on a CPU step everything is host memory
+    g = fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(3)
+    assert not on_host(x)
+    assert not on_host(g.call_function(torch.ops.aten.relu.default, (x,)))
