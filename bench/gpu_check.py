@@ -7,28 +7,30 @@ On this project's lent GPU machines (torch 2.11, no package index), carry the wh
 ``bench/gpu_wheels.sh`` downloads and put ``bench/torch211`` first on ``PYTHONPATH``
 (the script's header says how).
 
-Blocks, in this order (each skipped, and said so, when the time limit is near):
+Blocks, in this order (each skipped, and said so, when the time limit is near; the paths
+that passed on a GPU before come after the ones that have not):
 
-- ``gpt``: a GPT at fractions 1, 0.5, 0.2, 0, in bf16 autocast then fp32, compiled with
+- ``gpt``: a GPT at fractions 1, 0.5, 0.2, 0, in bf16 autocast (fp32: ``gpt-fp32``), with
   torch's partitioner (``activation_memory_budget=b``) and with ``budget.backend(b)``:
   saved bytes measured (saved-tensor hooks) against predicted and the target, the step's
   peak (allocated above the start; requested bytes too) against the predicted peak (the
   compiled code's where known), the median step time as a ratio to torch's at the same
   fraction, and the gradients against the unplanned eager step's;
-- ``peak``: peak budgets at 0.8 and 0.6 of the b=1 step's measured peak: met as measured,
-  or refused naming the lowest reachable peak;
 - ``eager``: ``budget.apply`` on the same GPT (fp32), given the bytes torch's
   ``apply_activation_checkpointing`` on every block keeps: bytes kept, peak, step time;
   then ``budget.apply(offload=True)`` at b=0: device bytes, peak, gradients, step time;
 - ``offload``: ``offload=True`` at fractions 0.2 and 0 on the bf16 GPT: device bytes and
   peak against predicted, gradients; step time against budget's recompute-only plans of
   no lower measured peak and against ``save_on_cpu`` on every saved tensor (CUDA);
+- ``pytest``: ``pytest -m cuda`` (CUDA only);
+- ``peak``: peak budgets at 0.8 and 0.6 of the b=1 step's measured peak: met as measured,
+  or refused naming the lowest reachable peak;
 - ``estimators``: ``estimator="profile"`` against ``"flops"`` at b=0.5, and the device
   table's bf16 matmul rate and memory bandwidth against a probe of this device;
 - ``convnet``: a ResNet-50 (torchvision; the built-in ResNet when ``--tiny``),
   channels-last, at b=1 and 0.5: saved bytes, Inductor's layout copies, peak (what the
   code's prediction leaves out is the convolutions' workspace);
-- ``pytest``: ``pytest -m cuda`` (CUDA only).
+- ``gpt-fp32``: the ``gpt`` block in fp32.
 
 The commit in the report is ``git rev-parse HEAD``, or ``$BUDGET_COMMIT`` where the
 checkout cannot say (a copy of the working tree on a lent machine).
@@ -64,11 +66,11 @@ from gpu_eager import block_eager, block_offload  # noqa: E402
 
 BLOCKS = {
     "gpt": lambda c: block_gpt(c, ["bf16"]),
-    "peak": block_peak,
     "eager": block_eager,
     "offload": block_offload,
-    "estimators": block_estimators,
     "pytest": block_pytest,
+    "peak": block_peak,
+    "estimators": block_estimators,
     "convnet": block_convnet,
     "gpt-fp32": lambda c: block_gpt(c, ["fp32"]),
 }
