@@ -33,163 +33,203 @@ def liveness_bound(
 ) -> LivenessBound:
     """The bound for ``graph``'s plans; ``nodes``: the fx node of each problem index
     (:func:`budget.compile.graph.build_problem`)."""
-    index = {n: i for i, n in enumerate(nodes)}
-    inputs = set(node_info.inputs)
-    free = {st[0] for n in inputs if (st := storage_of(n.meta.get("val"))) is not None}
-    sizes: dict[int, int] = {}
+    f = _Forward(graph, node_info, nodes, num_fwd_outputs)
+    b = _Backward(f, graph, node_info)
+    return LivenessBound(
+        storage_bytes=f.storage_bytes,
+        storage_names=[nodes[m[0]].name for m in f.members]
+        + [nodes[f.members[k][0]].name + " (recomputed)" for k in b.copies],
+        enters=f.enters,
+        forward_steps=f.end + 1,
+        events=f.events,
+        readers=f.readers,
+        always={f.index[n] for n in f.always},
+        bw_events=b.bw_events,
+        copies=set(b.copies.values()),
+        first_read={f.index[n]: t for n, t in b.first_read.items()},
+        last_read={f.index[n]: t for n, t in b.last_read.items()},
+        holders=b.holders,
+        step={f.index[n]: t for n, t in f.fpos.items()},
+        backward_nodes=[n.name for n in b.walk],
+        rows=b.rows,
+        recompute_rows=b.recompute_rows,
+    )
 
-    def raws(node: fx.Node) -> list[int]:
+
+class _Forward:
+    """The forward's side of the bound: the storages a plan may save (their bytes, values
+    and first step) and, per storage, the forward steps that read it under which plans."""
+
+    def __init__(
+        self, graph: fx.Graph, node_info: T.NodeInfo, nodes: list[fx.Node], num_fwd_outputs: int
+    ) -> None:
+        self.index = {n: i for i, n in enumerate(nodes)}
+        self.inputs = set(node_info.inputs)
+        self.free = {st[0] for n in self.inputs if (st := storage_of(n.meta.get("val")))}
+        self.sizes: dict[int, int] = {}
+        # forward values (the problem's nodes, inputs aside) in the graph's order
+        self.forward = [n for n in graph.nodes if n in self.index and n not in self.inputs]
+        self.fpos = {n: i for i, n in enumerate(self.forward)}
+        self.end = len(self.forward)
+        self.output = next(iter(graph.find_nodes(op="output")))
+        out = self.output.args[0]
+        outs = (out if isinstance(out, (list, tuple)) else [out])[:num_fwd_outputs]
+        self.user = [a for a in outs if isinstance(a, fx.Node) and a in self.fpos]
+        # the new values of mutated inputs are copied into them as the forward returns:
+        # they run in every forward but are not held into the backward (compile/peak.py)
+        dropped = T.input_mutation_outputs(self.output)
+        self.held = [a for j, a in enumerate(outs) if a in self.user and j not in dropped]
+        self._storages()
+        self._events()
+
+    def raws(self, node: fx.Node) -> list[int]:
         """The storages ``node`` makes or views, each once, graph inputs' left out."""
         out = []
         for raw, nbytes in node_storages(node):
-            if raw not in free and raw not in out:
-                sizes[raw] = nbytes
+            if raw not in self.free and raw not in out:
+                self.sizes[raw] = nbytes
                 out.append(raw)
         return out
 
-    # forward values (the problem's nodes, inputs aside) in the graph's order
-    forward = [n for n in graph.nodes if n in index and n not in inputs]
-    fpos = {n: i for i, n in enumerate(forward)}
-    end = len(forward)
-    output = next(iter(graph.find_nodes(op="output")))
-    outs = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
-    user = [a for a in outs[:num_fwd_outputs] if isinstance(a, fx.Node) and a in fpos]
-    # the new values of mutated inputs are copied into them as the forward returns: they
-    # run in every forward but are not held into the backward (compile/peak.py)
-    dropped = T.input_mutation_outputs(output)
-    held = [
-        a
-        for j, a in enumerate(outs[:num_fwd_outputs])
-        if isinstance(a, fx.Node) and a in fpos and j not in dropped
-    ]
+    def _storages(self) -> None:
+        """Storages of the values a plan may save: their bytes, members, first step."""
+        self.key: dict[int, int] = {}
+        self.members: list[list[int]] = []  # per storage, its values' problem indices
+        self.enters: list[int] = []
+        for n in self.forward:
+            for raw in self.raws(n):
+                if raw not in self.key:
+                    self.key[raw] = len(self.members)
+                    self.members.append([])
+                    self.enters.append(self.fpos[n])
+                self.members[self.key[raw]].append(self.index[n])
+        self.storage_bytes = [self.sizes[raw] for raw in sorted(self.key, key=self.key.get)]
 
-    # storages of the values a plan may save: their bytes, members, first forward step
-    key: dict[int, int] = {}
-    members: list[list[int]] = []  # per storage, its values' problem indices
-    enters: list[int] = []
-    for n in forward:
-        for raw in raws(n):
-            if raw not in key:
-                key[raw] = len(members)
-                members.append([])
-                enters.append(fpos[n])
-            members[key[raw]].append(index[n])
+    def _events(self) -> None:
+        """Per storage, the forward steps that read it, under which plans: what the user's
+        outputs are computed from runs in every plan's forward (``always``)."""
+        self.always: set[fx.Node] = set()
+        stack = list(self.user)
+        while stack:
+            n = stack.pop()
+            if n in self.always:
+                continue
+            self.always.add(n)
+            stack.extend(a for a in n.all_input_nodes if a in self.fpos)
+        self.events: list[list[tuple[int, Literal]]] = [[] for _ in self.members]
+        self.readers: dict[int, list[int]] = {}
+        fpos, index = self.fpos, self.index
+        for n in self.forward:
+            users = [u for u in n.users if u in fpos]
+            self.readers[index[n]] = [index[u] for u in users]
+            for k in (self.key[raw] for raw in self.raws(n)):
+                self.events[k] += [
+                    (fpos[u], ("1", 0) if u in self.always else ("x", index[u])) for u in users
+                ]
+                self.events[k].append((self.end, ("1", 0) if n in self.user else ("s", index[n])))
 
-    # forward: what the user's outputs are computed from runs in every plan's forward
-    always: set[fx.Node] = set()
-    stack = list(user)
-    while stack:
-        n = stack.pop()
-        if n in always:
-            continue
-        always.add(n)
-        stack.extend(a for a in n.all_input_nodes if a in fpos)
-    events: list[list[tuple[int, Literal]]] = [[] for _ in members]
-    readers: dict[int, list[int]] = {}
-    for n in forward:
-        ks = [key[raw] for raw in raws(n)]
-        users = [u for u in n.users if u in fpos]
-        readers[index[n]] = [index[u] for u in users]
-        for k in ks:
-            events[k] += [(fpos[u], ("1", 0) if u in always else ("x", index[u])) for u in users]
-            events[k].append((end, ("1", 0) if n in user else ("s", index[n])))
-    # backward: its nodes from the first reader of a tangent on, in the graph's order
-    bw_nodes = node_info.required_bw_nodes
-    tangents = [n for n in graph.find_nodes(op="placeholder") if n not in inputs]
-    order = {n: i for i, n in enumerate(graph.nodes)}
-    first_reads = [u for t in tangents for u in t.users if u.op != "output"]
-    bw_events: list[list[Event]] = [[] for _ in members]
-    storage_bytes = [sizes[raw] for raw in sorted(key, key=key.__getitem__)]
-    copies: dict[int, int] = {}  # storage -> the backward's copy of its recomputed owner
-    first_read: dict[fx.Node, int] = {}
-    last_read: dict[fx.Node, int] = {}
-    holders: dict[int, list[tuple[int, int, tuple[int, ...] | None]]] = {}
-    rows: list[BoundRow] = []
-    recompute_rows: list[RecomputeRow] = []
-    walk: list[fx.Node] = []
-    if first_reads:
+
+class _Backward:
+    """The backward's side: its nodes from the first reader of a tangent on, in the
+    graph's order; what is alive at each of its steps under which plans, recomputed
+    values in a storage of their own (``copies``)."""
+
+    def __init__(self, f: _Forward, graph: fx.Graph, node_info: T.NodeInfo) -> None:
+        self.f = f
+        self.bw_events: list[list[Event]] = [[] for _ in f.members]
+        self.copies: dict[int, int] = {}  # storage -> the backward's copy of its owner
+        self.first_read: dict[fx.Node, int] = {}
+        self.last_read: dict[fx.Node, int] = {}
+        self.holders: dict[int, list[tuple[int, int, tuple[int, ...] | None]]] = {}
+        self.rows: list[BoundRow] = []
+        self.recompute_rows: list[RecomputeRow] = []
+        self.walk: list[fx.Node] = []
+        tangents = [n for n in graph.find_nodes(op="placeholder") if n not in f.inputs]
+        order = {n: i for i, n in enumerate(graph.nodes)}
+        first_reads = [u for t in tangents for u in t.users if u.op != "output"]
+        if not first_reads:
+            return
         first = min(order[u] for u in first_reads)
-        walk = [n for n in graph.nodes if order[n] >= first and n in bw_nodes and n.op != "output"]
-        bpos = {n: i for i, n in enumerate(walk)}
-        bend = len(walk)
+        bw_nodes = node_info.required_bw_nodes
+        self.walk = [
+            n for n in graph.nodes if order[n] >= first and n in bw_nodes and n.op != "output"
+        ]
+        bw_live = self._live(tangents)
+        needed_at, home = self._needed_at_and_home()
+        for n in f.forward:
+            self._uses_of(n, needed_at, home)
+        self.rows = _rows(bw_live, len(self.walk), f.sizes, f.key, self.copies)
+        self.recompute_rows = _recompute_rows(
+            f.forward, home, bw_live, f.sizes, f.key, f.raws, f.index
+        )
+
+    def _live(self, tangents: list[fx.Node]) -> list[Interval]:
+        """What is alive in the backward, from when to when; what is alive as it starts
+        (before its first node) starts at -1."""
+        f, bpos = self.f, {n: i for i, n in enumerate(self.walk)}
+        bend = len(self.walk)
 
         def last_of(n: fx.Node, default: int) -> int:
-            if output in n.users:
+            if f.output in n.users:
                 return bend  # a gradient: to the end
             return max((bpos[u] for u in n.users if u in bpos), default=default)
 
-        # what is alive as the backward starts (before its first node) starts at -1
-        bw_live = [(raw, -1, bend) for n in held for raw in raws(n)]
+        live = [(raw, -1, bend) for n in f.held for raw in f.raws(n)]
         for t in tangents:  # autograd holds them until the backward returns
-            bw_live += [(raw, -1, bend) for raw in raws(t)]
-        for n in walk:
-            bw_live += [(raw, bpos[n], last_of(n, bpos[n])) for raw in raws(n)]
+            live += [(raw, -1, bend) for raw in f.raws(t)]
+        for n in self.walk:
+            live += [(raw, bpos[n], last_of(n, bpos[n])) for raw in f.raws(n)]
             for a in n.all_input_nodes:
-                if a in fpos:
-                    bw_live += [(raw, bpos[n], bpos[n]) for raw in raws(a)]
-                    first_read.setdefault(a, bpos[n])
-                    last_read[a] = bpos[n]
-        # A recomputed value runs no earlier than just before the first backward node
-        # that reads it or a value computed from it (needed_at), and a plan first needs
-        # it at its home unless it recomputes a value made from it that an earlier node
-        # reads.
+                if a in f.fpos:
+                    live += [(raw, bpos[n], bpos[n]) for raw in f.raws(a)]
+                    self.first_read.setdefault(a, bpos[n])
+                    self.last_read[a] = bpos[n]
+        return live
+
+    def _needed_at_and_home(self) -> tuple[dict[fx.Node, int], dict[fx.Node, int]]:
+        """A recomputed value runs no earlier than just before the first backward node
+        that reads it or a value computed from it (``needed_at``), and a plan first needs
+        it at its ``home`` unless it recomputes a value made from it that an earlier node
+        reads."""
         needed_at: dict[fx.Node, int] = {}
         home: dict[fx.Node, int] = {}
-        for n in reversed(forward):
+        for n in reversed(self.f.forward):
             times = [needed_at[u] for u in n.users if u in needed_at]
             homes = [home[u] for u in n.users if u in home]
-            if n in first_read:
-                times.append(first_read[n])
+            if n in self.first_read:
+                times.append(self.first_read[n])
             if times:
                 needed_at[n] = min(times)
-                home[n] = first_read[n] if n in first_read else min(homes)
+                home[n] = self.first_read[n] if n in self.first_read else min(homes)
+        return needed_at, home
 
-        def copy_of(k: int) -> int:
-            if k not in copies:
-                copies[k] = len(storage_bytes)
-                storage_bytes.append(storage_bytes[k])
-                enters.append(end + 1)  # never in the forward
-                events.append([])
-                bw_events.append([])
-            return copies[k]
+    def _copy_of(self, k: int) -> int:
+        f = self.f
+        if k not in self.copies:
+            self.copies[k] = len(f.storage_bytes)
+            f.storage_bytes.append(f.storage_bytes[k])
+            f.enters.append(f.end + 1)  # never in the forward
+            f.events.append([])
+            self.bw_events.append([])
+        return self.copies[k]
 
-        for n in forward:
-            for raw in raws(n):
-                k = key[raw]
-                chain = _view_chain(n, raw, members[k][0], index, raws)
-                copy = copy_of(k) if chain is not None else -1
-                holders.setdefault(index[n], []).append((k, copy, chain))
-                for use in _uses(n, index, first_read, last_read, needed_at, home):
-                    # Alive in the storage that holds n: the forward's when n, or a value
-                    # n is a view of (every view between recomputed), is saved, from the
-                    # backward's start; else, all recomputed, the backward's copy.
-                    for j, held in enumerate(chain or (index[n],)):
-                        lit = ("AND", (held,), (chain or ())[:j] + use.feeds, (), use.later)
-                        bw_events[k].append((-1, use.last, lit))
-                    if chain is not None and use.first is not None:
-                        lit = ("AND", (), chain + use.feeds, use.sooner, use.later)
-                        bw_events[copy_of(k)].append((use.first, use.last, lit))
-        rows = _rows(bw_live, bend, sizes, key, copies)
-        recompute_rows = _recompute_rows(forward, home, bw_live, sizes, key, raws, index)
-    return LivenessBound(
-        storage_bytes=storage_bytes,
-        storage_names=[nodes[m[0]].name for m in members]
-        + [nodes[members[k][0]].name + " (recomputed)" for k in copies],
-        enters=enters,
-        forward_steps=end + 1,
-        events=events,
-        readers=readers,
-        always={index[n] for n in always},
-        bw_events=bw_events,
-        copies=set(copies.values()),
-        first_read={index[n]: t for n, t in first_read.items()},
-        last_read={index[n]: t for n, t in last_read.items()},
-        holders=holders,
-        step={index[n]: t for n, t in fpos.items()},
-        backward_nodes=[n.name for n in walk],
-        rows=rows,
-        recompute_rows=recompute_rows,
-    )
+    def _uses_of(self, n: fx.Node, needed_at: dict[fx.Node, int], home: dict[fx.Node, int]) -> None:
+        f = self.f
+        for raw in f.raws(n):
+            k = f.key[raw]
+            chain = _view_chain(n, raw, f.members[k][0], f.index, f.raws)
+            copy = self._copy_of(k) if chain is not None else -1
+            self.holders.setdefault(f.index[n], []).append((k, copy, chain))
+            for use in _uses(n, f.index, self.first_read, self.last_read, needed_at, home):
+                # Alive in the storage that holds n: the forward's when n, or a value n
+                # is a view of (every view between recomputed), is saved, from the
+                # backward's start; else, all recomputed, the backward's copy.
+                for j, held in enumerate(chain or (f.index[n],)):
+                    lit = ("AND", (held,), (chain or ())[:j] + use.feeds, (), use.later)
+                    self.bw_events[k].append((-1, use.last, lit))
+                if chain is not None and use.first is not None:
+                    lit = ("AND", (), chain + use.feeds, use.sooner, use.later)
+                    self.bw_events[self._copy_of(k)].append((use.first, use.last, lit))
 
 
 def _rows(
