@@ -196,30 +196,13 @@ def workspace_bytes(
 ) -> int:
     """Bytes an op allocates inside its kernel and frees before it returns, which neither
     its inputs nor its outputs show; for the peak models (:mod:`budget.compile.peak`,
-    :mod:`budget.eager.peak`). Only CPU convolutions, where it is large: oneDNN copies
-    operands into blocked layouts, and which ones depends on the layout the convolution
-    runs in (``channels_last``: by default, whether its input or weight is channels-last;
-    Inductor's layout optimisation runs every convolution channels-last although the
-    graph's values say otherwise). The rule, against torch.profiler on 12 convolutions of
-    3 to 256 channels in each layout at 1, 2 and 8 threads (torch 2.13, CPU; ``python
-    bench/conv_workspace.py --threads N``), at or over in all 72 cases on one machine; on
-    another (an AVX-512 AMD EPYC, 2 threads) one row was 24 KiB under until the scratch per
-    thread went from 16 to 32 KiB, and the small-image path below is not taken there (the
-    estimate is then 4-8x over on those rows). oneDNN picks its path by CPU:
-
-    - the copies: contiguous, forward ``max(input, output) + weight`` and backward
-      ``max(2 x input, input + grad_output, weight)``; channels-last, forward ``weight``
-      and backward ``2 x weight`` (a blocked copy of the weight, and of its gradient), one
-      weight more where the stride is the kernel (a patchify or downsampling layer), or
-      ``257 x weight`` in a depthwise convolution (groups = channels: ConvNeXt's 7x7,
-      measured on one CPU, ConvNeXt-atto's 40 to 320 channels; a bound elsewhere);
-    - plus oneDNN's scratch: 96 KiB, and per thread (``torch.get_num_threads()``) 32
-      KiB, or in a strided convolution 64 KiB (contiguous) or 160 KiB (a channels-last
-      backward);
-    - but a backward whose image is smaller than its kernel (a 3x3 convolution on 2x2 or
-      1x1 images: the last stage of a ResNet on small images) takes another path, in
-      either layout, on some CPUs: 4 copies of the weight per thread (8 at 2 threads, 32
-      at 8) and 64 KiB of scratch per thread, on 96 KiB (counted on every CPU).
+    :mod:`budget.eager.peak`). CPU convolutions, where it is large: measured on this host
+    with ``measure=True`` (:mod:`budget.estimators.conv_workspace`; the callers pass
+    ``budget.config.conv_workspace == "measure"``, the default), since oneDNN picks its
+    path by CPU, else :func:`convolution_rule_bytes`. ``channels_last``: the layout the
+    convolution runs in; by default, whether its input or weight is channels-last
+    (Inductor's layout optimisation runs every convolution channels-last although the
+    graph's values say otherwise).
 
     Inductor's low-memory max-pool prims, run op by op (``compiler="eager"``; not with
     ``inductor=True``, where Inductor lowers them into its code): their temporaries,
@@ -236,12 +219,7 @@ def workspace_bytes(
     On CUDA, the kernels that allocate inside themselves (attention backwards, cuDNN
     convolutions) are measured on this GPU (:mod:`budget.estimators.cuda_workspace`).
     Other ops and devices: 0. ``device``: the device the op runs on, by default its first
-    operand's (given where the operands are ``meta`` tensors standing in for others).
-
-    The convolution rule above is a fallback: with ``measure=True`` (the callers pass
-    ``budget.config.conv_workspace == "measure"``, the default) a 2-d convolution's
-    workspace is measured on this host (:mod:`budget.estimators.conv_workspace`), since
-    oneDNN picks its path by CPU; ``measure=False`` gives the rule."""
+    operand's (given where the operands are ``meta`` tensors standing in for others)."""
     # the first tensor operand says where the op runs (a number may come first: sub(1, x))
     first = next((a for a in args if isinstance(a, torch.Tensor)), None)
     if first is None:
@@ -261,14 +239,44 @@ def workspace_bytes(
     if func not in _CONVOLUTIONS:
         inner = matmul_workspace_bytes(func, args) if measure else 0
         return inner + wrapped_scalar_bytes(func, args, out)
-    forward = func is aten.convolution.default
-    x, w = (args[0], args[1]) if forward else (args[1], args[2])
     if channels_last is None:
+        forward = func is aten.convolution.default
+        x, w = (args[0], args[1]) if forward else (args[1], args[2])
         channels_last = is_channels_last(x) or is_channels_last(w)
     if measure:
         measured = measured_workspace_bytes(func, args, channels_last=channels_last)
         if measured is not None:
             return measured
+    return convolution_rule_bytes(func, args, out, channels_last)
+
+
+def convolution_rule_bytes(
+    func: object, args: tuple | list, out: object, channels_last: bool
+) -> int:
+    """A CPU convolution's workspace by rule, in the layout it runs in (``channels_last``).
+    Against torch.profiler on 12 convolutions of 3 to 256 channels in each layout at 1, 2
+    and 8 threads (torch 2.13, CPU; ``python bench/conv_workspace.py --threads N``), the
+    rule is at or over in all 72 cases on one machine; on
+    another (an AVX-512 AMD EPYC, 2 threads) one row was 24 KiB under until the scratch per
+    thread went from 16 to 32 KiB, and the small-image path below is not taken there (the
+    estimate is then 4-8x over on those rows). oneDNN picks its path by CPU:
+
+    - the copies: contiguous, forward ``max(input, output) + weight`` and backward
+      ``max(2 x input, input + grad_output, weight)``; channels-last, forward ``weight``
+      and backward ``2 x weight`` (a blocked copy of the weight, and of its gradient), one
+      weight more where the stride is the kernel (a patchify or downsampling layer), or
+      ``257 x weight`` in a depthwise convolution (groups = channels: ConvNeXt's 7x7,
+      measured on one CPU, ConvNeXt-atto's 40 to 320 channels; a bound elsewhere);
+    - plus oneDNN's scratch: 96 KiB, and per thread (``torch.get_num_threads()``) 32
+      KiB, or in a strided convolution 64 KiB (contiguous) or 160 KiB (a channels-last
+      backward);
+    - but a backward whose image is smaller than its kernel (a 3x3 convolution on 2x2 or
+      1x1 images: the last stage of a ResNet on small images) takes another path, in
+      either layout, on some CPUs: 4 copies of the weight per thread (8 at 2 threads, 32
+      at 8) and 64 KiB of scratch per thread, on 96 KiB (counted on every CPU).
+    """
+    forward = func is aten.convolution.default
+    x, w = (args[0], args[1]) if forward else (args[1], args[2])
     stride = args[3 if forward else 4] if len(args) > (3 if forward else 4) else [1]
     threads = torch.get_num_threads()
     groups = args[9] if not forward and len(args) > 9 else 1
