@@ -67,6 +67,7 @@ class Check:
         self.compiler = args.compiler
         self.reps = 3 if args.tiny else 10
         self.clock = Clock(args.time_limit)
+        self.pairs = 0  # torch/budget pairs run (the order alternates)
         self.report = Report(Path(args.out), meta(args, self.device))
         self.gpt_rows: dict[tuple[str, str, float], Row] = {}
 
@@ -133,10 +134,24 @@ class Check:
     def pair(
         self, block: str, dtype: str, b: float, ex: Example, step: Any, args: tuple, ref: Any
     ) -> tuple[Row, Row]:
-        """The step at fraction ``b`` under torch's partitioner, then under budget's."""
-        t = self.run(block, f"{dtype} torch b={b:g}", ex, step, args, ref, self.torch_backend(), b)
-        be = budget.backend(b, compiler=self.compiler)
-        return t, self.run(block, f"{dtype} budget b={b:g}", ex, step, args, ref, be)
+        """The step at fraction ``b`` under torch's partitioner and under budget's, torch's
+        first in every other pair: the second configuration a process compiles can time
+        apart from the first, so neither side always runs first."""
+        self.pairs += 1
+
+        def torch_row() -> Row:
+            backend = self.torch_backend()
+            return self.run(block, f"{dtype} torch b={b:g}", ex, step, args, ref, backend, b)
+
+        def budget_row() -> Row:
+            be = budget.backend(b, compiler=self.compiler)
+            return self.run(block, f"{dtype} budget b={b:g}", ex, step, args, ref, be)
+
+        if self.pairs % 2:
+            t = torch_row()
+            return t, budget_row()
+        o = budget_row()
+        return torch_row(), o
 
 
 def torch_211() -> str:
