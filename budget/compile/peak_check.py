@@ -17,7 +17,8 @@ that comes back to a compiled plan twice, or once inside that interval, stops: e
 costs a compile. The compiled peak does not follow the prediction
 monotonically (the bench convnet: plans predicted at 31.8 and 23.9 MiB compile to 37.5 and
 28.9), so where no compile has fit by the last attempt, the last one is of the plan the
-graphs predict lowest: a budget is refused only when that plan's code misses it too. It
+graphs predict lowest; where none fits, the memory budgets' own plans are compiled too
+(:func:`_fraction_plans`): a budget is refused only when all their code misses it. It
 keeps the plan with the least recompute whose code fits; when none does it raises
 :class:`BudgetTooSmallError` naming the lowest compiled peak (and saying whether the plan
 the graphs predict lowest was among those compiled). Under a memory budget alone,
@@ -35,11 +36,17 @@ from ..core.plan import Plan
 from ..core.settings import LOWEST_PEAK, PlanLog, PlanSettings
 from ..core.sizes import MemoryBudget, format_bytes
 from ..errors import BudgetTooSmallError
+from ..planning.planner import PEAK_GRID
 
 # how many times at most a graph is planned and compiled for a peak budget
 PEAK_ATTEMPTS = 4
 # a fitting plan whose compiled peak is within this fraction of the budget is kept as it is
 PEAK_SLACK = 0.02
+# where no plan the graphs' search gave fits, the fractions' own plans compiled at most, and
+# how many in a row may come back no lower than the lowest so far (_fraction_plans)
+FRACTION_ATTEMPTS = 6
+FRACTION_RISES = 2
+NO_LIMIT = 1 << 62  # a graphs' target every plan meets: the memory budget's own plan
 # a memory budget's plan predicted to peak within this share of the b=1 plan's peak has
 # its compiled peak checked against the b=1 plan's (hold_b1_peak)
 B1_NEAR = 0.85
@@ -131,6 +138,8 @@ def fit_compiled_peak(
         if ahead is None:
             break
         settings = replace(settings, search_peak_bytes=ahead)
+    if tried and not _fitting(tried, target):
+        _fraction_plans(settings, compile_with, tried)
     fits = _fitting(tried, target)
     if fits:
         return min(fits, key=_cost)
@@ -138,7 +147,44 @@ def fit_compiled_peak(
         assert refused is not None
         raise refused
     with_lowest = lowest_named is not None and lowest_named in _predicted(tried)
-    raise _missed(target, [a.plan for a in tried if a.plan is not None], with_lowest)
+    plans = [a.plan for a in tried if a.plan is not None]
+    raise _missed(target, plans, with_lowest, settings.budget.fraction is not None)
+
+
+def _fraction_plans(
+    settings: PlanSettings, compile_with: Callable[[PlanSettings], Attempt], tried: list[Attempt]
+) -> None:
+    """Where no plan the graphs' search gave fits, compile the plans of the memory budgets
+    of ``PEAK_GRID`` from the lowest fraction up (b=0 aside: it recomputes everything
+    again), each the cheapest plan of its fraction, into ``tried``: the graphs' prediction
+    ranks plans apart from their code (on the built-in GPT, b=0.1's plan is predicted above
+    the lowest prediction and its code peaks lowest of all), so the plans it ranks lowest
+    can all miss a budget one of these meets. It stops at the first whose
+    code fits the budget, once ``FRACTION_RISES`` in a row come back no lower than the
+    lowest so far, or after ``FRACTION_ATTEMPTS``. Which fractions it compiles, short of a
+    fit, does not depend on the budget: a refusal names the same lowest peak for every
+    budget below it. Only under a memory budget that is a fraction (the fractions are its
+    share of the range)."""
+    cap = settings.budget.fraction
+    target = settings.peak_bytes
+    if cap is None or target is None:
+        return
+    lowest = min(a.plan.compiled_peak_bytes or 0 for a in tried if a.plan is not None)
+    rises = 0
+    for f in [f for f in PEAK_GRID if 0 < f <= cap][:FRACTION_ATTEMPTS]:
+        budget = MemoryBudget(fraction=f)
+        attempt = compile_with(replace(settings, budget=budget, search_peak_bytes=NO_LIMIT))
+        plan = attempt.plan
+        if plan is None or plan.compiled_peak_bytes is None:
+            continue
+        if not any(_same(plan, a.plan) for a in tried if a.plan is not None):
+            tried.append(attempt)
+        if plan.compiled_peak_bytes <= target:
+            return
+        rises = rises + 1 if plan.compiled_peak_bytes >= lowest else 0
+        lowest = min(lowest, plan.compiled_peak_bytes)
+        if rises == FRACTION_RISES:
+            return
 
 
 def hold_b1_peak(
@@ -231,13 +277,16 @@ def _same(a: Plan, b: Plan) -> bool:
     return a.saved == b.saved and a.recomputed_again == b.recomputed_again
 
 
-def _missed(target: int, tried: list[Plan], with_lowest: bool) -> BudgetTooSmallError:
+def _missed(
+    target: int, tried: list[Plan], with_lowest: bool, fractions: bool
+) -> BudgetTooSmallError:
     lowest = min(p.compiled_peak_bytes or 0 for p in tried)
     which = ", the plan the graphs predict lowest among them" if with_lowest else ""
+    also = ", and the memory budgets' own plans from the lowest fraction up" if fractions else ""
     return BudgetTooSmallError(
         f"peak memory budget {format_bytes(target)} ({target} bytes) is below the peak of "
         f"the code Inductor generated for each of the {len(tried)} plan(s) tried{which} "
         "(planned on the graphs' predicted peak, which Inductor's fusion and reordering "
-        f"change); the lowest: {format_bytes(lowest)} ({lowest} bytes)",
+        f"change{also}); the lowest: {format_bytes(lowest)} ({lowest} bytes)",
         lowest_peak_bytes=lowest,
     )

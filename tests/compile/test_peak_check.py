@@ -10,6 +10,8 @@ from helpers.plans import MiB, make_plan
 
 from budget.compile.peak_check import (
     B1_NEAR,
+    FRACTION_ATTEMPTS,
+    NO_LIMIT,
     PEAK_ATTEMPTS,
     Attempt,
     fit_compiled_peak,
@@ -27,20 +29,34 @@ class Compiles:
     (naming the lowest prediction) when there is none. A plan's saved set lacks the
     decision of its name (where one has it); each recomputes its own name again."""
 
-    def __init__(self, *plans: tuple[str, int, int | None, float]) -> None:
+    def __init__(
+        self,
+        *plans: tuple[str, int, int | None, float],
+        fractions: dict[float, tuple[str, int, int | None, float]] | None = None,
+    ) -> None:
         self.plans = plans
+        self.fractions = fractions or {}  # a memory budget's own plan, by fraction
         self.targets: list[int] = []
+        self.asked: list[float] = []  # the fractions whose own plans were compiled
         self.budgets: set[int | None] = set()  # the user's peak budget: never moved
 
     def __call__(self, settings: PlanSettings) -> Attempt:
         target = settings.graphs_peak_bytes
-        self.targets.append(target)
         self.budgets.add(settings.peak_bytes)
+        if settings.search_peak_bytes == NO_LIMIT:
+            f = settings.budget.fraction
+            self.asked.append(f)
+            return self._attempt(*self.fractions[f], target) if f in self.fractions else _none
+        self.targets.append(target)
         fits = [p for p in self.plans if target is None or p[1] <= target]
         if not fits:
             lowest = min(p[1] for p in self.plans)
             raise BudgetTooSmallError("none predicted that low", lowest_peak_bytes=lowest)
-        name, predicted, compiled, cost = min(fits, key=lambda p: p[3])
+        return self._attempt(*min(fits, key=lambda p: p[3]), target)
+
+    def _attempt(
+        self, name: str, predicted: int, compiled: int | None, cost: float, target: int | None
+    ) -> Attempt:
         plan = make_plan(
             graph_hash=name,
             peak_bytes=predicted,
@@ -51,6 +67,9 @@ class Compiles:
             peak_target_bytes=target,
         )
         return Attempt(compiled=name, log=PlanLog(plans=[plan]))
+
+
+_none = Attempt(compiled=None, log=PlanLog())  # a compile that made no plan
 
 
 def settings(peak: int | None) -> PlanSettings:
@@ -355,3 +374,61 @@ def test_a_peak_budget_is_not_held_to_b1s_code():
     compiles = FractionCompiles(b1=101, b0=102, again=99)
     kept = hold_b1_peak(_at(0.0, 99), compiles, compiles(_at(0.0, 99)))
     assert kept.compiled == "again" and compiles.calls == [(0.0, 99)]
+
+
+# The built-in GPT under Inductor, as measured: every plan the graphs' search gives for a
+# budget under 35 MiB is predicted lowest (36) and compiles to 35.59; the fractions' own
+# plans, predicted higher, compile lower (b=0.1: 38.05 -> 31.32).
+LOW_GPT = Compiles(
+    ("lowest", 36 * MiB, int(35.59 * MiB), 9.0),
+    fractions={
+        0.05: ("b0.05", 55 * MiB, int(46.36 * MiB), 5.0),
+        0.1: ("b0.1", 38 * MiB, int(31.32 * MiB), 4.0),
+        0.15: ("b0.15", 36 * MiB, int(33.59 * MiB), 3.5),
+        0.2: ("b0.2", 38 * MiB, int(34.58 * MiB), 3.1),
+        0.25: ("b0.25", 36 * MiB, int(35.33 * MiB), 2.8),
+    },
+)
+
+
+def _gpt() -> Compiles:
+    return Compiles(*LOW_GPT.plans, fractions=LOW_GPT.fractions)
+
+
+def test_where_no_plan_of_the_graphs_fits_a_fractions_own_plan_that_fits_is_kept():
+    compiles = _gpt()
+    kept = fit_compiled_peak(settings(33 * MiB), compiles)
+    assert kept.compiled == "b0.1"
+    assert compiles.asked == [0.05, 0.1]  # from the lowest fraction up, to the first fit
+
+
+def test_a_refusal_names_the_same_lowest_peak_whatever_the_budget_below_it():
+    named = []
+    for budget in (31 * MiB, 25 * MiB, 10 * MiB):
+        compiles = _gpt()
+        with pytest.raises(BudgetTooSmallError, match="memory budgets' own plans") as info:
+            fit_compiled_peak(settings(budget), compiles)
+        named.append(info.value.lowest_peak_bytes)
+        # two in a row no lower than b=0.1's: the search stops there
+        assert compiles.asked == [0.05, 0.1, 0.15, 0.2]
+    assert named == [int(31.32 * MiB)] * 3
+
+
+def test_the_fractions_are_compiled_at_most_so_many_times_and_never_above_the_budget():
+    compiles = Compiles(("lowest", 100, 120, 9.0))  # no fraction makes a plan here
+    with pytest.raises(BudgetTooSmallError):
+        fit_compiled_peak(settings(90), compiles)
+    assert len(compiles.asked) == FRACTION_ATTEMPTS and 0.0 not in compiles.asked
+    capped = Compiles(("lowest", 100, 120, 9.0))
+    half = PlanSettings(MemoryBudget(fraction=0.1), "auto", "flops", 60.0, peak_bytes=90)
+    with pytest.raises(BudgetTooSmallError):
+        fit_compiled_peak(half, capped)
+    assert capped.asked == [0.05, 0.1]
+
+
+def test_under_a_memory_budget_in_bytes_no_fraction_is_compiled():
+    compiles = _gpt()
+    sized = PlanSettings(MemoryBudget(nbytes=50 * MiB), "auto", "flops", 60.0, peak_bytes=33 * MiB)
+    with pytest.raises(BudgetTooSmallError) as info:
+        fit_compiled_peak(sized, compiles)
+    assert compiles.asked == [] and "own plans" not in str(info.value)
