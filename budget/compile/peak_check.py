@@ -13,8 +13,7 @@ higher one a plan whose code misses, for the midpoint between (a cheaper plan th
 can only be predicted there); where a plan compiled before comes back with room to
 spare, for the target it came back at raised by that room (the built-in GPT at 46.58
 MiB: 17.985 GFLOP, then 17.448; torch's b=0.6 step peaks there at 17.717). A search
-that comes back to a compiled plan twice, or once inside that interval, stops: each
-costs a compile. The compiled peak does not follow the prediction
+that comes back to a compiled plan twice stops: each return costs a compile. The compiled peak does not follow the prediction
 monotonically (the bench convnet: plans predicted at 31.8 and 23.9 MiB compile to 37.5 and
 28.9), so where no compile has fit by the last attempt, the last one is of the plan the
 graphs predict lowest; where none fits, the memory budgets' own plans are compiled too
@@ -132,7 +131,7 @@ def fit_compiled_peak(
                 lowest_asked = True
                 settings = replace(settings, search_peak_bytes=LOWEST_PEAK)
                 continue
-        if again and (revisits > 1 or (fit_at is not None and miss_at is not None)):
+        if again and revisits > 1:
             break  # no new plan where one was likeliest: more compiles would be wasted
         ahead = _next_target(target, asked, plan.peak_bytes or peak, peak, fit_at, miss_at, again)
         if ahead is None:

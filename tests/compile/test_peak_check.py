@@ -84,11 +84,32 @@ def test_without_a_peak_budget_the_first_compile_is_kept():
 def test_a_plan_whose_code_misses_is_replaced_by_one_planned_lower():
     """'mm' is predicted at 100 but its code peaks at 125: the budget 100 is tried again
     at 100 * 100/125 = 80, where 'gelu' (compiled 95) fits; with 5% to spare, a cheaper
-    plan can only be predicted between 80 and 'mm''s 100: the midpoint, 90, finds 'gelu'
-    again and ends the search."""
+    plan can only be predicted between 80 and 'mm''s 100: the midpoints, 90 then 95,
+    find 'gelu' again, and the second return ends the search."""
     compiles = Compiles(("mm", 100, 125, 1.0), ("gelu", 80, 95, 2.0), ("exp", 50, 60, 9.0))
     kept = fit_compiled_peak(settings(100), compiles)
-    assert kept.compiled == "gelu" and compiles.targets == [100, 80, 90]
+    assert kept.compiled == "gelu" and compiles.targets == [100, 80, 90, 95]
+
+
+def test_the_bisection_goes_on_past_a_return_to_a_cheaper_plan_further_up():
+    """The built-in GPT at torch b=0.6's measured peak (46.58 MiB), as measured: 46.58
+    gives a plan compiled at 40.34; scaled, 53.2 one that misses (48.34); the midpoint
+    49.82 one at 43.34; the next, 51.44, that one again. Before, that return ended the
+    search at 17.851 GFLOP, more than torch's b=0.6 (17.717); the plan predicted at 52.07
+    (b=0.55) lies between, and its code fits."""
+    compiles = Compiles(
+        *(
+            (name, int(p * MiB), int(c * MiB), cost)
+            for name, p, c, cost in [
+                ("b0.45", 46.07, 40.34, 1.232),
+                ("b0.5", 49.07, 43.34, 0.924),
+                ("b0.55", 52.07, 45.58, 0.616),
+                ("b0.6", 53.07, 48.34, 0.513),
+            ]
+        )
+    )
+    kept = fit_compiled_peak(settings(int(46.58 * MiB)), compiles)
+    assert kept.compiled == "b0.55"
 
 
 def test_a_plan_whose_code_leaves_room_gives_way_to_a_cheaper_one_that_fits():
