@@ -85,31 +85,11 @@ def _planning(run: Callable[[], Any]) -> Any:
 def _solve(args: argparse.Namespace) -> int:
     import budget
 
-    from ..core.plan_files import dumps_plans
-    from .report import solve_report
-
     check_options(args)
-    if args.compile and (args.eager or args.modules is not None or args.compiler != "inductor"):
-        raise UsageError(
-            "--compile generates Inductor's code: it cannot be used with --eager, --modules "
-            "or --compiler eager"
-        )
+    _check_compile_flag(args)
     if args.eager or args.modules is not None:
         return _solve_eager(args)
-    memory_budget = parse_budget_arg(args.budget)
-    peak = parse_peak_arg(args.peak)
-    if args.peak_search is not None and peak is None:
-        raise UsageError("--peak-search says how --peak is searched: give --peak too")
-    check_report_options(args)
-    if args.plan is not None:
-        given = [
-            f for f in ("budget", "peak", "solver", "time_limit") if getattr(args, f) is not None
-        ]
-        if given:
-            flags = ", ".join(f"--{f.replace('_', '-')}" for f in given)
-            raise UsageError(f"--plan applies a saved plan: {flags} cannot be used with it")
-        if not Path(args.plan).is_file():
-            raise UsageError(f"--plan {args.plan!r}: no such file")
+    memory_budget, peak = _check_solve_args(args)
     start = time.perf_counter()
     target = _target(args)
     loaded = time.perf_counter()
@@ -128,17 +108,10 @@ def _solve(args: argparse.Namespace) -> int:
             )
         )
     done = time.perf_counter()
-    if args.json:
-        _write("--json", args.json, lambda: Path(args.json).write_text(dumps_plans(plans) + "\n"))
-    if args.timeline:
-        from .plots import save_timeline_plot
-
-        _write(
-            "--timeline",
-            args.timeline,
-            lambda: save_timeline_plot(plans, args.timeline, title=target.description),
-        )
+    _write_solve_files(args, plans, target.description)
     if args.format == "json":
+        from ..core.plan_files import dumps_plans
+
         print(dumps_plans(plans))
         return 0
     stages = sum(sum(p.timings.values()) for p in plans)
@@ -148,13 +121,61 @@ def _solve(args: argparse.Namespace) -> int:
         "plan": stages,
         "total": done - start,
     }
+    _print_solve(args, plans, target.description, timings)
+    return 0
+
+
+def _check_compile_flag(args: argparse.Namespace) -> None:
+    if args.compile and (args.eager or args.modules is not None or args.compiler != "inductor"):
+        raise UsageError(
+            "--compile generates Inductor's code: it cannot be used with --eager, --modules "
+            "or --compiler eager"
+        )
+
+
+def _check_solve_args(args: argparse.Namespace) -> tuple[Any, str | None]:
+    """``budget solve``'s compiled-path options checked together (each error names the
+    flags); the memory budget and the peak budget, parsed."""
+    memory_budget = parse_budget_arg(args.budget)
+    peak = parse_peak_arg(args.peak)
+    if args.peak_search is not None and peak is None:
+        raise UsageError("--peak-search says how --peak is searched: give --peak too")
+    check_report_options(args)
+    if args.plan is not None:
+        given = [
+            f for f in ("budget", "peak", "solver", "time_limit") if getattr(args, f) is not None
+        ]
+        if given:
+            flags = ", ".join(f"--{f.replace('_', '-')}" for f in given)
+            raise UsageError(f"--plan applies a saved plan: {flags} cannot be used with it")
+        if not Path(args.plan).is_file():
+            raise UsageError(f"--plan {args.plan!r}: no such file")
+    return memory_budget, peak
+
+
+def _write_solve_files(args: argparse.Namespace, plans: list[Any], description: str) -> None:
+    """The plan file (``--json``) and the timeline plot (``--timeline``)."""
+    from ..core.plan_files import dumps_plans
+
+    if args.json:
+        _write("--json", args.json, lambda: Path(args.json).write_text(dumps_plans(plans) + "\n"))
+    if args.timeline:
+        from .plots import save_timeline_plot
+
+        _write(
+            "--timeline",
+            args.timeline,
+            lambda: save_timeline_plot(plans, args.timeline, title=description),
+        )
+
+
+def _print_solve(
+    args: argparse.Namespace, plans: list[Any], description: str, timings: dict[str, float]
+) -> None:
+    from .report import solve_report
+
     report = solve_report(
-        plans,
-        target.description,
-        depth=args.depth,
-        top=args.top,
-        timings=timings,
-        compiled=args.compile,
+        plans, description, depth=args.depth, top=args.top, timings=timings, compiled=args.compile
     )
     print(report)
     unknown = [i for i, p in enumerate(plans) if p.compiled_peak_bytes is None]
@@ -165,12 +186,11 @@ def _solve(args: argparse.Namespace) -> int:
             "from the graphs"
         )
     if args.plan:
-        print(f"\napplied the saved plan {args.plan}: it fits {target.description}")
+        print(f"\napplied the saved plan {args.plan}: it fits {description}")
     if args.json:
         print(f"\nplan file: {args.json} (apply with budget.backend(plan={args.json!r}))")
     if args.timeline:
         print(f"\ntimeline: {args.timeline}")
-    return 0
 
 
 def _compiled(
