@@ -164,7 +164,7 @@ def torch_211() -> str:
       are left out (the plan, its values and its compiled peak are unchanged; Inductor may
       run those recomputations earlier);
     - 2.11's side-stream offload (stream ops, sunk waits, prefetched reloads; 2.13
-      replaced it with ``ao.offload``/``ao.wait_tensor``) gave gradients 0.19 off on the
+      replaced it with ``ao.offload``/``ao.wait_tensor``) gave wrong gradients on the
       offloading GPT: offload copies run on the compute stream there, so the offload rows
       check bytes, peaks and gradients, and their step times are not the overlapped ones.
     """

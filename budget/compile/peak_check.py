@@ -13,8 +13,8 @@ higher one a plan whose code misses, for the midpoint between (a cheaper plan th
 can only be predicted there); where a plan compiled before comes back with room to
 spare, for the target it came back at raised by that room (the built-in GPT at 46.58
 MiB: 17.985 GFLOP, then 17.448; torch's b=0.6 step peaks there at 17.717). A search
-that comes back to a compiled plan twice stops: each return costs a compile. The compiled peak does not follow the prediction
-monotonically (the bench convnet: plans predicted at 31.8 and 23.9 MiB compile to 37.5 and
+that comes back to a compiled plan twice stops: each return costs a compile. The
+compiled peak does not follow the prediction monotonically (the bench convnet: plans predicted at 31.8 and 23.9 MiB compile to 37.5 and
 28.9), so where no compile has fit by the last attempt, the last one is of the plan the
 graphs predict lowest; where none fits, the memory budgets' own plans are compiled too
 (:func:`_fraction_plans`): a budget is refused only when all their code misses it. It
@@ -158,17 +158,16 @@ def _fraction_plans(
     again), each the cheapest plan of its fraction, into ``tried``: the graphs' prediction
     ranks plans apart from their code (on the built-in GPT, b=0.1's plan is predicted above
     the lowest prediction and its code peaks lowest of all), so the plans it ranks lowest
-    can all miss a budget one of these meets. It stops at the first whose
-    code fits the budget, once ``FRACTION_RISES`` in a row come back no lower than the
-    lowest so far, or after ``FRACTION_ATTEMPTS``. Which fractions it compiles, short of a
-    fit, does not depend on the budget: a refusal names the same lowest peak for every
-    budget below it. Only under a memory budget that is a fraction (the fractions are its
-    share of the range)."""
+    can all miss a budget one of these meets. It stops at the first whose code fits the
+    budget, once ``FRACTION_RISES`` in a row come back no lower than the lowest of these
+    so far, or after ``FRACTION_ATTEMPTS``. Short of a fit, which fractions it compiles
+    does not depend on the budget: every refusal weighs the same fraction plans. Only
+    under a memory budget that is a fraction (the fractions are its share of the range)."""
     cap = settings.budget.fraction
     target = settings.peak_bytes
     if cap is None or target is None:
         return
-    lowest = min(a.plan.compiled_peak_bytes or 0 for a in tried if a.plan is not None)
+    lowest: int | None = None  # of the fractions' plans: the budget's own attempts aside
     rises = 0
     for f in [f for f in PEAK_GRID if 0 < f <= cap][:FRACTION_ATTEMPTS]:
         budget = MemoryBudget(fraction=f)
@@ -180,8 +179,9 @@ def _fraction_plans(
             tried.append(attempt)
         if plan.compiled_peak_bytes <= target:
             return
-        rises = rises + 1 if plan.compiled_peak_bytes >= lowest else 0
-        lowest = min(lowest, plan.compiled_peak_bytes)
+        peak = plan.compiled_peak_bytes
+        rises = rises + 1 if lowest is not None and peak >= lowest else 0
+        lowest = peak if lowest is None else min(lowest, peak)
         if rises == FRACTION_RISES:
             return
 

@@ -110,7 +110,7 @@ class _Pass:
             self.seen[name] += 1
             save = p.by_occurrence.get((name, k), False)
             return CheckpointPolicy.MUST_SAVE if save else CheckpointPolicy.PREFER_RECOMPUTE
-        phase = int(bool(getattr(ctx, "is_recompute", False)))
+        phase = int(ctx.is_recompute)
         k = self.index[phase]
         self.index[phase] += 1
         if k >= len(p.ops) or p.ops[k] != name:
