@@ -178,3 +178,27 @@ def test_eager_compiler_predicts_resnet18s_peak_to_the_byte():
     measured = measure_peak(torch.compile(m.step, backend=be), *m.args)
     (plan,) = be.plans
     assert plan.peak_bytes == measured
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("compiler", ["eager", "inductor"])
+def test_gpt2s_step_across_its_graph_break_is_predicted(compiler):
+    """GPT-2's step breaks before its loss: the first graph's outputs (logits, the KV
+    cache, the hidden states) go to code that drops them as the step returns, and its
+    backward frees the gradients autograd hands it (the logits' gradient, zeros for the
+    rest) after their last read. The step's predicted peak (eager compiler: the graphs';
+    Inductor: its code's) is within 2% of the measured one and under it by at most 0.5%
+    (it was 24% over while both were held to the backward's end)."""
+    m = make("gpt2")
+    be = budget.backend(0.5, compiler=compiler)
+    measured = measure_peak(torch.compile(m.step, backend=be), *m.args)
+    assert len(be.plans) == 2 and be.plans[0].graph_break
+    if compiler == "eager":
+        torch._dynamo.reset()
+        found = budget.step_peak(
+            budget.plans(m.step, *m.args, memory_budget=0.5, compiler=compiler)
+        )
+    else:
+        found = budget.step_peak(be.plans)
+    assert found is not None
+    assert measured * 0.995 <= found[0] <= measured * 1.02, (found, measured)

@@ -70,8 +70,10 @@ class BudgetBackend:
         """Plans made so far, one per compiled graph, in compilation order."""
         return self.log.plans
 
-    def partition_fn(self) -> Callable[..., Any]:
-        return functools.partial(budget_partition, settings=self.settings, log=self.log)
+    def partition_fn(self, outputs_held: bool = True) -> Callable[..., Any]:
+        return functools.partial(
+            budget_partition, settings=self.settings, log=self.log, outputs_held=outputs_held
+        )
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         from ..runtime._torch_private import compiled_versions, frame_code
@@ -84,11 +86,13 @@ class BudgetBackend:
         if self._step_code is None:
             self._step_code = code
         made, later = len(self.log.plans), code is not self._step_code
-        if self.compiler == "inductor":
-            compiled = self._inductor(gm, example_inputs)
-        else:
-            compiled = self._eager(gm, example_inputs)
+        # a graph that ends at a graph break hands its outputs to the code after it, which
+        # drops them as the step returns: they are not held through the backward
         ended = graph_break(gm)
+        if self.compiler == "inductor":
+            compiled = self._inductor(gm, example_inputs, outputs_held=not ended)
+        else:
+            compiled = self._eager(gm, example_inputs, outputs_held=not ended)
         for i in range(made, len(self.log.plans)):  # this graph's plan (none without a backward)
             # where its inputs are the step's own, the user holds them anyway: none kept
             kept = self.log.plans[i].kept_input_bytes if later else 0
@@ -101,7 +105,9 @@ class BudgetBackend:
             return _marked(compiled, lambda: self.preview_runs.append(plan))
         return compiled
 
-    def _eager(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+    def _eager(
+        self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], outputs_held: bool
+    ) -> Any:
         from ..runtime._torch_private import (
             aot_autograd,
             boxed_nop,
@@ -116,24 +122,29 @@ class BudgetBackend:
                 fw_compiler=boxed_nop,
                 bw_compiler=boxed_nop,
                 decompositions=select_decomp_table(),
-                partition_fn=self.partition_fn(),
+                partition_fn=self.partition_fn(outputs_held),
             )(gm, example_inputs)
 
-    def _inductor(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+    def _inductor(
+        self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], outputs_held: bool
+    ) -> Any:
         from ..runtime._torch_private import compile_fx, functorch_config
 
-        partitioner = InductorPartitioner(self)
+        partitioner = InductorPartitioner(self, outputs_held)
         if self.preview:  # a preview is the partitioner's plan: no cache may skip it
             patches = {"custom_partitioner_fn": partitioner, "fx_graph_cache": False}
             with functorch_config.patch(enable_autograd_cache=False):
                 return compile_fx(
                     gm, example_inputs, inner_compile=run_uncompiled, config_patches=patches
                 )
-        return _compile_within_peak(self, gm, example_inputs)
+        return _compile_within_peak(self, gm, example_inputs, outputs_held)
 
 
 def _compile_within_peak(
-    be: BudgetBackend, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+    be: BudgetBackend,
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    outputs_held: bool = True,
 ) -> Any:
     """Compile with Inductor; the plan carries the peak of the code Inductor generated
     (:mod:`budget.compile.compiled_peak`), and a peak budget is held by that peak
@@ -145,7 +156,8 @@ def _compile_within_peak(
 
     def compile_with(settings: PlanSettings) -> Attempt:
         attempt = BudgetBackend(settings, PlanLog())
-        compiled = _compile_cached(attempt, InductorPartitioner(attempt), gm, example_inputs)
+        partitioner = InductorPartitioner(attempt, outputs_held)
+        compiled = _compile_cached(attempt, partitioner, gm, example_inputs)
         return Attempt(compiled, attempt.log)
 
     kept = hold_b1_peak(be.settings, compile_with, fit_compiled_peak(be.settings, compile_with))
@@ -208,7 +220,9 @@ def _compile_cached(
             compiled = compile_fx(gm, example_inputs, inner_compile=capture, **kw)
         if len(be.log.plans) == first + 1:
             peak = capture.peak(
-                partitioner.num_fwd_outputs, measure_workspace=be.settings.measure_workspace
+                partitioner.num_fwd_outputs,
+                outputs_held=partitioner.outputs_held,
+                measure_workspace=be.settings.measure_workspace,
             )
             be.log.update(first, compiled_peak_bytes=peak)
         return compiled

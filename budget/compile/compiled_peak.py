@@ -29,10 +29,12 @@ on the GPU). The device is the graph's (:attr:`CompiledGraph.device`, from its i
 
 The step is the forward's code, then the backward's: the forward's inputs are resident
 (not counted), its outputs (the user's loss, held to the end, and the saved values) are
-handed over, the loss's gradient is allocated as the backward starts and held to its end
-(autograd's engine keeps the gradients it passes a node until the node returns, so the
-code's ``del tangents_1`` frees nothing), and the gradients it returns are held to the
-end. This is the accounting of :mod:`budget.compile.peak`, over the code that really
+handed over (the user's outputs of a graph that ends at a graph break are not held),
+the tangents are allocated as the backward starts, the loss's gradient held to its end
+(``backward()`` keeps it, so the code's ``del tangents_1`` frees nothing) and any other
+freed where the code drops it (:func:`budget.runtime._torch_private.tangent_held`), and
+the gradients it returns are held to the end. This is the accounting of
+:mod:`budget.compile.peak`, over the code that really
 runs. On CUDA it is the bytes requested from the caching allocator (which rounds blocks
 up to 512 bytes and caches freed ones). Not run: C++ wrapper code (``cpp_wrapper``), and
 CUDA code on user streams.
@@ -49,6 +51,7 @@ import torch
 import torch.fx as fx
 
 from ..estimators.live import LiveStorages
+from ..runtime._torch_private import tangent_held
 from ..runtime.values import hint
 
 
@@ -275,12 +278,13 @@ def compiled_peak(
     bw: CompiledGraph | None,
     *,
     num_user_outputs: int = 1,
+    outputs_held: bool = True,
     measure_workspace: bool = True,
 ) -> int:
     """The peak bytes of running the compiled forward then backward (module docstring),
     above what was resident before the step. The forward's first ``num_user_outputs``
-    outputs (the loss) and those the backward does not take are held to the end of the
-    step. Raises :class:`CompiledCodeError` when the code cannot be run on meta tensors."""
+    outputs (the loss; where ``outputs_held``) and the others the backward does not take
+    are held to the end of the step. Raises :class:`CompiledCodeError` when the code cannot be run on meta tensors."""
     # meta tensors standing in for the device's
     live = _MetaRun(device=fw.device, measure_workspace=measure_workspace)
     fw_call = _call(fw)
@@ -296,7 +300,7 @@ def compiled_peak(
         held = [
             v
             for i, (name, v) in enumerate(zip(fw.outputs, outs, strict=False))
-            if i < num_user_outputs or name not in taken
+            if (outputs_held if i < num_user_outputs else name not in taken)
         ]
         handed = {name: v for name, v in zip(fw.outputs, outs, strict=False) if name is not None}
         del outs
@@ -308,8 +312,11 @@ def compiled_peak(
                 elif name in inputs:
                     args.append(inputs[name])
                 elif name.startswith("tangents"):  # autograd makes it as the backward starts
-                    tangents.append(_meta(bw.values[name]))  # made in the mode: counted
-                    args.append(tangents[-1])
+                    tangent = _meta(bw.values[name])  # made in the mode: counted
+                    if tangent_held(bw.values[name]):
+                        tangents.append(tangent)
+                    args.append(tangent)
+                    del tangent
                 else:
                     raise CompiledCodeError(
                         f"the backward takes {name!r}, which the forward does not hand over"
@@ -321,7 +328,7 @@ def compiled_peak(
                 raise CompiledCodeError(
                     f"Inductor's backward code failed on meta tensors: {e}"
                 ) from e
-            del args, grads, tangents  # autograd holds the tangents until the backward returns
+            del args, grads, tangents  # the held tangents: until the backward returns
         del held
     return live.peak
 
@@ -345,7 +352,13 @@ class CodeCapture:
             self.graphs["backward" if kwargs.get("is_backward") else "forward"] = graph
         return compiled
 
-    def peak(self, num_user_outputs: int = 1, *, measure_workspace: bool = True) -> int | None:
+    def peak(
+        self,
+        num_user_outputs: int = 1,
+        *,
+        outputs_held: bool = True,
+        measure_workspace: bool = True,
+    ) -> int | None:
         """The compiled step's peak; None when a graph's code was not seen (a compile cache
         skipped it) or could not be run on meta tensors (C++ wrapper code, user streams,
         a construct this module does not know)."""
@@ -354,7 +367,11 @@ class CodeCapture:
             return None
         try:
             return compiled_peak(
-                fw, bw, num_user_outputs=num_user_outputs, measure_workspace=measure_workspace
+                fw,
+                bw,
+                num_user_outputs=num_user_outputs,
+                outputs_held=outputs_held,
+                measure_workspace=measure_workspace,
             )
         except Exception:  # noqa: BLE001 - an unknown construct: the peak is unknown
             return None

@@ -77,8 +77,11 @@ class InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
     (:func:`budget.compile.plan_cache.settings_key`); torch pickles it as that uuid.
     """
 
-    def __init__(self, backend: BudgetBackend) -> None:
+    def __init__(self, backend: BudgetBackend, outputs_held: bool = True) -> None:
         self.backend = backend
+        # the caller holds the forward's outputs through the backward (not after a graph
+        # break: budget.compile.peak); its peaks, and so its plans, depend on it
+        self.outputs_held = outputs_held
         self.calls = 0  # joint graphs partitioned: 0 when a compile cache skipped it
         self.num_fwd_outputs = 1  # the user's outputs of the forward (the last partitioned)
         self._uuid: str | None = None
@@ -92,11 +95,19 @@ class InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
         self.num_fwd_outputs = kwargs.get("num_fwd_outputs", 1)
         be = self.backend
         settings = be.settings if self.book is None else replace(be.settings, book=self.book)
-        return budget_partition(gm, joint_inputs, settings=settings, log=be.log, **kwargs)
+        return budget_partition(
+            gm,
+            joint_inputs,
+            settings=settings,
+            log=be.log,
+            outputs_held=self.outputs_held,
+            **kwargs,
+        )
 
     def uuid(self) -> str:
         if self._uuid is None:
-            self._uuid = plan_cache.settings_key(self.backend.settings)
+            held = "" if self.outputs_held else ":outputs dropped"
+            self._uuid = plan_cache.settings_key(self.backend.settings) + held
         return self._uuid
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -29,11 +29,16 @@ Interval = tuple[int, int, int]  # (raw storage, first step, last step), both en
 
 
 def liveness_bound(
-    graph: fx.Graph, node_info: T.NodeInfo, nodes: list[fx.Node], num_fwd_outputs: int
+    graph: fx.Graph,
+    node_info: T.NodeInfo,
+    nodes: list[fx.Node],
+    num_fwd_outputs: int,
+    outputs_held: bool = True,
 ) -> LivenessBound:
     """The bound for ``graph``'s plans; ``nodes``: the fx node of each problem index
-    (:func:`budget.compile.graph.build_problem`)."""
-    f = _Forward(graph, node_info, nodes, num_fwd_outputs)
+    (:func:`budget.compile.graph.build_problem`); ``outputs_held``: the user's outputs live
+    to the step's end (not where the graph ends at a graph break: compile/peak.py)."""
+    f = _Forward(graph, node_info, nodes, num_fwd_outputs, outputs_held)
     b = _Backward(f, graph, node_info)
     return LivenessBound(
         storage_bytes=f.storage_bytes,
@@ -61,7 +66,12 @@ class _Forward:
     and first step) and, per storage, the forward steps that read it under which plans."""
 
     def __init__(
-        self, graph: fx.Graph, node_info: T.NodeInfo, nodes: list[fx.Node], num_fwd_outputs: int
+        self,
+        graph: fx.Graph,
+        node_info: T.NodeInfo,
+        nodes: list[fx.Node],
+        num_fwd_outputs: int,
+        outputs_held: bool = True,
     ) -> None:
         self.index = {n: i for i, n in enumerate(nodes)}
         self.inputs = set(node_info.inputs)
@@ -78,7 +88,8 @@ class _Forward:
         # the new values of mutated inputs are copied into them as the forward returns:
         # they run in every forward but are not held into the backward (compile/peak.py)
         dropped = T.input_mutation_outputs(self.output)
-        self.held = [a for j, a in enumerate(outs) if a in self.user and j not in dropped]
+        held = outs if outputs_held else []
+        self.held = [a for j, a in enumerate(held) if a in self.user and j not in dropped]
         self._storages()
         self._events()
 
@@ -175,8 +186,9 @@ class _Backward:
             return max((bpos[u] for u in n.users if u in bpos), default=default)
 
         live = [(raw, -1, bend) for n in f.held for raw in f.raws(n)]
-        for t in tangents:  # autograd holds them until the backward returns
-            live += [(raw, -1, bend) for raw in f.raws(t)]
+        for t in tangents:  # the loss's gradient until the backward returns (peak.py)
+            last = bend if T.tangent_held(t.meta.get("val")) else last_of(t, -1)
+            live += [(raw, -1, last) for raw in f.raws(t)]
         for n in self.walk:
             live += [(raw, bpos[n], last_of(n, bpos[n])) for raw in f.raws(n)]
             for a in n.all_input_nodes:

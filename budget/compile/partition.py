@@ -91,10 +91,13 @@ def budget_partition(
     settings: PlanSettings,
     log: PlanLog,
     static_lifetime_input_indices: list[int] | None = None,
+    outputs_held: bool = True,
     **_: Any,
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     """torch's partitioner signature; plans (or applies a saved plan) and partitions,
-    writing what it made to ``log``."""
+    writing what it made to ``log``. ``outputs_held``: the caller holds the forward's
+    outputs through the backward (not where the graph ends at a graph break:
+    :func:`budget.compile.peak.predict_peak`)."""
     with gc_paused():
         try:
             return _partition(
@@ -104,6 +107,7 @@ def budget_partition(
                 settings,
                 log,
                 static_lifetime_input_indices,
+                outputs_held,
             )
         except SolverTimeout as e:  # the solver cannot know where the limit was set
             raise SolverTimeout(
@@ -119,6 +123,7 @@ def _partition(
     settings: PlanSettings,
     log: PlanLog,
     static_lifetime_input_indices: list[int] | None,
+    outputs_held: bool,
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     t0 = time.perf_counter()
     joint_module = prepare_joint(joint_module)
@@ -142,6 +147,7 @@ def _partition(
             log,
             t0,
             static_lifetime_input_indices,
+            outputs_held,
         )
     reference = b1_saved_set(graph, node_info)
     t1 = time.perf_counter()
@@ -161,6 +167,7 @@ def _partition(
         settings,
         static_lifetime_input_indices or [],
         reference,
+        outputs_held,
     )
     rank, size = ranks.world()
     if size > 1:  # one plan on every rank: rank 0's
@@ -253,6 +260,7 @@ def _apply_saved_plan(
     log: PlanLog,
     t0: float,
     static_lifetime_input_indices: list[int] | None,
+    outputs_held: bool,
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     """Partition by the saved plan made for this graph (no solve, no torch min-cut)."""
     assert settings.book is not None
@@ -279,6 +287,7 @@ def _apply_saved_plan(
         num_fwd_outputs,
         settings,
         static_lifetime_input_indices or [],
+        outputs_held=outputs_held,
     )
     return _finish(partitions, plan, log)
 

@@ -11,10 +11,15 @@ lives from the node that makes it to the last node that reads it, and no longer:
   node that last reads them, the user's outputs (the loss) to the end of the step; the
   new values of mutated inputs (BatchNorm's running statistics, where the compiler keeps
   no mutation in the graph: ``compiler="eager"``) only to the forward's end, where
-  AOTAutograd copies them into their inputs;
-- the backward's tangents (the loss's gradient) are allocated as it starts and live to
-  its end (autograd's engine holds the gradients it passes a node until the node
-  returns), and so do its outputs (the gradients).
+  AOTAutograd copies them into their inputs. A graph that ends at a graph break hands
+  its outputs to the code after it, which drops them as the step returns: they live to
+  the forward's end only (what a later graph's backward reads of them it counts itself:
+  ``Plan.kept_input_bytes``);
+- the backward's tangents are allocated as it starts; the loss's gradient lives to its
+  end (``backward()`` holds it), any other (a later graph's gradient, zeros for an output
+  the loss does not use) until its last reader where the compiled backward frees it
+  (:func:`budget.runtime._torch_private.tangent_held`). The backward's outputs (the
+  gradients) live to its end.
 
 The peak is the largest sum of live storages after any node has made its outputs and
 before anything it was the last reader of is freed. This is what the graphs ask for:
@@ -35,7 +40,7 @@ import torch.fx as fx
 
 from ..core.plan import LivePoint
 from ..estimators.memory import workspace_bytes
-from ..runtime._torch_private import input_mutation_outputs
+from ..runtime._torch_private import input_mutation_outputs, tangent_held
 from ..runtime.values import storage_of, tensors
 
 
@@ -116,6 +121,7 @@ def predict_peak(
     recomputed: set[str] | frozenset[str] = (),
     *,
     num_user_outputs: int = 1,
+    outputs_held: bool = True,
     copied: frozenset[str] = frozenset(),
     channels_last: bool = False,
     memo: Memo | None = None,
@@ -126,7 +132,8 @@ def predict_peak(
 
     ``recomputed``: names of the backward's nodes that recompute forward values; their
     timeline points are marked ``recompute``. ``num_user_outputs``: how many of the
-    forward's outputs, first in its output list, are the user's (the loss): held to the end.
+    forward's outputs, first in its output list, are the user's (the loss): held to the end
+    where ``outputs_held``, else (a graph that ends at a graph break) to the forward's end.
     ``copied``: names of the forward's inputs the compiler copies to another layout as the
     forward starts and hands the backward as copies (:mod:`budget.compile.layout`): not
     resident, allocated at the forward's start, freed after the backward's last read.
@@ -166,8 +173,13 @@ def predict_peak(
         for arg in node.all_input_nodes:
             for k in keys(arg, phase):
                 last[k] = max(last.get(k, i), i)
-        if node.op == "placeholder" and phase == "backward" and node.name.startswith("tangents"):
-            for k in keys(node, phase):  # autograd holds them until the backward returns
+        if (
+            node.op == "placeholder"
+            and phase == "backward"
+            and node.name.startswith("tangents")
+            and tangent_held(node.meta.get("val"))
+        ):
+            for k in keys(node, phase):  # autograd holds it until the backward returns
                 last[k] = end
         if node.op == "output":
             # The backward's outputs (gradients) and the forward's outputs the user holds
@@ -179,7 +191,8 @@ def predict_peak(
             held = [
                 arg
                 for j, arg in enumerate(outputs)
-                if phase == "backward" or (j < num_user_outputs and j not in dropped)
+                if phase == "backward"
+                or (outputs_held and j < num_user_outputs and j not in dropped)
             ]
             for arg in held:
                 if isinstance(arg, fx.Node):

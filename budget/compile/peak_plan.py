@@ -108,6 +108,7 @@ def _bound(partitions: Partitions) -> LivenessBound:
         partitions.node_info,
         partitions.nodes,
         partitions.num_fwd_outputs,
+        partitions.outputs_held,
     )
 
 

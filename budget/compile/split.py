@@ -53,9 +53,13 @@ class Partitions:
         settings: PlanSettings,
         static_lifetime_input_indices: Sequence[int] = (),
         reference: Sequence[fx.Node] | None = None,
+        outputs_held: bool = True,
     ) -> None:
         self.joint_module, self.nodes, self.node_info = joint_module, nodes, node_info
         self.num_fwd_outputs, self.settings = num_fwd_outputs, settings
+        # the caller holds the user's outputs through the backward (not after a graph
+        # break: budget.compile.peak)
+        self.outputs_held = outputs_held
         self._made: dict[tuple[tuple[str, ...], int | None], Made] = {}
         # parameters and buffers (dynamo's static inputs): resident, not the step's values
         self.static_inputs = {node_info.inputs[i].name for i in static_lifetime_input_indices}
@@ -86,6 +90,7 @@ class Partitions:
                 backward,
                 names,
                 num_user_outputs=self.num_fwd_outputs,
+                outputs_held=self.outputs_held,
                 copied=frozenset(copies),
                 channels_last=channels_last,
                 memo=memo,

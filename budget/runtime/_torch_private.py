@@ -184,6 +184,26 @@ def input_mutation_outputs(output: Any) -> frozenset[int]:
     return frozenset(i for i, d in enumerate(descs) if isinstance(d, kind))
 
 
+@functools.cache
+def _tangents_in_a_list() -> bool:
+    """Whether AOTAutograd's compiled backward takes its gradients as one mutable list
+    (torch 2.13 generates it: ``_codegen_compiled_backward``), so the compiled graph frees
+    each as it is last read; earlier versions take them as arguments, which the autograd
+    Function holds until it returns."""
+    wrappers = importlib.import_module("torch._functorch._aot_autograd.runtime_wrappers")
+    return hasattr(wrappers, "_codegen_compiled_backward")
+
+
+def tangent_held(val: Any) -> bool:
+    """Whether a compiled backward's tangent ``val`` (its fake value) lives until the
+    backward returns. A 0-dim one is the loss's gradient, which ``loss.backward()`` makes
+    and holds; any other autograd made (another graph's or eager code's gradient, zeros
+    for an output the loss does not use), and holds only where the backward takes its
+    gradients as arguments (:func:`_tangents_in_a_list`)."""
+    dims = getattr(val, "dim", None)
+    return dims is None or dims() == 0 or not _tangents_in_a_list()
+
+
 def __getattr__(name: str) -> Any:
     """Load a compile-stack export on first use (PEP 562), then keep it as a global."""
     if name not in _LAZY:
