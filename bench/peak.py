@@ -53,10 +53,22 @@ MODELS: dict[str, Callable[[], Example]] = {
     # torchvision's ResNet-18 (7x7 stem, max pool), 4 x 64x64 images: a graph whose exact
     # optimum and torch's min-cut tie on recompute at some fractions and peak apart
     "resnet18": lambda: torchvision_resnet18(batch=4, size=64),
+    # timm's MobileNetV3-small (depthwise convolutions, squeeze-excite blocks, hard-swish),
+    # the real-model suite's: a family whose low fractions peaked above b=1's
+    "mobilenetv3": lambda: real_model("timm:mobilenetv3_small_050"),
 }
 
 # issue 11: the lowest reachable peak, as a fraction of the b=1 plan's measured peak
 LOWEST_GOAL = {"gpt": 0.5, "convnet": 0.7}
+
+
+def real_model(name: str) -> Example:
+    """A model of the real-model suite (tests/helpers/real_models.py), as an Example."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from helpers.real_models import make
+
+    m = make(name)
+    return Example(name, m.model, m.args, m.step)
 
 
 def torchvision_resnet18(batch: int, size: int) -> Example:

@@ -34,6 +34,7 @@ tried, missed on both sides, and a peak budget must hold as measured.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch.fx as fx
@@ -97,6 +98,7 @@ def _host_storages(nodes: list[fx.Node]) -> set[int]:
 
 Key = tuple[str, int]  # (graph, fake storage): a recomputed value shares its forward twin's
 # fake tensor, but is a storage of its own
+Step = tuple[fx.Node, str]  # a node and its phase, "forward" or "backward"
 
 
 def _keys(
@@ -165,39 +167,7 @@ def predict_peak(
         if n.op == "placeholder" and n.name not in copied
         for k in keys(n, "forward")
     }
-    last: dict[Key, int] = {}  # storage -> index of the last step that needs it
-    end = len(steps)
-    for i, (node, phase) in enumerate(steps):
-        for k in keys(node, phase):
-            last[k] = max(last.get(k, i), i)
-        for arg in node.all_input_nodes:
-            for k in keys(arg, phase):
-                last[k] = max(last.get(k, i), i)
-        if (
-            node.op == "placeholder"
-            and phase == "backward"
-            and node.name.startswith("tangents")
-            and tangent_held(node.meta.get("val"))
-        ):
-            for k in keys(node, phase):  # autograd holds it until the backward returns
-                last[k] = end
-        if node.op == "output":
-            # The backward's outputs (gradients) and the forward's outputs the user holds
-            # (the loss) live to the end; saved values until the backward's last read.
-            # The new values of mutated inputs (first among the forward's outputs) are
-            # copied into their inputs as the forward returns and dropped.
-            outputs = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
-            dropped = input_mutation_outputs(node) if phase == "forward" else frozenset()
-            held = [
-                arg
-                for j, arg in enumerate(outputs)
-                if phase == "backward"
-                or (outputs_held and j < num_user_outputs and j not in dropped)
-            ]
-            for arg in held:
-                if isinstance(arg, fx.Node):
-                    for k in keys(arg, phase):
-                        last[k] = end
+    last = _last_steps(steps, keys, num_user_outputs if outputs_held else 0)
 
     live: dict[Key, int] = {}
     timeline: list[LivePoint] = []
@@ -225,6 +195,45 @@ def predict_peak(
             if k in live:
                 current -= live.pop(k)
     return PeakPrediction(peak, timeline, peak_step, live_after)
+
+
+def _last_steps(
+    steps: list[Step], keys: Callable[[fx.Node, str], list[Key]], held_outputs: int
+) -> dict[Key, int]:
+    """Each storage's last step: its last reader's, or the end (``len(steps)``) for the
+    backward's outputs (the gradients), the forward's first ``held_outputs`` outputs the
+    user holds (the loss) and the tangents autograd holds; saved values until the
+    backward's last read. The new values of mutated inputs (first among the forward's
+    outputs) are copied into their inputs as the forward returns and dropped."""
+    last: dict[Key, int] = {}
+    end = len(steps)
+    for i, (node, phase) in enumerate(steps):
+        for k in keys(node, phase):
+            last[k] = max(last.get(k, i), i)
+        for arg in node.all_input_nodes:
+            for k in keys(arg, phase):
+                last[k] = max(last.get(k, i), i)
+        if (
+            node.op == "placeholder"
+            and phase == "backward"
+            and node.name.startswith("tangents")
+            and tangent_held(node.meta.get("val"))
+        ):
+            for k in keys(node, phase):
+                last[k] = end
+        if node.op == "output":
+            outputs = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+            dropped = input_mutation_outputs(node) if phase == "forward" else frozenset()
+            held = [
+                arg
+                for j, arg in enumerate(outputs)
+                if phase == "backward" or (j < held_outputs and j not in dropped)
+            ]
+            for arg in held:
+                if isinstance(arg, fx.Node):
+                    for k in keys(arg, phase):
+                        last[k] = end
+    return last
 
 
 def _workspace(

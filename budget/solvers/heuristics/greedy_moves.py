@@ -148,95 +148,116 @@ def descend(state: State, target: int | None, minimize: Objective) -> list[int]:
     always the best by its exact key. A candidate is re-priced whenever a value its walk
     touched, or a storage it frees or charges, changes.
     """
-    current: dict[int, Move] = {}  # candidate storage -> its move (net bytes > 0)
-    stalled: set[int] = set()  # candidates that can be dropped, but free no bytes
-    by_node: dict[int, set[int]] = {}  # dormant value -> candidates whose walk touched it
-    by_storage: dict[int, set[int]] = {}  # storage -> candidates that charge or free it
-    heap: list[tuple[tuple[int, float, float, int], int, Move]] = []
+    return _Descent(state, target, minimize).run()
 
-    def reprice(g: int, limit: int | None = _WALK) -> Move | None:
-        move, touched = state.price(g, limit)
+
+class _Descent:
+    """The candidates of :func:`descend` and what re-prices them."""
+
+    def __init__(self, state: State, target: int | None, minimize: Objective) -> None:
+        self.state, self.target, self.minimize = state, target, minimize
+        self.current: dict[int, Move] = {}  # candidate storage -> its move (net bytes > 0)
+        self.stalled: set[int] = set()  # candidates that can be dropped, but free no bytes
+        self.by_node: dict[int, set[int]] = {}  # dormant value -> candidates whose walk touched it
+        self.by_storage: dict[int, set[int]] = {}  # storage -> candidates that charge or free it
+        self.heap: list[tuple[tuple[int, float, float, int], int, Move]] = []
+        self.moves: list[int] = []
+
+    def run(self) -> list[int]:
+        state, heap = self.state, self.heap
+        self._price_all()
+        rounds = 0
+        while heap or self.stalled:
+            if not heap:  # no single drop frees bytes: unblock, or drop several at once
+                over = self.minimize == "bytes" or (
+                    self.target is not None and state.nbytes > self.target
+                )
+                if not over or rounds >= _UNBLOCK_ROUNDS:
+                    break
+                rounds += 1
+                if not self._unstick():
+                    break
+                continue
+            _, g, move = heapq.heappop(heap)
+            if self.current.get(g) is not move:
+                continue  # stale entry
+            if not move.exact:
+                self.reprice(g, None)
+                continue
+            if self.minimize == "cost":
+                target = self.target
+                if target is None or state.nbytes <= target:
+                    if move.added > 0:
+                        break  # the plan fits: only drops that add no cost from here on
+                elif state.nbytes - move.net <= target:  # g closes the gap: the cheapest that does
+                    heapq.heappush(heap, (_key(move.added, move.net, g), g, move))
+                    g, move = _cheapest_closing(self.current, self.reprice, state.nbytes - target)
+            _apply(state, g, move)
+            self.moves.append(g)
+            del self.current[g]
+            storages = {g} | {state.storage[u] for u in move.save if state.storage[u] >= 0}
+            self.changed([*move.recompute, *move.save], storages, g)
+        return self.moves
+
+    def _price_all(self) -> None:
+        for g in sorted(self.state.held):
+            self.reprice(g)
+
+    def _unstick(self) -> bool:
+        """With no drop that frees bytes: price the stalled ones exactly, then save the
+        blockers several share or drop several at once. False: nothing helps."""
+        state = self.state
+        priced = {}
+        for g in sorted(self.stalled):
+            move = self.reprice(g, None)
+            if move is not None and move.net <= 0:
+                priced[g] = move
+        if self.heap:
+            return True
+        presaved = _unblock(state, priced)
+        if presaved:
+            self.changed(presaved, {state.storage[u] for u in presaved}, -1)
+            return True
+        dropped = _compound(state, priced, self.target if self.minimize == "cost" else None)
+        if not dropped:
+            return False
+        self.moves.extend(dropped)
+        for table in (self.current, self.stalled, self.by_node, self.by_storage, self.heap):
+            table.clear()
+        self._price_all()
+        return True
+
+    def reprice(self, g: int, limit: int | None = _WALK) -> Move | None:
+        move, touched = self.state.price(g, limit)
         for u in touched:
-            by_node.setdefault(u, set()).add(g)
-        by_storage.setdefault(g, set()).add(g)
+            self.by_node.setdefault(u, set()).add(g)
+        self.by_storage.setdefault(g, set()).add(g)
         if move is not None:
             for u in move.save:
-                h = state.storage[u]
+                h = self.state.storage[u]
                 if h >= 0:
-                    by_storage.setdefault(h, set()).add(g)
+                    self.by_storage.setdefault(h, set()).add(g)
         if move is None or move.net <= 0:
-            current.pop(g, None)
+            self.current.pop(g, None)
             if move is None:
-                stalled.discard(g)
+                self.stalled.discard(g)
             else:
-                stalled.add(g)
+                self.stalled.add(g)
             return move
-        stalled.discard(g)
-        current[g] = move
-        heapq.heappush(heap, (_key(move.added, move.net, g), g, move))
+        self.stalled.discard(g)
+        self.current[g] = move
+        heapq.heappush(self.heap, (_key(move.added, move.net, g), g, move))
         return move
 
-    def changed(nodes: list[int], storages: set[int], skip: int) -> None:
+    def changed(self, nodes: list[int], storages: set[int], skip: int) -> None:
         affected: set[int] = set()
         for u in nodes:
-            affected.update(by_node.pop(u, ()))
+            affected.update(self.by_node.pop(u, ()))
         for h in storages:
-            affected.update(by_storage.get(h, ()))
+            affected.update(self.by_storage.get(h, ()))
         affected.discard(skip)
         for h in sorted(affected):
-            reprice(h)
-
-    for g in sorted(state.held):
-        reprice(g)
-
-    moves: list[int] = []
-    rounds = 0
-    while heap or stalled:
-        if not heap:  # no single drop frees bytes: unblock, or drop several at once
-            over = minimize == "bytes" or (target is not None and state.nbytes > target)
-            if not over or rounds >= _UNBLOCK_ROUNDS:
-                break
-            rounds += 1
-            priced = {}
-            for g in sorted(stalled):
-                move = reprice(g, None)
-                if move is not None and move.net <= 0:
-                    priced[g] = move
-            if heap:
-                continue
-            presaved = _unblock(state, priced)
-            if presaved:
-                changed(presaved, {state.storage[u] for u in presaved}, -1)
-                continue
-            dropped = _compound(state, priced, target if minimize == "cost" else None)
-            if not dropped:
-                break
-            moves.extend(dropped)
-            for table in (current, stalled, by_node, by_storage, heap):
-                table.clear()
-            for g in sorted(state.held):
-                reprice(g)
-            continue
-        _, g, move = heapq.heappop(heap)
-        if current.get(g) is not move:
-            continue  # stale entry
-        if not move.exact:
-            reprice(g, None)
-            continue
-        added, net = move.added, move.net
-        if minimize == "cost":
-            if target is None or state.nbytes <= target:
-                if added > 0:
-                    break  # the plan fits: only drops that add no cost from here on
-            elif state.nbytes - net <= target:  # g closes the gap: take the cheapest that does
-                heapq.heappush(heap, (_key(added, net, g), g, move))
-                g, move = _cheapest_closing(current, reprice, state.nbytes - target)
-        _apply(state, g, move)
-        moves.append(g)
-        del current[g]
-        storages = {g} | {state.storage[u] for u in move.save if state.storage[u] >= 0}
-        changed([*move.recompute, *move.save], storages, g)
-    return moves
+            self.reprice(h)
 
 
 def _unblock(state: State, stalled: dict[int, Move]) -> list[int]:

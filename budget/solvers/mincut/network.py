@@ -60,22 +60,38 @@ _GROUP_VISITS = 4096  # search effort per shared storage when proving it exact
 
 
 def _build(problem: Problem) -> _Model:
-    from ortools.graph.python import max_flow
-
+    """The cut network of ``problem``: the nodes that matter, their integer weights, the
+    arcs, and OR-Tools' max-flow holding them (capacities set per query)."""
     p = problem
-    n = p.n
-    free = p.is_input
     if np.any(p.cost < 0) or not np.all(np.isfinite(p.cost)):
         raise ValueError("mincut needs finite, non-negative recompute costs")
-    ins, outs = p.recompute_inputs, p.users
+    recomputable = _recomputable(p)
+    relevant = _relevant(p, recomputable)
+    has_in = relevant & recomputable
+    savable = relevant & p.can_save
+    node_bytes = np.zeros(p.n, np.int64)
+    has_storage = p.storage >= 0
+    node_bytes[has_storage] = p.storage_bytes[p.storage[has_storage]]
+    node_bytes[~savable] = 0
+    model = _weights(p, node_bytes, np.where(has_in, p.cost, 0.0))
+    model.exact_groups, model.w_relax = _groups(
+        p, p.recompute_inputs, savable, recomputable, model.w_save
+    )
+    if relevant.any():
+        _arcs(model, relevant, has_in)
+    return model
 
-    # Nodes that can never be available, and nodes that cannot be recomputed in effect.
-    recomputable = p.can_recompute & ~free
-    unavailable = ~free & ~p.can_save & ~recomputable
+
+def _recomputable(p: Problem) -> np.ndarray:
+    """Nodes that can be recomputed in effect: ``can_recompute``, and no input of theirs
+    can never be available (neither an input, saved nor recomputed). A needed node that
+    can be neither saved nor recomputed makes the problem infeasible."""
+    recomputable = p.can_recompute & ~p.is_input
+    unavailable = ~p.is_input & ~p.can_save & ~recomputable
     stack = np.flatnonzero(unavailable).tolist()
     while stack:
         u = stack.pop()
-        for v in outs[u]:
+        for v in p.users[u]:
             if recomputable[v]:
                 recomputable[v] = False
                 if not p.can_save[v]:
@@ -87,35 +103,32 @@ def _build(problem: Problem) -> _Model:
             f"{p.names[v]} is needed by the backward but can be neither saved nor recomputed "
             f"({why})"
         )
+    return recomputable
 
-    # Relevant nodes: needed ones and what recomputing them may read.
-    relevant = np.zeros(n, bool)
-    stack = np.flatnonzero(p.needed & ~free).tolist()
+
+def _relevant(p: Problem, recomputable: np.ndarray) -> np.ndarray:
+    """Needed nodes and what recomputing them may read."""
+    relevant = np.zeros(p.n, bool)
+    stack = np.flatnonzero(p.needed & ~p.is_input).tolist()
     while stack:
         v = stack.pop()
         if relevant[v]:
             continue
         relevant[v] = True
         if recomputable[v]:
-            stack.extend(u for u in ins[v] if not relevant[u])
-    has_in = relevant & recomputable
-    savable = relevant & p.can_save
+            stack.extend(u for u in p.recompute_inputs[v] if not relevant[u])
+    return relevant
 
-    node_bytes = np.zeros(n, np.int64)
-    has_storage = p.storage >= 0
-    node_bytes[has_storage] = p.storage_bytes[p.storage[has_storage]]
-    node_bytes[~savable] = 0
 
-    # Quantisation: bytes exact up to 2**_BYTES_BITS, costs in what is left of the product.
+def _weights(p: Problem, node_bytes: np.ndarray, cost: np.ndarray) -> _Model:
+    """The model with its integer weights: bytes exact up to 2**_BYTES_BITS, costs in what
+    is left of the product (module docstring, Numerics)."""
     total_bytes = int(node_bytes.sum())
     shift = max(0, total_bytes.bit_length() - _BYTES_BITS)
-    byte_unit = 1 << shift
     w_save = node_bytes >> shift
     sum_save = int(w_save.sum())
-    cost = np.where(has_in, p.cost, 0.0)
     total_cost = float(cost.sum())
-    room = (1 << _PRODUCT_BITS) // max(sum_save, 1)
-    room = min(room, 1 << _PRODUCT_BITS)
+    room = min((1 << _PRODUCT_BITS) // max(sum_save, 1), 1 << _PRODUCT_BITS)
     if total_cost <= room and np.all(cost == np.floor(cost)):
         cost_scale = 1.0
     elif total_cost > 0:
@@ -123,29 +136,29 @@ def _build(problem: Problem) -> _Model:
     else:
         cost_scale = 1.0
     w_cost = np.floor(cost * cost_scale).astype(np.int64)
-    sum_cost = int(w_cost.sum())
-    cost_exact = bool(np.all(w_cost.astype(np.float64) == cost * cost_scale))
-
-    exact_groups, w_relax = _groups(p, ins, savable, recomputable, w_save)
-
-    model = _Model(
+    return _Model(
         problem=p,
-        byte_unit=byte_unit,
+        byte_unit=1 << shift,
         cost_scale=cost_scale,
         bytes_exact=shift == 0,
-        cost_exact=cost_exact,
-        exact_groups=exact_groups,
+        cost_exact=bool(np.all(w_cost.astype(np.float64) == cost * cost_scale)),
+        exact_groups=False,
         w_save=w_save,
-        w_relax=w_relax,
+        w_relax=w_save,
         w_cost=w_cost,
-        sum_cost=sum_cost,
+        sum_cost=int(w_cost.sum()),
     )
-    if not relevant.any():
-        return model
 
+
+def _arcs(model: _Model, relevant: np.ndarray, has_in: np.ndarray) -> None:
+    """The network's nodes and arcs (module docstring) into ``model``, with the max-flow
+    object that holds them."""
+    from ortools.graph.python import max_flow
+
+    p = model.problem
     # Node ids: 0 source, 1 sink, then out_v for relevant v, then in_v for has_in v.
-    out_id = np.full(n, -1, np.int64)
-    in_id = np.full(n, -1, np.int64)
+    out_id = np.full(p.n, -1, np.int64)
+    in_id = np.full(p.n, -1, np.int64)
     rel = np.flatnonzero(relevant)
     out_id[rel] = 2 + np.arange(len(rel))
     hin = np.flatnonzero(has_in)
@@ -169,6 +182,7 @@ def _build(problem: Problem) -> _Model:
     # Recomputing: source -> in_v.
     arcs(np.zeros(len(hin), np.int64), in_id[hin], ArcKind.RECOMPUTE, hin)
     # Closure: out_u -> in_v for data edges into recomputable nodes.
+    ins = p.recompute_inputs
     eu = np.asarray([u for v in hin.tolist() for u in ins[v]], np.int64)
     ev = np.asarray([v for v in hin.tolist() for _ in ins[v]], np.int64)
     arcs(out_id[eu], in_id[ev], ArcKind.INFINITE, ev)
@@ -194,7 +208,6 @@ def _build(problem: Problem) -> _Model:
         np.zeros(len(model.tails), np.int64),
     )
     model.flow = flow
-    return model
 
 
 def _groups(

@@ -83,10 +83,10 @@ class PeakModel:
         # top: the highest row, minimised among the cheapest plans (the likeliest to fit)
         self.top = model.new_int_var(0, total + cap + 1, "top")
         model.add(self.top <= cap)
-        true = model.new_bool_var("true")
-        model.add(true == 1)
+        self._true = model.new_bool_var("true")
+        model.add(self._true == 1)
         # x[v]: v runs in the forward (saved, needed by the outputs, or read there)
-        x = {v: model.new_bool_var(f"x{v}") for v in bound.readers}
+        self._x = x = {v: model.new_bool_var(f"x{v}") for v in bound.readers}
         for v, xv in x.items():
             if v in bound.always:
                 model.add(xv == 1)
@@ -94,36 +94,44 @@ class PeakModel:
                 model.add_implication(s[v], xv)
             for u in bound.readers[v]:
                 model.add_implication(x[u], xv)
-        both: dict[tuple, object] = {}
+        self._both: dict[tuple, object] = {}
+        self._forward_rows(size, total)
+        self._backward_rows(size, total, unit)
+        model.minimize(self.cost)
 
-        def literal(lit: tuple) -> object | None:  # None: never holds
-            if lit[0] == "1":
-                return true
-            if lit[0] in ("s", "x", "r"):
-                return {"s": s, "x": x, "r": r}[lit[0]].get(lit[1])
-            if lit in both:
-                return both[lit]
-            _, saved, redone, sooner, later = lit
-            if any(v not in s for v in saved) or any(v not in r for v in redone):
+    def _literal(self, lit: tuple) -> object | None:
+        """The model's boolean for a bound's literal (None: it never holds)."""
+        model, s, r = self.model, self.s, self.r
+        if lit[0] == "1":
+            return self._true
+        if lit[0] in ("s", "x", "r"):
+            return {"s": s, "x": self._x, "r": r}[lit[0]].get(lit[1])
+        if lit in self._both:
+            return self._both[lit]
+        _, saved, redone, sooner, later = lit
+        if any(v not in s for v in saved) or any(v not in r for v in redone):
+            return None
+        terms = [s[v] for v in saved] + [r[v] for v in redone]
+        for v, t in sooner:  # recomputed and first needed by node t
+            need = self._need_by(model, v, t)
+            if need is None:
                 return None
-            terms = [s[v] for v in saved] + [r[v] for v in redone]
-            for v, t in sooner:  # recomputed and first needed by node t
-                need = self._need_by(model, v, t)
-                if need is None:
-                    return None
-                terms.append(need)
-            for v, t in later:  # recomputed and not needed before node t
-                if v not in r:
-                    return None
-                terms.append(r[v])
-                early = self._need_by(model, v, t - 1)
-                if early is not None:
-                    terms.append(early.Not())
-            z = both[lit] = self._and(model, terms)
-            return z
+            terms.append(need)
+        for v, t in later:  # recomputed and not needed before node t
+            if v not in r:
+                return None
+            terms.append(r[v])
+            early = self._need_by(model, v, t - 1)
+            if early is not None:
+                terms.append(early.Not())
+        z = self._both[lit] = self._and(model, terms)
+        return z
 
-        # the forward: F[t] = bytes of the storages alive at step t, from the last step back
-        switch = self._switches(model, bound.events, size, literal)
+    def _forward_rows(self, size: list[int], total: int) -> None:
+        """F[t] = bytes of the storages alive at forward step t, from the last step back,
+        each at most ``top``."""
+        model, bound = self.model, self._bound
+        switch = self._switches(model, bound.events, size, self._literal)
         leave: dict[int, list[int]] = {}  # step -> storages made at the step after it
         for k, t in enumerate(bound.enters):
             leave.setdefault(t - 1, []).append(k)
@@ -135,12 +143,16 @@ class PeakModel:
             if terms or last is None:
                 last = self._sum(model, last, terms, total, f"F{t}")
                 model.add(last <= self.top)
-        # the backward: G[t] = bytes of the forward's storages a plan keeps alive at row
-        # t, C[t] those of the backward's copies of recomputed values; then each row
+
+    def _backward_rows(self, size: list[int], total: int, unit: int) -> None:
+        """G[t] = bytes of the forward's storages a plan keeps alive at backward row t, C[t]
+        those of the backward's copies of recomputed values; then each row (and each
+        recomputation's) at most ``top``."""
+        model, bound, r = self.model, self._bound, self.r
         originals = [ev if k not in bound.copies else [] for k, ev in enumerate(bound.bw_events)]
         copies = [ev if k in bound.copies else [] for k, ev in enumerate(bound.bw_events)]
-        g_switch = self._intervals(model, originals, size, literal)
-        c_switch = self._intervals(model, copies, size, literal)
+        g_switch = self._intervals(model, originals, size, self._literal)
+        c_switch = self._intervals(model, copies, size, self._literal)
         steps = max((row.position for row in bound.rows), default=-1) + 1
         alive: dict[int, object] = {}  # storage -> its "alive at row t" boolean
         g = c = None
@@ -161,8 +173,7 @@ class PeakModel:
                 minus = sum(size[k] * alive[k] for k in row.excluded if k in alive)
                 model.add(row.const // unit + g + c - minus <= self.top)
             for rrow in through.get(t, []):  # recomputations just before node t
-                self._recompute_row(model, rrow, g, alive, size, unit, literal, r)
-        model.minimize(self.cost)
+                self._recompute_row(model, rrow, g, alive, size, unit, self._literal, r)
 
     def _recompute_row(self, model, rrow, running, alive, size, unit, literal, r) -> None:  # type: ignore[no-untyped-def]
         """While ``rrow.value`` is recomputed (when it is): what is alive across, the
