@@ -5,6 +5,7 @@
     python bench/results.py --add OUT/gpu_check.json --commit 4921bcd   # a lent machine's run
     python bench/pareto.py --model all --markdown > /tmp/pareto.md
     python bench/results.py --add-markdown pareto /tmp/pareto.md     # a CPU bench's tables
+    python bench/results.py --add-markdown peak /tmp/m.md --part mobilenetv3  # one of its parts
 
 A run is kept as ``bench/results/<bench>-<device>.json`` (a newer run of the same bench on
 the same device replaces it), and every kept run is rendered under a header naming its
@@ -67,8 +68,9 @@ def _commit() -> str:
     return sha + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
-def add_markdown(bench: str, path: Path, commit: str | None) -> Path:
-    """Keep a CPU bench's markdown output under a header of this checkout and host."""
+def add_markdown(bench: str, path: Path, commit: str | None, part: str | None = None) -> Path:
+    """Keep a CPU bench's markdown output under a header of this checkout and host;
+    ``part`` (a model, say) keeps it beside the bench's other parts, each its own run."""
     import torch
 
     from budget.estimators.devices import cpu_model
@@ -86,8 +88,11 @@ def add_markdown(bench: str, path: Path, commit: str | None) -> Path:
         "commit": commit or _commit(),
         "date": datetime.date.today().isoformat(),
     }
+    if part:
+        meta["part"] = part
     KEPT.mkdir(exist_ok=True)
-    target = KEPT / f"{bench}-{_slug(meta['device_name'])}.json"
+    name = bench if not part else f"{bench}-{_slug(part)}"
+    target = KEPT / f"{name}-{_slug(meta['device_name'])}.json"
     target.write_text(json.dumps({"meta": meta, "markdown": text}, indent=1) + "\n")
     return target
 
@@ -99,7 +104,8 @@ def render() -> str:
         if "markdown" not in data:
             continue
         m = data["meta"]
-        parts.append(f"## `bench/{m['bench']}.py`, from `{path.name}`\n")
+        part = f" ({m['part']})" if m.get("part") else ""
+        parts.append(f"## `bench/{m['bench']}.py`{part}, from `{path.name}`\n")
         parts.append(
             f"commit {m['commit']}, {m['date']}, {m['device_name']} ({m['threads']} threads), "
             f"torch {m['torch']}\n"
@@ -125,12 +131,15 @@ def main(argv: list[str] | None = None) -> int:
         help="a CPU bench's --markdown output to keep (BENCH: its name, e.g. pareto)",
     )
     parser.add_argument("--commit", help="the commit the added run measured")
+    parser.add_argument(
+        "--part", help="with --add-markdown: keep the run as one part of the bench (a model)"
+    )
     args = parser.parse_args(argv)
     if args.add:
         print(f"kept {add(args.add, args.commit)}")
     if args.add_markdown:
         bench, path = args.add_markdown
-        print(f"kept {add_markdown(bench, Path(path), args.commit)}")
+        print(f"kept {add_markdown(bench, Path(path), args.commit, args.part)}")
     OUT.write_text(render())
     print(f"wrote {OUT}")
     return 0

@@ -32,8 +32,9 @@ import torch
 from ..core.plan import Plan
 from ..core.plan_files import PlanBook, PlanSource
 from ..core.settings import PlanLog, PlanSettings
+from ..errors import BudgetTooSmallError
 from ..planning.options import resolve_settings
-from . import plan_cache, ranks
+from . import plan_cache, ranks, step_budget
 from .compiled_peak import CodeCapture
 from .inductor_hooks import InductorPartitioner, run_uncompiled
 from .partition import budget_partition
@@ -70,11 +71,6 @@ class BudgetBackend:
         """Plans made so far, one per compiled graph, in compilation order."""
         return self.log.plans
 
-    def partition_fn(self, outputs_held: bool = True) -> Callable[..., Any]:
-        return functools.partial(
-            budget_partition, settings=self.settings, log=self.log, outputs_held=outputs_held
-        )
-
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         from ..runtime._torch_private import compiled_versions, frame_code
 
@@ -89,24 +85,59 @@ class BudgetBackend:
         # a graph that ends at a graph break hands its outputs to the code after it, which
         # drops them as the step returns: they are not held through the backward
         ended = graph_break(gm)
-        if self.compiler == "inductor":
-            compiled = self._inductor(gm, example_inputs, outputs_held=not ended)
-        else:
-            compiled = self._eager(gm, example_inputs, outputs_held=not ended)
-        for i in range(made, len(self.log.plans)):  # this graph's plan (none without a backward)
-            # where its inputs are the step's own, the user holds them anyway: none kept
-            kept = self.log.plans[i].kept_input_bytes if later else 0
-            # training: each earlier graph once; a preview counts the runs (preview.py)
-            held = sum(p.saved_bytes + p.kept_input_bytes for p in self.log.plans[:i])
-            self.log.update(i, graph_break=ended, kept_input_bytes=kept, held_bytes=held)
+        # a peak budget is the step's: this graph gets what the graphs before it leave
+        held = step_budget.held_before(self.log.plans)
+        outside = held
+        while True:
+            mark = self.log.mark()
+            settings = step_budget.share(self.settings, outside, made)
+            try:
+                compiled = self._compile(gm, example_inputs, settings, outputs_held=not ended)
+            except BudgetTooSmallError as e:
+                if outside <= 0:
+                    raise
+                raise step_budget.refusal(self.settings, outside, made, e) from None
+            self._told(made, ended, later)
+            over, kept = step_budget.excess(self.settings, self.log.plans[made:])
+            if over <= 0 or held + kept == 0:
+                break
+            if outside >= held + kept:  # planned for its kept inputs too, and still over
+                raise step_budget.over_budget(self.settings, over, made)
+            self.log.rewind(mark)  # again, for the budget less its kept inputs too
+            outside = held + kept
         self.log.announce(made)
         if self.preview or self.counting:  # autograd's saves outside graphs: eager code's
             plan = made if len(self.log.plans) > made else None
             return _marked(compiled, lambda: self.preview_runs.append(plan))
         return compiled
 
+    def _told(self, made: int, ended: str, later: bool) -> None:
+        """This graph's plans (none without a backward), from index ``made``, with where
+        it ended, what it keeps of the code before it and what the step holds outside it."""
+        for i in range(made, len(self.log.plans)):
+            # where its inputs are the step's own, the user holds them anyway: none kept
+            kept = self.log.plans[i].kept_input_bytes if later else 0
+            # training: each earlier graph once; a preview counts the runs (preview.py)
+            held = step_budget.held_before(self.log.plans[:i])
+            self.log.update(i, graph_break=ended, kept_input_bytes=kept, held_bytes=held)
+
+    def _compile(
+        self,
+        gm: torch.fx.GraphModule,
+        example_inputs: Sequence[Any],
+        settings: PlanSettings,
+        outputs_held: bool,
+    ) -> Any:
+        if self.compiler == "inductor":
+            return self._inductor(gm, example_inputs, settings, outputs_held)
+        return self._eager(gm, example_inputs, settings, outputs_held)
+
     def _eager(
-        self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], outputs_held: bool
+        self,
+        gm: torch.fx.GraphModule,
+        example_inputs: Sequence[Any],
+        settings: PlanSettings,
+        outputs_held: bool,
     ) -> Any:
         from ..runtime._torch_private import (
             aot_autograd,
@@ -122,28 +153,35 @@ class BudgetBackend:
                 fw_compiler=boxed_nop,
                 bw_compiler=boxed_nop,
                 decompositions=select_decomp_table(),
-                partition_fn=self.partition_fn(outputs_held),
+                partition_fn=functools.partial(
+                    budget_partition, settings=settings, log=self.log, outputs_held=outputs_held
+                ),
             )(gm, example_inputs)
 
     def _inductor(
-        self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], outputs_held: bool
+        self,
+        gm: torch.fx.GraphModule,
+        example_inputs: Sequence[Any],
+        settings: PlanSettings,
+        outputs_held: bool,
     ) -> Any:
         from ..runtime._torch_private import compile_fx, functorch_config
 
-        partitioner = InductorPartitioner(self, outputs_held)
+        partitioner = InductorPartitioner(self, outputs_held, settings)
         if self.preview:  # a preview is the partitioner's plan: no cache may skip it
             patches = {"custom_partitioner_fn": partitioner, "fx_graph_cache": False}
             with functorch_config.patch(enable_autograd_cache=False):
                 return compile_fx(
                     gm, example_inputs, inner_compile=run_uncompiled, config_patches=patches
                 )
-        return _compile_within_peak(self, gm, example_inputs, outputs_held)
+        return _compile_within_peak(self, gm, example_inputs, settings, outputs_held)
 
 
 def _compile_within_peak(
     be: BudgetBackend,
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
+    settings: PlanSettings,
     outputs_held: bool = True,
 ) -> Any:
     """Compile with Inductor; the plan carries the peak of the code Inductor generated
@@ -160,7 +198,7 @@ def _compile_within_peak(
         compiled = _compile_cached(attempt, partitioner, gm, example_inputs)
         return Attempt(compiled, attempt.log)
 
-    kept = hold_b1_peak(be.settings, compile_with, fit_compiled_peak(be.settings, compile_with))
+    kept = hold_b1_peak(settings, compile_with, fit_compiled_peak(settings, compile_with))
     be.log.problems.extend(kept.log.problems)
     for plan in kept.log.plans:
         be.log.add_plan(plan)

@@ -23,6 +23,7 @@ from . import plan_cache
 from .partition import budget_partition
 
 if TYPE_CHECKING:
+    from ..core.settings import PlanSettings
     from .backend import BudgetBackend
 
 
@@ -77,8 +78,16 @@ class InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
     (:func:`budget.compile.plan_cache.settings_key`); torch pickles it as that uuid.
     """
 
-    def __init__(self, backend: BudgetBackend, outputs_held: bool = True) -> None:
+    def __init__(
+        self,
+        backend: BudgetBackend,
+        outputs_held: bool = True,
+        settings: PlanSettings | None = None,
+    ) -> None:
         self.backend = backend
+        # what this graph is planned with: the backend's, or its share of the step's peak
+        # budget (budget.compile.step_budget)
+        self.settings = backend.settings if settings is None else settings
         # the caller holds the forward's outputs through the backward (not after a graph
         # break: budget.compile.peak); its peaks, and so its plans, depend on it
         self.outputs_held = outputs_held
@@ -94,7 +103,7 @@ class InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
         self.calls += 1
         self.num_fwd_outputs = kwargs.get("num_fwd_outputs", 1)
         be = self.backend
-        settings = be.settings if self.book is None else replace(be.settings, book=self.book)
+        settings = self.settings if self.book is None else replace(self.settings, book=self.book)
         return budget_partition(
             gm,
             joint_inputs,
@@ -107,7 +116,7 @@ class InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
     def uuid(self) -> str:
         if self._uuid is None:
             held = "" if self.outputs_held else ":outputs dropped"
-            self._uuid = plan_cache.settings_key(self.backend.settings) + held
+            self._uuid = plan_cache.settings_key(self.settings) + held
         return self._uuid
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -86,6 +86,15 @@ class PlanLog:
         (:meth:`announce`), with what the compile told (its graph break, its code's peak)."""
         self.plans.append(plan)
 
+    def mark(self) -> tuple[int, int, int]:
+        """Where the log stands: :meth:`rewind` drops what was added after it."""
+        return len(self.plans), len(self.sweeps), len(self.problems)
+
+    def rewind(self, mark: tuple[int, int, int]) -> None:
+        """Drop the plans, sweeps and problems added since ``mark`` (a graph planned again
+        before anyone was told of it)."""
+        del self.plans[mark[0] :], self.sweeps[mark[1] :], self.problems[mark[2] :]
+
     def update(self, index: int, **told: Any) -> None:
         """Plan ``index`` with what a later stage found out (``dataclasses.replace``: plans
         are never changed in place), here and as the first plan of its sweep."""
