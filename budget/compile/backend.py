@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -39,6 +39,17 @@ from .compiled_peak import CodeCapture
 from .inductor_hooks import InductorPartitioner, run_uncompiled
 from .partition import budget_partition
 from .peak_check import Attempt, fit_compiled_peak, hold_b1_peak
+
+
+class GraphJob(NamedTuple):
+    """One graph to compile: dynamo's graph and inputs, the settings it is planned with
+    (the backend's, or its share of the step's peak budget) and whether the caller holds
+    its outputs through the backward (not past a graph break: budget.compile.peak)."""
+
+    gm: torch.fx.GraphModule
+    example_inputs: Sequence[Any]
+    settings: PlanSettings
+    outputs_held: bool
 
 
 class BudgetBackend:
@@ -92,7 +103,7 @@ class BudgetBackend:
             mark = self.log.mark()
             settings = step_budget.share(self.settings, outside, made)
             try:
-                compiled = self._compile(gm, example_inputs, settings, outputs_held=not ended)
+                compiled = self._compile(GraphJob(gm, example_inputs, settings, not ended))
             except BudgetTooSmallError as e:
                 if outside <= 0:
                     raise
@@ -121,24 +132,12 @@ class BudgetBackend:
             held = step_budget.held_before(self.log.plans[:i])
             self.log.update(i, graph_break=ended, kept_input_bytes=kept, held_bytes=held)
 
-    def _compile(
-        self,
-        gm: torch.fx.GraphModule,
-        example_inputs: Sequence[Any],
-        settings: PlanSettings,
-        outputs_held: bool,
-    ) -> Any:
+    def _compile(self, job: GraphJob) -> Any:
         if self.compiler == "inductor":
-            return self._inductor(gm, example_inputs, settings, outputs_held)
-        return self._eager(gm, example_inputs, settings, outputs_held)
+            return self._inductor(job)
+        return self._eager(job)
 
-    def _eager(
-        self,
-        gm: torch.fx.GraphModule,
-        example_inputs: Sequence[Any],
-        settings: PlanSettings,
-        outputs_held: bool,
-    ) -> Any:
+    def _eager(self, job: GraphJob) -> Any:
         from ..runtime._torch_private import (
             aot_autograd,
             boxed_nop,
@@ -154,36 +153,27 @@ class BudgetBackend:
                 bw_compiler=boxed_nop,
                 decompositions=select_decomp_table(),
                 partition_fn=functools.partial(
-                    budget_partition, settings=settings, log=self.log, outputs_held=outputs_held
+                    budget_partition,
+                    settings=job.settings,
+                    log=self.log,
+                    outputs_held=job.outputs_held,
                 ),
-            )(gm, example_inputs)
+            )(job.gm, job.example_inputs)
 
-    def _inductor(
-        self,
-        gm: torch.fx.GraphModule,
-        example_inputs: Sequence[Any],
-        settings: PlanSettings,
-        outputs_held: bool,
-    ) -> Any:
+    def _inductor(self, job: GraphJob) -> Any:
         from ..runtime._torch_private import compile_fx, functorch_config
 
-        partitioner = InductorPartitioner(self, outputs_held, settings)
+        partitioner = InductorPartitioner(self, job.outputs_held, job.settings)
         if self.preview:  # a preview is the partitioner's plan: no cache may skip it
             patches = {"custom_partitioner_fn": partitioner, "fx_graph_cache": False}
             with functorch_config.patch(enable_autograd_cache=False):
                 return compile_fx(
-                    gm, example_inputs, inner_compile=run_uncompiled, config_patches=patches
+                    job.gm, job.example_inputs, inner_compile=run_uncompiled, config_patches=patches
                 )
-        return _compile_within_peak(self, gm, example_inputs, settings, outputs_held)
+        return _compile_within_peak(self, job)
 
 
-def _compile_within_peak(
-    be: BudgetBackend,
-    gm: torch.fx.GraphModule,
-    example_inputs: Sequence[Any],
-    settings: PlanSettings,
-    outputs_held: bool = True,
-) -> Any:
+def _compile_within_peak(be: BudgetBackend, job: GraphJob) -> Any:
     """Compile with Inductor; the plan carries the peak of the code Inductor generated
     (:mod:`budget.compile.compiled_peak`), and a peak budget is held by that peak
     (:func:`budget.compile.peak_check.fit_compiled_peak`: planned and compiled again where
@@ -194,11 +184,11 @@ def _compile_within_peak(
 
     def compile_with(settings: PlanSettings) -> Attempt:
         attempt = BudgetBackend(settings, PlanLog())
-        partitioner = InductorPartitioner(attempt, outputs_held)
-        compiled = _compile_cached(attempt, partitioner, gm, example_inputs)
+        partitioner = InductorPartitioner(attempt, job.outputs_held)
+        compiled = _compile_cached(attempt, partitioner, job.gm, job.example_inputs)
         return Attempt(compiled, attempt.log)
 
-    kept = hold_b1_peak(settings, compile_with, fit_compiled_peak(settings, compile_with))
+    kept = hold_b1_peak(job.settings, compile_with, fit_compiled_peak(job.settings, compile_with))
     be.log.problems.extend(kept.log.problems)
     for plan in kept.log.plans:
         be.log.add_plan(plan)
