@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
@@ -112,8 +113,7 @@ class DpKnapsack(SolverBase):
         p = problem
         check_chains(p)
         target = None if target_bytes is None else int(target_bytes)
-        free = p.is_input
-        need = p.needed & ~free
+        need = p.needed & ~p.is_input
         forced = np.flatnonzero(need & ~p.can_recompute).tolist()  # all can be saved
         base = p.saved_bytes(forced)
         if target is not None and base > target:
@@ -121,23 +121,15 @@ class DpKnapsack(SolverBase):
                 f"no plan saves at most {target} bytes: the values that cannot be recomputed "
                 f"alone take {base} bytes"
             )
-        held = {int(p.storage[v]) for v in forced if p.storage[v] >= 0}
-        gratis: list[int] = []
-        groups: dict[int, list[int]] = {}
-        for v in np.flatnonzero(need & p.can_save & p.can_recompute).tolist():
-            g = int(p.storage[v])
-            if g < 0 or p.storage_bytes[g] == 0 or g in held:
-                gratis.append(v)
-            else:
-                groups.setdefault(g, []).append(v)
+        gratis, groups = _items(p, need, forced)
         keys = sorted(groups)
         weights = np.array([int(p.storage_bytes[g]) for g in keys], dtype=np.int64)
         # a storage's cost: every value in it (a needed view's base too), nothing upstream
-        made = (p.storage >= 0) & ~free
+        made = (p.storage >= 0) & ~p.is_input
         own = np.bincount(p.storage[made], weights=p.cost[made], minlength=len(p.storage_bytes))
         values = np.array([float(own[g]) for g in keys])
 
-        def attempt(capacity: int | None) -> tuple[float, int, list[int], dict[str, object]]:
+        def attempt(capacity: int | None) -> _Result:
             mask = knapsack(weights, values, capacity, self.buckets)
             chosen = [v for g, m in zip(keys, mask.tolist(), strict=True) if m for v in groups[g]]
             saved, repaired = _repair(p, forced + gratis + chosen)
@@ -154,44 +146,77 @@ class DpKnapsack(SolverBase):
             capacity: int | None = 0
         else:
             capacity = None if target is None else target - base
-        cost, nbytes, saved, info = attempt(capacity)
-        probes = 1
-        if target is not None and nbytes > target:
-            # the repair overflowed: find a capacity whose repaired plan fits, first by
-            # taking the overflow off, then by bisection; keep the cheapest plan that fits
+        result, probes = attempt(capacity), 1
+        if target is not None and result[1] > target:
             assert capacity is not None
-            best = None
-            lo, hi = 0, capacity
-            probe = max(0, capacity - (nbytes - target))
-            while True:
-                result = attempt(probe)
-                probes += 1
-                if result[1] <= target:
-                    lo = probe
-                    if best is None or result[:2] < best[:2]:
-                        best = result
-                else:
-                    hi = probe
-                late = time.perf_counter() - start > 0.5 * time_limit
-                if hi - lo <= max(1, hi // self.buckets) or probes > _PROBES or late:
-                    break
-                probe = (lo + hi) // 2
-            if best is None and lo == 0 and hi > 0:
-                result = attempt(0)
-                probes += 1
-                best = result if result[1] <= target else None
-            if best is None:
-                raise InfeasibleError(
-                    f"dp found no plan that saves at most {target} bytes: the smallest plan it "
-                    f"reaches saves {min(nbytes, result[1])} bytes (a heuristic; an exact "
-                    "solver such as 'cpsat' may reach less)"
-                )
-            cost, nbytes, saved, info = best
+            deadline = start + 0.5 * time_limit
+            result, probes = self._fit(attempt, capacity, target, result[1], deadline)
+        _, _, saved, info = result
         return Search(
             saved,
             optimal=False,
             info={"backend": "numpy knapsack", "items": len(keys), "probes": probes, **info},
         )
+
+    def _fit(
+        self,
+        attempt: Callable[[int | None], _Result],
+        capacity: int,
+        target: int,
+        nbytes: int,
+        deadline: float,
+    ) -> tuple[_Result, int]:
+        """The repair overflowed the target: find a capacity whose repaired plan fits, first
+        by taking the overflow off, then by bisection; the cheapest plan that fits, and the
+        knapsacks solved in all."""
+        best = None
+        probes = 1
+        lo, hi = 0, capacity
+        probe = max(0, capacity - (nbytes - target))
+        while True:
+            result = attempt(probe)
+            probes += 1
+            if result[1] <= target:
+                lo = probe
+                if best is None or result[:2] < best[:2]:
+                    best = result
+            else:
+                hi = probe
+            late = time.perf_counter() > deadline
+            if hi - lo <= max(1, hi // self.buckets) or probes > _PROBES or late:
+                break
+            probe = (lo + hi) // 2
+        if best is None and lo == 0 and hi > 0:
+            result = attempt(0)
+            probes += 1
+            best = result if result[1] <= target else None
+        if best is None:
+            raise InfeasibleError(
+                f"dp found no plan that saves at most {target} bytes: the smallest plan it "
+                f"reaches saves {min(nbytes, result[1])} bytes (a heuristic; an exact "
+                "solver such as 'cpsat' may reach less)"
+            )
+        return best, probes
+
+
+_Result = tuple[float, int, list[int], dict[str, object]]  # cost, bytes, saved, info
+
+
+def _items(
+    p: Problem, need: np.ndarray, forced: list[int]
+) -> tuple[list[int], dict[int, list[int]]]:
+    """The knapsack's items: needed values that may be saved or recomputed, grouped by
+    storage; those whose storage costs nothing or is held anyway are saved for free."""
+    held = {int(p.storage[v]) for v in forced if p.storage[v] >= 0}
+    gratis: list[int] = []
+    groups: dict[int, list[int]] = {}
+    for v in np.flatnonzero(need & p.can_save & p.can_recompute).tolist():
+        g = int(p.storage[v])
+        if g < 0 or p.storage_bytes[g] == 0 or g in held:
+            gratis.append(v)
+        else:
+            groups.setdefault(g, []).append(v)
+    return gratis, groups
 
 
 def _repair(p: Problem, saved: list[int]) -> tuple[list[int], int]:
