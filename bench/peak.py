@@ -54,7 +54,7 @@ MODELS: dict[str, Callable[[], Example]] = {
     # optimum and torch's min-cut tie on recompute at some fractions and peak apart
     "resnet18": lambda: torchvision_resnet18(batch=4, size=64),
     # timm's MobileNetV3-small (depthwise convolutions, squeeze-excite blocks, hard-swish),
-    # the real-model suite's: a family whose low fractions peaked above b=1's
+    # the real-model suite's: a family whose low fractions can peak above b=1's
     "mobilenetv3": lambda: real_model("timm:mobilenetv3_small_050"),
 }
 

@@ -11,11 +11,11 @@ leaves more than ``PEAK_SLACK`` of it unused (recompute left on the table), at m
 predicted to compiled peak; once one graphs' target gave a plan whose code fits and a
 higher one a plan whose code misses, for the midpoint between (a cheaper plan that fits
 can only be predicted there); where a plan compiled before comes back with room to
-spare, for the target it came back at raised by that room (the built-in GPT at 46.58
-MiB: 17.985 GFLOP, then 17.448; torch's b=0.6 step peaks there at 17.717). A search
-that comes back to a compiled plan twice stops: each return costs a compile. The
-compiled peak does not follow the prediction monotonically (the bench convnet: plans predicted at 31.8 and 23.9 MiB compile to 37.5 and
-28.9), so where no compile has fit by the last attempt, the last one is of the plan the
+spare, for the target it came back at raised by that room (a cheaper plan can hide
+there). A search that comes back to a compiled plan twice stops: each return costs a
+compile. The compiled peak does not follow the prediction monotonically (a plan
+predicted lower can compile higher), so where no compile has fit by the last attempt,
+the last one is of the plan the
 graphs predict lowest; where none fits, the memory budgets' own plans are compiled too
 (:func:`_fraction_plans`): a budget is refused only when all their code misses it. It
 keeps the plan with the least recompute whose code fits; when none does it raises
@@ -194,8 +194,8 @@ def hold_b1_peak(
     the graphs' prediction to b=1's (:mod:`budget.compile.schedule`), and the code follows
     it; but a graph with convolutions is not rescheduled under Inductor for a memory
     budget (:meth:`budget.compile.split.Partitions.graphs`), and there the code can
-    peak above b=1's where the predictions are close: the bench convnet at b=0, predicted
-    at b=1's 51.44 MiB, compiled to 51.45 against b=1's 51.07. So where ``kept``'s plan
+    peak above b=1's where the predictions are close (``python bench/peak.py --model
+    convnet``). So where ``kept``'s plan
     is of such a graph, recomputes, and is predicted within ``B1_NEAR`` of b=1's peak, the
     b=1 plan is compiled too (one more compile), and where ``kept``'s code peaks above it,
     the graph is planned again for that peak within the memory budget, which reschedules

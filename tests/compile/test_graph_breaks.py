@@ -295,15 +295,3 @@ def test_under_inductor_a_step_budget_the_later_graph_cannot_fit_is_refused():
     with pytest.raises(Exception, match="graph 2 of the step gets .* of the step's") as e:
         torch.compile(model, backend=be)(x)
     assert "the step's lowest peak with this graph" in str(e.value)
-
-
-def test_a_graph_the_step_leaves_no_room_is_refused_saying_so():
-    from budget.compile.step_budget import share
-    from budget.core.settings import PlanSettings
-    from budget.core.sizes import parse_budget
-
-    settings = PlanSettings(parse_budget(1.0), "auto", "flops", 60.0, peak_bytes=1 << 20)
-    assert share(settings, 0, 0) is settings
-    assert share(settings, 1 << 18, 1).peak_bytes == 3 << 18
-    with pytest.raises(budget.BudgetTooSmallError, match="step's peak.*graph 2 runs"):
-        share(settings, 1 << 20, 1)
