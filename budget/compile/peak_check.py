@@ -28,7 +28,7 @@ a callable here, so the search is tested without Inductor.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..core.plan import Plan
@@ -70,84 +70,120 @@ def fit_compiled_peak(
 ) -> Attempt:
     """The attempt to keep for ``settings`` (module docstring). ``compile_with(s)`` plans
     and compiles the graph with settings ``s`` (their ``graphs_peak_bytes`` is the target
-    the graphs are searched for; ``peak_bytes``, the budget, stays as given) or raises the search's BudgetTooSmallError. Without a peak
-    budget, or when the first compile's peak is unknown (C++ wrapper code, a compile cache
-    that skipped code generation), the first attempt is kept as it is."""
+    the graphs are searched for; ``peak_bytes``, the budget, stays as given) or raises the
+    search's BudgetTooSmallError. Without a peak budget, or when the first compile's peak
+    is unknown (C++ wrapper code, a compile cache that skipped code generation), the first
+    attempt is kept as it is."""
     target = settings.peak_bytes
     if target is None:
         return compile_with(settings)
-    tried: list[Attempt] = []
-    refused: BudgetTooSmallError | None = None
-    lowest_named: int | None = None  # the lowest prediction a refusal by the graphs named
-    lowest_asked = False
-    # the graphs' targets tried so far: the highest whose plan's code fits the budget, the
-    # lowest above it whose plan's code misses (between them: bisection)
-    fit_at: int | None = None
-    miss_at: int | None = None
-    revisits = 0  # compiles of a plan compiled before (a graphs' target that found no new one)
+    search = _Search(target)
     # each pass compiles once or is refused by the graphs' search (which names the lowest
     # prediction, planned for next): at most two passes a compile
     for n in range(2 * PEAK_ATTEMPTS):
-        if len(tried) == PEAK_ATTEMPTS:
+        if len(search.tried) == PEAK_ATTEMPTS:
             break
         asked = settings.graphs_peak_bytes
         try:
             attempt = compile_with(settings)
         except BudgetTooSmallError as e:
-            refused, lowest = e, e.lowest_peak_bytes
-            lowest_named = lowest if lowest is not None else lowest_named
-            if lowest is None or lowest in _predicted(tried):
-                break
-            settings = replace(settings, search_peak_bytes=lowest)  # the lowest predicted plan
-            continue
-        plan = attempt.plan
-        if plan is None or plan.compiled_peak_bytes is None:
-            if n == 0:
-                return attempt  # nothing to check it on: the graphs' search stands
-            break  # unchecked after a retry: not kept
-        peak = plan.compiled_peak_bytes
-        if asked is not None and asked > 0:
-            # the graphs' search gives this plan for every target from its prediction up
-            # to ``asked``: a cheaper one can only be found above ``asked``, and not
-            # above a plan that misses (it gives that plan or a dearer one)
-            if peak <= target:
-                fit_at = max(fit_at or 0, asked)
-                if miss_at is not None and miss_at <= fit_at:
-                    miss_at = None  # not monotonic: the miss below says nothing above
-            elif fit_at is None or asked > fit_at:
-                bound = min(asked, plan.peak_bytes or asked)
-                miss_at = bound if miss_at is None else min(miss_at, bound)
-        again = any(_same(plan, a.plan) for a in tried if a.plan is not None)
-        revisits += again
-        if not again:
-            tried.append(attempt)
-            if peak <= target and (
-                plan.total_recompute_cost == 0 or target - peak <= PEAK_SLACK * target
-            ):
-                break
-            if len(tried) == PEAK_ATTEMPTS - 1 and not lowest_asked and not _fitting(tried, target):
-                # the last compile: the plan the graphs predict lowest (a budget of 0 is
-                # refused by the graphs' search, naming it)
-                lowest_asked = True
-                settings = replace(settings, search_peak_bytes=LOWEST_PEAK)
-                continue
-        if again and revisits > 1:
-            break  # no new plan where one was likeliest: more compiles would be wasted
-        ahead = _next_target(target, asked, plan.peak_bytes or peak, peak, fit_at, miss_at, again)
+            ahead = search.refused_with(e)
+        else:
+            plan = attempt.plan
+            if plan is None or plan.compiled_peak_bytes is None:
+                if n == 0:
+                    return attempt  # nothing to check it on: the graphs' search stands
+                break  # unchecked after a retry: not kept
+            ahead = search.compiled(attempt, asked)
         if ahead is None:
             break
         settings = replace(settings, search_peak_bytes=ahead)
-    if tried and not _fitting(tried, target):
-        _fraction_plans(settings, compile_with, tried)
-    fits = _fitting(tried, target)
-    if fits:
-        return min(fits, key=_cost)
-    if not tried:
-        assert refused is not None
-        raise refused
-    with_lowest = lowest_named is not None and lowest_named in _predicted(tried)
-    plans = [a.plan for a in tried if a.plan is not None]
-    raise _missed(target, plans, with_lowest, settings.budget.fraction is not None)
+    return search.kept(settings, compile_with)
+
+
+@dataclass
+class _Search:
+    """What :func:`fit_compiled_peak` knows between compiles."""
+
+    target: int  # the peak budget
+    tried: list[Attempt] = field(default_factory=list)  # each plan compiled, once
+    refused: BudgetTooSmallError | None = None  # the graphs' search's last refusal
+    lowest_named: int | None = None  # the lowest prediction a refusal by the graphs named
+    lowest_asked: bool = False  # the plan the graphs predict lowest asked for
+    # the graphs' targets tried so far: the highest whose plan's code fits the budget, the
+    # lowest above it whose plan's code misses (between them: bisection)
+    fit_at: int | None = None
+    miss_at: int | None = None
+    revisits: int = 0  # compiles of a plan compiled before (a target that found no new one)
+
+    def refused_with(self, e: BudgetTooSmallError) -> int | None:
+        """The graphs' search found no plan for the target: plan next for the lowest
+        prediction it names, unless that plan was compiled already (None: stop)."""
+        self.refused, lowest = e, e.lowest_peak_bytes
+        self.lowest_named = lowest if lowest is not None else self.lowest_named
+        if lowest is None or lowest in _predicted(self.tried):
+            return None
+        return lowest  # the lowest predicted plan
+
+    def compiled(self, attempt: Attempt, asked: int | None) -> int | None:
+        """The graphs' target to plan for after ``attempt`` (asked for at ``asked``), or
+        None to stop: its plan fits with little room, or no new plan is likely."""
+        plan = attempt.plan
+        assert plan is not None and plan.compiled_peak_bytes is not None
+        peak = plan.compiled_peak_bytes
+        self._bracket(asked, plan.peak_bytes, peak)
+        again = any(_same(plan, a.plan) for a in self.tried if a.plan is not None)
+        self.revisits += again
+        if not again:
+            self.tried.append(attempt)
+            if peak <= self.target and (
+                plan.total_recompute_cost == 0 or self.target - peak <= PEAK_SLACK * self.target
+            ):
+                return None
+            if (
+                len(self.tried) == PEAK_ATTEMPTS - 1
+                and not self.lowest_asked
+                and not _fitting(self.tried, self.target)
+            ):
+                # the last compile: the plan the graphs predict lowest (a budget of 0 is
+                # refused by the graphs' search, naming it)
+                self.lowest_asked = True
+                return LOWEST_PEAK
+        if again and self.revisits > 1:
+            return None  # no new plan where one was likeliest: more compiles would be wasted
+        predicted = plan.peak_bytes or peak
+        return _next_target(self.target, asked, predicted, peak, self.fit_at, self.miss_at, again)
+
+    def _bracket(self, asked: int | None, predicted: int | None, peak: int) -> None:
+        """The graphs' search gives a plan for every target from its prediction up to
+        ``asked``: a cheaper one can only be found above ``asked``, and not above a plan
+        that misses (it gives that plan or a dearer one)."""
+        if asked is None or asked <= 0:
+            return
+        if peak <= self.target:
+            self.fit_at = max(self.fit_at or 0, asked)
+            if self.miss_at is not None and self.miss_at <= self.fit_at:
+                self.miss_at = None  # not monotonic: the miss below says nothing above
+        elif self.fit_at is None or asked > self.fit_at:
+            bound = min(asked, predicted or asked)
+            self.miss_at = bound if self.miss_at is None else min(self.miss_at, bound)
+
+    def kept(
+        self, settings: PlanSettings, compile_with: Callable[[PlanSettings], Attempt]
+    ) -> Attempt:
+        """The cheapest attempt whose code fits, the fractions' own plans tried where none
+        did; else the refusal, naming the lowest compiled peak."""
+        if self.tried and not _fitting(self.tried, self.target):
+            _fraction_plans(settings, compile_with, self.tried)
+        fits = _fitting(self.tried, self.target)
+        if fits:
+            return min(fits, key=_cost)
+        if not self.tried:
+            assert self.refused is not None
+            raise self.refused
+        with_lowest = self.lowest_named is not None and self.lowest_named in _predicted(self.tried)
+        plans = [a.plan for a in self.tried if a.plan is not None]
+        raise _missed(self.target, plans, with_lowest, settings.budget.fraction is not None)
 
 
 def _fraction_plans(
@@ -200,7 +236,9 @@ def hold_b1_peak(
     b=1 plan is compiled too (one more compile), and where ``kept``'s code peaks above it,
     the graph is planned again for that peak within the memory budget, which reschedules
     it (:func:`fit_compiled_peak`); ``kept`` is kept where that fails (nothing within the
-    memory budget gets under it, or its code is not lower than ``kept``'s). Not for a
+    memory budget gets under it, or its code is not lower than ``kept``'s). The plan kept
+    carries the b=1 plan's compiled peak (``reference_compiled_peak_bytes``): its report
+    says where it is above. Not for a
     saved plan (``plan=``: its saved set is the file's at every budget) nor at budget 1
     (the b=1 plan itself)."""
     plan = kept.plan
@@ -220,16 +258,17 @@ def hold_b1_peak(
     top = compile_with(replace(settings, budget=MemoryBudget(fraction=1.0))).plan
     if top is None or top.compiled_peak_bytes is None:
         return kept
-    if plan.compiled_peak_bytes <= top.compiled_peak_bytes:
-        return kept
-    try:
-        held = fit_compiled_peak(
-            replace(settings, peak_bytes=top.compiled_peak_bytes), compile_with
-        )
-    except BudgetTooSmallError:
-        return kept
-    peak = held.plan.compiled_peak_bytes if held.plan is not None else None
-    return held if peak is not None and peak < plan.compiled_peak_bytes else kept
+    b1 = top.compiled_peak_bytes
+    if plan.compiled_peak_bytes > b1:
+        try:
+            held = fit_compiled_peak(replace(settings, peak_bytes=b1), compile_with)
+        except BudgetTooSmallError:
+            held = None
+        peak = held.plan.compiled_peak_bytes if held and held.plan is not None else None
+        if held is not None and peak is not None and peak < plan.compiled_peak_bytes:
+            kept = held
+    kept.log.update(0, reference_compiled_peak_bytes=b1)
+    return kept
 
 
 def _next_target(

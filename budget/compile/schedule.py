@@ -245,33 +245,9 @@ def lower_peak(
     for _ in range(max_rounds):
         if best.peak_bytes <= limit or best.peak_step < fw_steps:
             break  # low enough, or the peak is in the forward, which this cannot lower
-        nodes = list(graph.nodes)
-        pos = {n: i for i, n in enumerate(nodes)}
-        at = nodes[best.peak_step - fw_steps]
-        storages = {n: node_storages(n, memo) for n in nodes}
-        holders: dict[int, list[fx.Node]] = {}
-        for n in nodes:
-            for raw, _ in storages[n]:
-                holders.setdefault(raw, []).append(n)
-        options = []
-        for value in nodes[: pos[at]]:
-            if value.name not in recomputed or at in value.users:
-                continue
-            late = sorted((u for u in value.users if pos[u] > pos[at]), key=pos.__getitem__)
-            if not late:
-                continue
-            size = _freed_at(value, pos[at], set(late), pos, holders, storages)
-            if size == 0:  # another reader keeps its storage alive through the peak
-                continue
-            clones = _plan_clones(
-                value, pos[late[0]], set(late), pos, recomputed, holders, storages
-            )
-            if clones is not None:
-                price = sum(cost.get(origin.get(c.name, c.name), 0.0) for c in clones)
-                small = size * 64 < best.peak_bytes - limit
-                options.append((small, price / size, pos[value], value, clones, late))
-        options.sort(key=lambda o: (o[0], o[1], o[2]))
-        for *_, value, clones, late in options[:8]:
+        at = list(graph.nodes)[best.peak_step - fw_steps]
+        options = _options(graph, at, recomputed, memo, origin, cost, best.peak_bytes - limit)
+        for value, clones, late in options[:8]:
             try:
                 rewrite = _apply(graph, clones, value, late, origin)
             except _Unrunnable:
@@ -300,6 +276,46 @@ def lower_peak(
         for p in best.timeline
     ]
     return Lowered(best, [origin[n] for n in new], new)
+
+
+def _options(
+    graph: fx.Graph,
+    at: fx.Node,
+    recomputed: frozenset[str],
+    memo: Memo,
+    origin: Mapping[str, str],
+    cost: Mapping[str, float],
+    excess: int,
+) -> list[tuple[fx.Node, list[fx.Node], list[fx.Node]]]:
+    """The rewrites that may lower the peak at ``at`` (``excess`` bytes over the limit),
+    best first: each a recomputed value alive there but not read there, the clones that
+    would make it again, and its readers after ``at`` that would read them. Values whose
+    storage is freed through the peak rank first, then by price per byte freed (a value
+    under 1/64 of the excess last), then by place."""
+    nodes = list(graph.nodes)
+    pos = {n: i for i, n in enumerate(nodes)}
+    storages = {n: node_storages(n, memo) for n in nodes}
+    holders: dict[int, list[fx.Node]] = {}
+    for n in nodes:
+        for raw, _ in storages[n]:
+            holders.setdefault(raw, []).append(n)
+    options = []
+    for value in nodes[: pos[at]]:
+        if value.name not in recomputed or at in value.users:
+            continue
+        late = sorted((u for u in value.users if pos[u] > pos[at]), key=pos.__getitem__)
+        if not late:
+            continue
+        size = _freed_at(value, pos[at], set(late), pos, holders, storages)
+        if size == 0:  # another reader keeps its storage alive through the peak
+            continue
+        clones = _plan_clones(value, pos[late[0]], set(late), pos, recomputed, holders, storages)
+        if clones is not None:
+            price = sum(cost.get(origin.get(c.name, c.name), 0.0) for c in clones)
+            small = size * 64 < excess
+            options.append((small, price / size, pos[value], value, clones, late))
+    options.sort(key=lambda o: (o[0], o[1], o[2]))
+    return [(value, clones, late) for *_, value, clones, late in options]
 
 
 def pin_order(bw: fx.GraphModule, again: set[str]) -> int:

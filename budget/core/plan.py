@@ -14,12 +14,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-PLAN_FORMAT_VERSION = 8
+PLAN_FORMAT_VERSION = 9
 # version 1: no peak_bytes, no timeline; version 2: no recomputed_again, again_cost/flops
 # version 3: no eager_saved_bytes; version 4: no compiled_peak_bytes; version 5: no
 # reference_peak_bytes; version 6: no tie_break, previewed_on, held_bytes; version 7: no
-# offload (offload_cost, offloaded_bytes, offload_transfer, the "offload" decision)
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
+# offload (offload_cost, offloaded_bytes, offload_transfer, the "offload" decision);
+# version 8: no reference_compiled_peak_bytes
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 # "offload": saved, but kept in host memory between the forward and the backward
 Choice = Literal["save", "offload", "recompute", "input"]
 
@@ -93,6 +94,11 @@ class Plan:
     # plan recomputes nothing, in plans for eager training loops (budget.eager), and in
     # plan files before version 6
     reference_peak_bytes: int | None = None
+    # under Inductor, a memory budget alone: the compiled peak of the b=1 plan of the same
+    # graph, where it was compiled to hold this plan's code to it (budget.compile.
+    # peak_check.hold_b1_peak); a compiled_peak_bytes above it is the lowest found within
+    # the budget. None where no such check ran
+    reference_compiled_peak_bytes: int | None = None
     # the peak the plan was chosen for, in bytes (None: no peak budget): the graphs' target
     # of the search that chose it; for a memory budget alone under Inductor, the b=1 plan's
     # compiled peak where the plan was planned again to stay under it

@@ -119,7 +119,20 @@ def _peak_lines(plan: Plan) -> list[str]:
             f"  compiled   {format_bytes(plan.compiled_peak_bytes)} peak of the code Inductor "
             "generated (what the step peaks at)"
         )
+        lines += _b1_code_lines(plan.compiled_peak_bytes, plan.reference_compiled_peak_bytes)
     return lines
+
+
+def _b1_code_lines(compiled: int, b1: int | None) -> list[str]:
+    """The generated code's peak against the b=1 plan's, where both were compiled."""
+    if not b1:
+        return []
+    if compiled <= b1:
+        return [f"             at most the b=1 plan's code ({format_bytes(b1)})"]
+    return [
+        f"             ABOVE the b=1 plan's code ({format_bytes(b1)}, {compiled / b1:.2f}x): "
+        "the lowest found within this budget"
+    ]
 
 
 def _again_lines(plan: Plan) -> list[str]:

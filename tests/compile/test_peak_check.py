@@ -342,6 +342,7 @@ def test_a_fraction_whose_code_peaks_above_b1s_is_planned_again_for_b1s_peak():
     kept = _hold(compiles, _at(0.0))
     assert kept.compiled == "again"
     assert compiles.calls == [(0.0, None), (1.0, None), (0.0, 101)]
+    assert kept.plan is not None and kept.plan.reference_compiled_peak_bytes == 101
 
 
 def test_a_fraction_recomputing_only_free_ops_is_held_too():
@@ -388,7 +389,11 @@ def test_a_fraction_nothing_gets_under_b1s_code_keeps_its_plan():
     its code misses it, the fraction's own plan stays (the memory budget is the contract)."""
     for again in (None, 103):
         compiles = FractionCompiles(b1=101, b0=102, again=again)
-        assert _hold(compiles, _at(0.0)).compiled == "b0"
+        kept = _hold(compiles, _at(0.0))
+        assert kept.compiled == "b0"
+        # the report's figures: its code's peak above the b=1 plan's
+        assert kept.plan is not None and kept.plan.reference_compiled_peak_bytes == 101
+        assert kept.plan.compiled_peak_bytes == 102
 
 
 def test_a_peak_budget_is_not_held_to_b1s_code():

@@ -5,6 +5,8 @@ No tracing here: plans are built by hand so every number in the text is known.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from helpers.plans import KiB, MiB, make_plan
 
@@ -163,6 +165,27 @@ def test_a_plan_with_its_peak_round_trips_and_shows_it():
     assert "  compiled   8.00 MiB peak of the code Inductor generated" in str(compiled)
 
 
+def test_a_compiled_peak_above_the_b1_plans_code_says_so_with_both_figures():
+    from budget.core.plan import Plan
+
+    above = make_plan(compiled_peak_bytes=9 * MiB, reference_compiled_peak_bytes=4 * MiB)
+    assert Plan.from_json(above.to_json()) == above
+    text = str(above)
+    assert "ABOVE the b=1 plan's code (4.00 MiB, 2.25x): the lowest found within" in text
+    under = replace(above, compiled_peak_bytes=4 * MiB)
+    assert "at most the b=1 plan's code (4.00 MiB)" in str(under)
+    assert "ABOVE" not in str(under)
+    assert "b=1 plan's code" not in str(replace(above, reference_compiled_peak_bytes=None))
+
+
+def test_a_version_8_plan_reads_without_the_b1_plans_compiled_peak():
+    from budget.core.plan import Plan
+
+    data = make_plan(compiled_peak_bytes=9 * MiB).to_dict()
+    del data["reference_compiled_peak_bytes"]
+    assert Plan.from_dict({**data, "version": 8}).reference_compiled_peak_bytes is None
+
+
 def test_a_version_4_plan_reads_without_a_compiled_peak():
     from budget.core.plan import Plan
 
@@ -197,7 +220,6 @@ def test_a_version_1_plan_still_reads_without_a_peak():
 
 
 def test_extra_recomputations_get_a_line_with_their_cost():
-    from dataclasses import replace
 
     plain = make_plan()
     assert "again" not in str(plain)
@@ -213,7 +235,6 @@ def test_a_rescheduled_inductor_plan_warns_that_its_peak_may_be_missed():
     """Inductor does not always run a rescheduled backward in its order (README, Known
     limitations): such a plan says so; the same plan for the eager compiler does not, nor
     one whose values recomputed again are all views."""
-    from dataclasses import replace
 
     plan = replace(make_plan(), recomputed_again=["a"], peak_bytes=1 << 20)
     text = str(replace(plan, compiler="inductor"))
