@@ -39,6 +39,10 @@ from ..planning.planner import PEAK_GRID
 
 # how many times at most a graph is planned and compiled for a peak budget
 PEAK_ATTEMPTS = 4
+# under a memory budget alone, the new plans compiled at most to hold a plan to the b=1
+# plan's code (hold_b1_peak: a best effort, the memory budget is the contract), the
+# fractions' plans not among them
+HOLD_ATTEMPTS = 2
 # a fitting plan whose compiled peak is within this fraction of the budget is kept as it is
 PEAK_SLACK = 0.02
 # where no plan the graphs' search gave fits, the fractions' own plans compiled at most, and
@@ -66,22 +70,27 @@ class Attempt:
 
 
 def fit_compiled_peak(
-    settings: PlanSettings, compile_with: Callable[[PlanSettings], Attempt]
+    settings: PlanSettings,
+    compile_with: Callable[[PlanSettings], Attempt],
+    *,
+    attempts: int = PEAK_ATTEMPTS,
+    fractions: bool = True,
 ) -> Attempt:
     """The attempt to keep for ``settings`` (module docstring). ``compile_with(s)`` plans
     and compiles the graph with settings ``s`` (their ``graphs_peak_bytes`` is the target
     the graphs are searched for; ``peak_bytes``, the budget, stays as given) or raises the
     search's BudgetTooSmallError. Without a peak budget, or when the first compile's peak
     is unknown (C++ wrapper code, a compile cache that skipped code generation), the first
-    attempt is kept as it is."""
+    attempt is kept as it is. ``attempts``: new plans compiled at most; ``fractions``:
+    whether the fractions' own plans are compiled where none of those fits."""
     target = settings.peak_bytes
     if target is None:
         return compile_with(settings)
-    search = _Search(target)
+    search = _Search(target, attempts)
     # each pass compiles once or is refused by the graphs' search (which names the lowest
     # prediction, planned for next): at most two passes a compile
-    for n in range(2 * PEAK_ATTEMPTS):
-        if len(search.tried) == PEAK_ATTEMPTS:
+    for n in range(2 * attempts):
+        if len(search.tried) == attempts:
             break
         asked = settings.graphs_peak_bytes
         try:
@@ -98,7 +107,7 @@ def fit_compiled_peak(
         if ahead is None:
             break
         settings = replace(settings, search_peak_bytes=ahead)
-    return search.kept(settings, compile_with)
+    return search.kept(settings, compile_with if fractions else None)
 
 
 @dataclass
@@ -106,6 +115,7 @@ class _Search:
     """What :func:`fit_compiled_peak` knows between compiles."""
 
     target: int  # the peak budget
+    attempts: int  # new plans compiled at most
     tried: list[Attempt] = field(default_factory=list)  # each plan compiled, once
     refused: BudgetTooSmallError | None = None  # the graphs' search's last refusal
     lowest_named: int | None = None  # the lowest prediction a refusal by the graphs named
@@ -141,7 +151,7 @@ class _Search:
             ):
                 return None
             if (
-                len(self.tried) == PEAK_ATTEMPTS - 1
+                len(self.tried) == self.attempts - 1
                 and not self.lowest_asked
                 and not _fitting(self.tried, self.target)
             ):
@@ -169,11 +179,11 @@ class _Search:
             self.miss_at = bound if self.miss_at is None else min(self.miss_at, bound)
 
     def kept(
-        self, settings: PlanSettings, compile_with: Callable[[PlanSettings], Attempt]
+        self, settings: PlanSettings, compile_with: Callable[[PlanSettings], Attempt] | None
     ) -> Attempt:
         """The cheapest attempt whose code fits, the fractions' own plans tried where none
-        did; else the refusal, naming the lowest compiled peak."""
-        if self.tried and not _fitting(self.tried, self.target):
+        did (given ``compile_with``); else the refusal, naming the lowest compiled peak."""
+        if compile_with is not None and self.tried and not _fitting(self.tried, self.target):
             _fraction_plans(settings, compile_with, self.tried)
         fits = _fitting(self.tried, self.target)
         if fits:
@@ -235,7 +245,8 @@ def hold_b1_peak(
     is of such a graph, recomputes, and is predicted within ``B1_NEAR`` of b=1's peak, the
     b=1 plan is compiled too (one more compile), and where ``kept``'s code peaks above it,
     the graph is planned again for that peak within the memory budget, which reschedules
-    it (:func:`fit_compiled_peak`); ``kept`` is kept where that fails (nothing within the
+    it (:func:`fit_compiled_peak`, at most ``HOLD_ATTEMPTS`` compiles); ``kept`` is kept
+    where that fails (nothing within the
     memory budget gets under it, or its code is not lower than ``kept``'s). The plan kept
     carries the b=1 plan's compiled peak (``reference_compiled_peak_bytes``): its report
     says where it is above. Not for a
@@ -261,7 +272,12 @@ def hold_b1_peak(
     b1 = top.compiled_peak_bytes
     if plan.compiled_peak_bytes > b1:
         try:
-            held = fit_compiled_peak(replace(settings, peak_bytes=b1), compile_with)
+            held = fit_compiled_peak(
+                replace(settings, peak_bytes=b1),
+                compile_with,
+                attempts=HOLD_ATTEMPTS,
+                fractions=False,
+            )
         except BudgetTooSmallError:
             held = None
         peak = held.plan.compiled_peak_bytes if held and held.plan is not None else None

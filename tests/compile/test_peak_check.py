@@ -11,6 +11,7 @@ from helpers.plans import MiB, make_plan
 from budget.compile.peak_check import (
     B1_NEAR,
     FRACTION_ATTEMPTS,
+    HOLD_ATTEMPTS,
     NO_LIMIT,
     PEAK_ATTEMPTS,
     Attempt,
@@ -394,6 +395,18 @@ def test_a_fraction_nothing_gets_under_b1s_code_keeps_its_plan():
         # the report's figures: its code's peak above the b=1 plan's
         assert kept.plan is not None and kept.plan.reference_compiled_peak_bytes == 101
         assert kept.plan.compiled_peak_bytes == 102
+
+
+def test_holding_a_fraction_to_b1s_code_costs_at_most_a_few_compiles():
+    """The best effort is bounded (MobileNetV3 at b=0.3 under Inductor compiled about ten
+    plans before it gave up): the fraction, b=1, then at most HOLD_ATTEMPTS new plans,
+    and no fraction plans of the peak search."""
+    compiles = FractionCompiles(b1=101, b0=102, again=103)
+    kept = _hold(compiles, _at(0.3))
+    assert kept.compiled == "b0"
+    fractions_plans = [c for c in compiles.calls if c[0] not in (0.3, 1.0)]
+    assert fractions_plans == []
+    assert len(compiles.calls) <= 2 + HOLD_ATTEMPTS
 
 
 def test_a_peak_budget_is_not_held_to_b1s_code():
