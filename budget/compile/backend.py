@@ -38,7 +38,7 @@ from . import plan_cache, ranks, step_budget
 from .compiled_peak import CodeCapture
 from .inductor_hooks import InductorPartitioner, run_uncompiled
 from .partition import budget_partition
-from .peak_check import Attempt, fit_compiled_peak, hold_b1_peak
+from .peak_check import Attempt, fit_compiled_peak, hold_b1_peak, training_check
 
 
 class GraphJob(NamedTuple):
@@ -166,10 +166,16 @@ class BudgetBackend:
         partitioner = InductorPartitioner(self, job.outputs_held, job.settings)
         if self.preview:  # a preview is the partitioner's plan: no cache may skip it
             patches = {"custom_partitioner_fn": partitioner, "fx_graph_cache": False}
+            made = len(self.log.plans)
             with functorch_config.patch(enable_autograd_cache=False):
-                return compile_fx(
+                compiled = compile_fx(
                     job.gm, job.example_inputs, inner_compile=run_uncompiled, config_patches=patches
                 )
+            for i in range(made, len(self.log.plans)):  # what training checks on the code
+                check = training_check(job.settings, self.log.plans[i])
+                if check:
+                    self.log.update(i, training_check=check)
+            return compiled
         return _compile_within_peak(self, job)
 
 

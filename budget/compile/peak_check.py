@@ -253,18 +253,7 @@ def hold_b1_peak(
     saved plan (``plan=``: its saved set is the file's at every budget) nor at budget 1
     (the b=1 plan itself)."""
     plan = kept.plan
-    if (
-        settings.peak_bytes is not None
-        or settings.book is not None
-        or settings.budget.fraction == 1.0
-        or plan is None
-        or plan.status == "reference"
-        or not any(d.op == CONVOLUTION for d in plan.decisions)
-        or plan.compiled_peak_bytes is None
-        or plan.peak_bytes is None
-        or plan.reference_peak_bytes is None  # set where the plan recomputes anything
-        or plan.peak_bytes < B1_NEAR * plan.reference_peak_bytes
-    ):
+    if plan is None or plan.compiled_peak_bytes is None or not _held_to_b1(settings, plan):
         return kept
     top = compile_with(replace(settings, budget=MemoryBudget(fraction=1.0))).plan
     if top is None or top.compiled_peak_bytes is None:
@@ -285,6 +274,40 @@ def hold_b1_peak(
             kept = held
     kept.log.update(0, reference_compiled_peak_bytes=b1)
     return kept
+
+
+def _held_to_b1(settings: PlanSettings, plan: Plan) -> bool:
+    """Whether :func:`hold_b1_peak` checks ``plan``'s code against the b=1 plan's."""
+    return not (
+        settings.peak_bytes is not None
+        or settings.book is not None
+        or settings.budget.fraction == 1.0
+        or plan.status == "reference"
+        or not any(d.op == CONVOLUTION for d in plan.decisions)
+        or plan.peak_bytes is None
+        or plan.reference_peak_bytes is None  # set where the plan recomputes anything
+        or plan.peak_bytes < B1_NEAR * plan.reference_peak_bytes
+    )
+
+
+def training_check(settings: PlanSettings, plan: Plan) -> str:
+    """What training under Inductor checks of a previewed ``plan`` on the code it
+    generates, and may change the plan for ("" where nothing): a peak budget
+    (:func:`fit_compiled_peak`), or a memory budget's plan held to the b=1 plan's code
+    (:func:`hold_b1_peak`). ``budget solve --compile`` shows the plan training keeps."""
+    if settings.book is not None:
+        return ""  # a plan file's saved set is applied as it is
+    if settings.peak_bytes is not None:
+        return (
+            "checks the peak budget on the code Inductor generates and plans again "
+            "where it misses or leaves recompute unused; --compile shows the plan it keeps"
+        )
+    if _held_to_b1(settings, plan):
+        return (
+            "compiles the b=1 plan too and plans again where this plan's code peaks "
+            "above it; --compile shows the plan it keeps"
+        )
+    return ""
 
 
 def _next_target(

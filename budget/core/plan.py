@@ -19,7 +19,7 @@ PLAN_FORMAT_VERSION = 9
 # version 3: no eager_saved_bytes; version 4: no compiled_peak_bytes; version 5: no
 # reference_peak_bytes; version 6: no tie_break, previewed_on, held_bytes; version 7: no
 # offload (offload_cost, offloaded_bytes, offload_transfer, the "offload" decision);
-# version 8: no reference_compiled_peak_bytes
+# version 8: no reference_compiled_peak_bytes, training_check
 READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 # "offload": saved, but kept in host memory between the forward and the backward
 Choice = Literal["save", "offload", "recompute", "input"]
@@ -99,6 +99,10 @@ class Plan:
     # peak_check.hold_b1_peak); a compiled_peak_bytes above it is the lowest found within
     # the budget. None where no such check ran
     reference_compiled_peak_bytes: int | None = None
+    # a preview under Inductor: what training checks on the code Inductor generates and
+    # may change this plan for (budget.compile.peak_check.training_check); "" where
+    # training keeps the preview's plan as it is
+    training_check: str = ""
     # the peak the plan was chosen for, in bytes (None: no peak budget): the graphs' target
     # of the search that chose it; for a memory budget alone under Inductor, the b=1 plan's
     # compiled peak where the plan was planned again to stay under it

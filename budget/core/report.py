@@ -114,6 +114,10 @@ def _peak_lines(plan: Plan) -> list[str]:
         lines += textwrap.wrap(
             plan.tie_break, 80, initial_indent="  tie-break  ", subsequent_indent=" " * 13
         )
+    if plan.training_check:
+        lines += textwrap.wrap(
+            plan.training_check, 80, initial_indent="  training   ", subsequent_indent=" " * 13
+        )
     if plan.compiled_peak_bytes is not None:
         lines.append(
             f"  compiled   {format_bytes(plan.compiled_peak_bytes)} peak of the code Inductor "

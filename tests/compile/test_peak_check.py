@@ -17,6 +17,7 @@ from budget.compile.peak_check import (
     Attempt,
     fit_compiled_peak,
     hold_b1_peak,
+    training_check,
 )
 from budget.core.plan import Decision
 from budget.core.settings import PlanLog, PlanSettings
@@ -471,3 +472,45 @@ def test_under_a_memory_budget_in_bytes_no_fraction_is_compiled():
     with pytest.raises(BudgetTooSmallError) as info:
         fit_compiled_peak(sized, compiles)
     assert compiles.asked == [] and "own plans" not in str(info.value)
+
+
+def test_a_preview_says_what_training_checks_on_inductors_code_and_may_change():
+    """A preview generates no code: where training checks the plan on it (a peak budget,
+    or a memory budget's plan held to the b=1 plan's code), the preview's plan says so;
+    elsewhere training keeps the preview's plan and nothing is said."""
+    from dataclasses import replace
+
+    from budget.core.plan_files import PlanBook
+
+    near = make_plan(
+        peak_bytes=95,
+        reference_peak_bytes=100,
+        decisions=[
+            *make_plan().decisions,
+            Decision("convolution", "aten.convolution.default", 2 * MiB, 1e-3, 1e9, "recompute"),
+        ],
+    )
+    assert "peak budget" in training_check(_at(0.5, 99), near)
+    assert "b=1 plan" in training_check(_at(0.5), near)
+    assert training_check(_at(1.0), near) == ""  # the b=1 plan itself
+    assert training_check(_at(0.5), replace(near, peak_bytes=int(B1_NEAR * 100) - 1)) == ""
+    assert training_check(_at(0.5), replace(near, decisions=make_plan().decisions)) == ""
+    assert training_check(replace(_at(0.5, 99), book=PlanBook([], "a file")), near) == ""
+
+
+def test_a_peak_budgets_preview_under_inductor_says_training_checks_it():
+    import torch
+
+    import budget
+
+    def step(x, w):
+        return torch.relu(torch.relu(x @ w) @ w).sum()
+
+    args = (torch.randn(64, 64), torch.randn(64, 64, requires_grad=True))
+    (plan,) = budget.plans(step, *args, peak_memory_budget="1GiB")
+    assert plan.training_check.startswith("checks the peak budget")
+    assert "  training   checks the peak budget on the code Inductor" in str(plan)
+    (plan,) = budget.plans(step, *args, memory_budget=0.5)
+    assert plan.training_check == ""
+    (plan,) = budget.plans(step, *args, peak_memory_budget="1GiB", compiler="eager")
+    assert plan.training_check == ""  # no code generated: the graphs' peak is the step's
