@@ -32,7 +32,7 @@ from ..runtime import _torch_private as T
 from .hooks import OffloadHooks
 from .peak import EagerPeak, simulate
 from .plan import EagerPlan, RegionChoice
-from .planner import plan_for_peak, plan_trace
+from .planner import plan_for_peak, plan_trace, plan_with_tie_break
 from .policy import RegionPolicy
 from .regions import ModuleSpec, select_candidates
 from .step import step_of
@@ -116,11 +116,10 @@ def plan(
         return plan_for_peak(  # type: ignore[arg-type]
             trace, settings.budget, settings.peak_bytes, predict, excluded=excluded, **opts
         )
-    made = plan_trace(trace, settings.budget, excluded=excluded, **opts)  # type: ignore[arg-type]
     try:
-        return predict(made)
+        return plan_with_tie_break(trace, settings.budget, predict, excluded=excluded, **opts)  # type: ignore[arg-type]
     except PreviewError:  # the plan stands; its peak is unknown
-        return made
+        return plan_trace(trace, settings.budget, excluded=excluded, **opts)  # type: ignore[arg-type]
 
 
 def _check_model(model: nn.Module) -> None:

@@ -43,6 +43,7 @@ from ..estimators import get_estimator
 from ..planning.offload import host_link
 from ..planning.peak_grid import PeakGrid, grid_budgets
 from ..planning.planner import budget_target, make_plan
+from ..planning.tie_break import lowest_peak, tie_tolerance
 from ..solvers import Solution, get_solver
 from .offload import save_choices
 from .plan import EagerPlan, RegionChoice
@@ -50,6 +51,7 @@ from .problem import CostCache, _cacheable, build_problem
 from .trace import Trace
 
 _EPS = 1e-12
+TIE_CANDIDATES = 4  # plans of smaller budgets the peak tie-break predicts at most
 
 
 def _forced(problem: Problem) -> list[int]:
@@ -176,11 +178,7 @@ def plan_for_peak(
         limit = p.target_bytes if limit is None else limit
         return p if p.saved_bytes <= limit else None
 
-    grid = PeakGrid(
-        peak_bytes,
-        key=lambda p: (tuple(p.checkpointed), tuple(p.saved), tuple(p.offloaded)),  # type: ignore[attr-defined]
-        predict=predict,  # type: ignore[arg-type]
-    )
+    grid = PeakGrid(peak_bytes, key=_key, predict=predict)  # type: ignore[arg-type]
     grid.walk(p for b in grid_budgets(budget) if (p := make(b)) is not None)
     if grid.missed is not None:  # between the cheapest fit and the last miss above it
         grid.refine(lambda target: make(MemoryBudget(nbytes=target)), grid.missed.target_bytes)
@@ -189,6 +187,54 @@ def plan_for_peak(
         "modules=, may reach lower)"
     )
     return replace(best, timings={**best.timings, "peak search": time.perf_counter() - start})
+
+
+def plan_with_tie_break(
+    trace: Trace,
+    budget: MemoryBudget,
+    predict: Callable[[EagerPlan], EagerPlan],
+    *,
+    solver: str,
+    estimator: str,
+    time_limit: float,
+    excluded: dict[int, str] | None = None,
+    offload: bool = False,
+) -> EagerPlan:
+    """The memory budget's plan with its predicted peak (``predict``), or, where one peaks
+    lower, the plan of a fraction of ``PEAK_GRID`` below the budget whose recompute is
+    within the tie tolerance of the cheapest's (:mod:`budget.planning.tie_break`). Walks
+    the fractions down while their plans stay within it (a smaller target never costs
+    less), ``TIE_CANDIDATES`` distinct plans at most. Not at budget 1 (the model as it
+    is). Under the ``flops`` estimator pointwise ops cost nothing, so plans that recompute
+    them instead of saving them tie with plans that save them, and peak lower."""
+    costs = CostCache(get_estimator(estimator))
+    opts = {"solver": solver, "estimator": estimator, "time_limit": time_limit}
+    opts |= {"costs": costs, "offload": offload, "excluded": excluded}
+    made = plan_trace(trace, budget, **opts)  # type: ignore[arg-type]
+    cheapest = predict(made)
+    if budget.fraction == 1.0:
+        return cheapest  # the model as it is
+    start = time.perf_counter()
+    tolerance = tie_tolerance(_problem(trace, _checkpointable(trace, costs, {}), costs)[0])
+    others: list[tuple[str, Plan]] = []
+    seen = {_key(made)}
+    for b in grid_budgets(budget)[1:]:
+        if len(others) == TIE_CANDIDATES:
+            break
+        p = plan_trace(trace, b, **opts)  # type: ignore[arg-type]
+        if p.total_recompute_cost > made.total_recompute_cost + tolerance:
+            break
+        if _key(p) not in seen:
+            seen.add(_key(p))
+            others.append((f"the plan at budget {b}", predict(p)))
+    chosen = lowest_peak(cheapest, others, tolerance)
+    took = time.perf_counter() - start
+    return replace(chosen, timings={**chosen.timings, "tie-break": took})  # type: ignore[return-value]
+
+
+def _key(p: EagerPlan) -> tuple:
+    """What makes two eager plans the same: their checkpointed modules and saved values."""
+    return tuple(p.checkpointed), tuple(p.saved), tuple(p.offloaded)
 
 
 def _checkpointable(trace: Trace, costs: CostCache, excluded: dict[int, str]) -> list[int]:

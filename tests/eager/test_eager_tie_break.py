@@ -1,0 +1,65 @@
+"""budget.apply's peak tie-break (budget.eager.planner.plan_with_tie_break), measured.
+
+The oracle is the step itself: each plan is applied to the model and its peak measured
+(torch.profiler's memory events), and the cheapest plan of the budget is the one the
+planner makes with the tie-break switched off (TIE_CANDIDATES = 0).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from helpers.small import small_gpt
+from helpers.steps import grads_of
+from torch.utils.flop_counter import FlopCounterMode
+
+import budget
+from budget.eager import planner
+from budget.runtime.measure import measure_peak
+
+CANDIDATES = planner.TIE_CANDIDATES
+
+
+def _applied(monkeypatch, candidates: int, b: float):
+    monkeypatch.setattr(planner, "TIE_CANDIDATES", candidates)
+    ex = small_gpt()
+    plan = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=b)
+    return ex, plan, measure_peak(ex.step, *ex.args)
+
+
+def test_a_plan_as_cheap_that_peaks_lower_is_kept_and_its_peak_is_measured(monkeypatch):
+    """On the small GPT at 0.9, the cheapest plan saves a value a plan of a smaller
+    budget recomputes for next to nothing: that plan is kept, and the step measures its
+    predicted peak, below the cheapest plan's measured peak."""
+    _, cheapest, cheapest_peak = _applied(monkeypatch, 0, 0.9)
+    ex, chosen, chosen_peak = _applied(monkeypatch, CANDIDATES, 0.9)
+    assert cheapest.tie_break == ""
+    assert chosen.tie_break.startswith("the plan at budget ")
+    assert chosen_peak == chosen.peak_bytes  # the eager path predicts its peak exactly
+    assert chosen_peak < cheapest_peak == cheapest.peak_bytes
+    assert chosen.saved_bytes <= cheapest.target_bytes
+    # never at the price of more recompute than the tolerance: 0.5% of recomputing the
+    # whole forward (the flops estimator prices FLOPs, pointwise ops at 0), counted by torch
+    with FlopCounterMode(display=False) as counter:
+        small_gpt().step(*ex.args)
+    extra = chosen.recompute_flops - cheapest.recompute_flops
+    assert chosen.total_recompute_cost >= cheapest.total_recompute_cost
+    assert 0 <= extra <= 0.005 * counter.get_total_flops()
+    # and the model computes what it did
+    ref = small_gpt()
+    ref.model.load_state_dict(copy.deepcopy(ex.model.state_dict()))
+    want_out, want = grads_of(ref.step, list(ref.model.parameters()), *ref.args, seed=3)
+    got_out, got = grads_of(ex.step, list(ex.model.parameters()), *ex.args, seed=3)
+    torch.testing.assert_close(got_out, want_out, rtol=0, atol=0)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("b", [1.0, 0.5])
+def test_budget_1_and_budgets_without_a_tie_keep_the_cheapest_plan(monkeypatch, b):
+    _, cheapest, _ = _applied(monkeypatch, 0, b)
+    _, chosen, _ = _applied(monkeypatch, CANDIDATES, b)
+    assert (chosen.saved, chosen.checkpointed) == (cheapest.saved, cheapest.checkpointed)
+    assert chosen.tie_break == ""
