@@ -13,7 +13,8 @@ higher one a plan whose code misses, for the midpoint between (a cheaper plan th
 can only be predicted there); where a plan compiled before comes back with room to
 spare, for the target it came back at raised by that room (a cheaper plan can hide
 there). A search that comes back to a compiled plan twice stops: each return costs a
-compile. The compiled peak does not follow the prediction monotonically (a plan
+compile; so does one whose next target is under the lowest prediction the graphs' search
+named, once that plan is compiled (the search would refuse it, naming that plan again). The compiled peak does not follow the prediction monotonically (a plan
 predicted lower can compile higher), so where no compile has fit by the last attempt,
 the last one is of the plan the
 graphs predict lowest; where none fits, the memory budgets' own plans are compiled too
@@ -133,6 +134,7 @@ class _Search:
         self.lowest_named = lowest if lowest is not None else self.lowest_named
         if lowest is None or lowest in _predicted(self.tried):
             return None
+        self.lowest_asked = True  # the search went as low as it could: no need to ask again
         return lowest  # the lowest predicted plan
 
     def compiled(self, attempt: Attempt, asked: int | None) -> int | None:
@@ -162,7 +164,13 @@ class _Search:
         if again and self.revisits > 1:
             return None  # no new plan where one was likeliest: more compiles would be wasted
         predicted = plan.peak_bytes or peak
-        return _next_target(self.target, asked, predicted, peak, self.fit_at, self.miss_at, again)
+        ahead = _next_target(self.target, asked, predicted, peak, self.fit_at, self.miss_at, again)
+        # under the lowest prediction, compiled already, the graphs' search would refuse
+        # the target naming it again: a search wasted
+        lowest = self.lowest_named
+        if lowest is not None and lowest in _predicted(self.tried):
+            return None if ahead is not None and ahead < lowest else ahead
+        return ahead
 
     def _bracket(self, asked: int | None, predicted: int | None, peak: int) -> None:
         """The graphs' search gives a plan for every target from its prediction up to

@@ -248,21 +248,20 @@ def test_a_budget_the_lowest_prediction_misses_too_is_refused_saying_so():
         28 * MiB,
         int(28 * MiB * int(27.657 * MiB) / int(33.607 * MiB)),
         int(28 * MiB * int(22.860 * MiB) / int(29.660 * MiB)),  # refused: under 21.784
-        int(21.784 * MiB),
-        0,  # refused naming 21.784, compiled already
+        int(21.784 * MiB),  # then no target under it: the search would refuse it again
     ]
 
 
 def test_a_budget_below_every_prediction_whose_lowest_plan_misses_says_so():
     """90 is under every prediction: the graphs' search refuses it naming 100, and 'mm'
-    (predicted 100) compiles to 130; the retry at 90 * 100/130 is refused naming 100
-    again, compiled already. The refusal says the lowest prediction was among the plans
+    (predicted 100) compiles to 130; a retry under 100 would be refused naming it again,
+    so none is searched. The refusal says the lowest prediction was among the plans
     tried, as where the last compile asked for it."""
     compiles = Compiles(("mm", 100, 130, 1.0), ("gelu", 140, 120, 0.5))
     with pytest.raises(BudgetTooSmallError, match="predict lowest among them") as info:
         fit_compiled_peak(settings(90), compiles)
     assert info.value.lowest_peak_bytes == 130
-    assert compiles.targets == [90, 100, int(90 * 100 / 130)]
+    assert compiles.targets == [90, 100]
 
 
 def test_a_refusal_claims_the_lowest_prediction_only_where_it_was_compiled():
