@@ -222,11 +222,14 @@ def plan_with_tie_break(
         if len(others) == TIE_CANDIDATES:
             break
         p = plan_trace(trace, b, **opts)  # type: ignore[arg-type]
+        if p.saved_bytes > made.target_bytes:
+            continue  # a size budget: the fractions above it
         if p.total_recompute_cost > made.total_recompute_cost + tolerance:
             break
-        if _key(p) not in seen:
+        if _key(p) not in seen:  # kept, it is the plan of the budget asked for
             seen.add(_key(p))
-            others.append((f"the plan at budget {b}", predict(p)))
+            mine = replace(p, budget=made.budget, target_bytes=made.target_bytes)
+            others.append((f"the plan at budget {b}", predict(mine)))
     chosen = lowest_peak(cheapest, others, tolerance)
     took = time.perf_counter() - start
     return replace(chosen, timings={**chosen.timings, "tie-break": took})  # type: ignore[return-value]

@@ -39,7 +39,8 @@ def test_a_plan_as_cheap_that_peaks_lower_is_kept_and_its_peak_is_measured(monke
     assert chosen.tie_break.startswith("the plan at budget ")
     assert chosen_peak == chosen.peak_bytes  # the eager path predicts its peak exactly
     assert chosen_peak < cheapest_peak == cheapest.peak_bytes
-    assert chosen.saved_bytes <= cheapest.target_bytes
+    assert chosen.saved_bytes <= chosen.target_bytes == cheapest.target_bytes
+    assert chosen.budget == 0.9  # the budget asked for, whichever fraction's plan it is
     # never at the price of more recompute than the tolerance: 0.5% of recomputing the
     # whole forward (the flops estimator prices FLOPs, pointwise ops at 0), counted by torch
     with FlopCounterMode(display=False) as counter:
@@ -63,3 +64,19 @@ def test_budget_1_and_budgets_without_a_tie_keep_the_cheapest_plan(monkeypatch, 
     _, chosen, _ = _applied(monkeypatch, CANDIDATES, b)
     assert (chosen.saved, chosen.checkpointed) == (cheapest.saved, cheapest.checkpointed)
     assert chosen.tie_break == ""
+
+
+def test_a_size_budget_weighs_only_plans_within_its_size(monkeypatch):
+    """A size budget falls between fractions: the fractions' plans that save more than it
+    are no candidates (and take none of the candidates' places)."""
+    _, at_fraction, _ = _applied(monkeypatch, CANDIDATES, 0.9)
+    size = f"{at_fraction.target_bytes}B"
+    monkeypatch.setattr(planner, "TIE_CANDIDATES", 0)
+    ex = small_gpt()
+    cheapest = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=size)
+    monkeypatch.setattr(planner, "TIE_CANDIDATES", CANDIDATES)
+    ex = small_gpt()
+    chosen = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=size)
+    assert chosen.saved_bytes <= chosen.target_bytes == at_fraction.target_bytes
+    assert chosen.tie_break.startswith("the plan at budget ")
+    assert chosen.peak_bytes == measure_peak(ex.step, *ex.args) < cheapest.peak_bytes
