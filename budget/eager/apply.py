@@ -32,7 +32,7 @@ from ..runtime import _torch_private as T
 from .hooks import OffloadHooks
 from .peak import EagerPeak, simulate
 from .plan import EagerPlan, RegionChoice
-from .planner import plan_for_peak, plan_trace, plan_with_tie_break
+from .planner import plan_predicted, plan_trace
 from .policy import RegionPolicy
 from .regions import ModuleSpec, select_candidates
 from .step import step_of
@@ -112,13 +112,13 @@ def plan(
         "time_limit": settings.time_limit,
         "offload": settings.offload,
     }
-    if settings.peak_bytes is not None:
-        return plan_for_peak(  # type: ignore[arg-type]
-            trace, settings.budget, settings.peak_bytes, predict, excluded=excluded, **opts
-        )
+    peak = settings.peak_bytes
     try:
-        return plan_with_tie_break(trace, settings.budget, predict, excluded=excluded, **opts)  # type: ignore[arg-type]
-    except PreviewError:  # the plan stands; its peak is unknown
+        return plan_predicted(trace, settings.budget, peak, predict, excluded=excluded, **opts)  # type: ignore[arg-type]
+    except PreviewError:
+        if peak is not None:
+            raise  # a peak budget needs the peak
+        # the plan stands; its peak is unknown
         return plan_trace(trace, settings.budget, excluded=excluded, **opts)  # type: ignore[arg-type]
 
 

@@ -16,7 +16,7 @@ keeps what it saves there, and the solver re-plans the rest at the same target),
 so when the step's recompute cost does not grow. Each plan is an exact optimum for its
 set of checkpointed regions; over sets of regions the search is greedy.
 
-A peak memory budget (:func:`plan_for_peak`) is met as on the compiled path: the plans of
+A peak memory budget (:func:`plan_predicted`) is met as on the compiled path: the plans of
 the memory budget and of the fractions of ``PEAK_GRID`` below it, from the largest down
 (the cheapest first), each distinct plan's peak predicted (:mod:`budget.eager.peak`)
 until one fits. Eager
@@ -30,6 +30,7 @@ import operator
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -140,10 +141,10 @@ def plan_trace(
     return _eager_plan(plan, trace, problem, nodes, checkpointed, excluded, costs)
 
 
-def plan_for_peak(
+def plan_predicted(
     trace: Trace,
     budget: MemoryBudget,
-    peak_bytes: int,
+    peak_bytes: int | None,
     predict: Callable[[EagerPlan], EagerPlan],
     *,
     solver: str,
@@ -152,29 +153,39 @@ def plan_for_peak(
     excluded: dict[int, str] | None = None,
     offload: bool = False,
 ) -> EagerPlan:
+    """The plan ``budget.apply`` makes, with its predicted peak (``predict(plan)`` gives
+    the plan with its ``peak_bytes`` and ``timeline``, once per distinct plan): under a
+    peak budget (``peak_bytes``) the grid search (:func:`_for_peak`), else the memory
+    budget's plan with the peak tie-break (:func:`_tie_broken`)."""
+    opts = {"solver": solver, "estimator": estimator, "time_limit": time_limit}
+    opts |= {"costs": CostCache(get_estimator(estimator)), "offload": offload}
+    opts |= {"excluded": excluded}
+    if peak_bytes is not None:
+        return _for_peak(trace, budget, peak_bytes, predict, opts)
+    return _tie_broken(trace, budget, predict, opts)
+
+
+def _for_peak(
+    trace: Trace,
+    budget: MemoryBudget,
+    peak_bytes: int,
+    predict: Callable[[EagerPlan], EagerPlan],
+    opts: dict[str, Any],
+) -> EagerPlan:
     """The eager plan with the least recompute whose predicted peak is at most
     ``peak_bytes``, among the plans at ``budget`` and at the fractions of ``PEAK_GRID``
-    below it (ties: the lower peak). ``predict(plan)`` gives the plan with its ``peak_bytes`` and
-    ``timeline``, once per distinct plan.
+    below it (ties: the lower peak); ``opts``: :func:`plan_trace`'s options.
 
     The grid search of :mod:`budget.planning.peak_grid`, from the largest fraction down: a
     smaller target never costs less for a given set of checkpointed modules (the set
     itself is chosen greedily, so this is the grid's cheapest fit up to that choice)."""
     start = time.perf_counter()
-    costs = CostCache(get_estimator(estimator))
-    opts = {
-        "solver": solver,
-        "estimator": estimator,
-        "time_limit": time_limit,
-        "costs": costs,
-        "offload": offload,
-    }
     limit: int | None = None  # the memory budget's own target
 
     def make(b: MemoryBudget) -> EagerPlan | None:
         """The plan at ``b``, None when it saves more than the memory budget allows."""
         nonlocal limit
-        p = plan_trace(trace, b, excluded=excluded, **opts)  # type: ignore[arg-type]
+        p = plan_trace(trace, b, **opts)
         limit = p.target_bytes if limit is None else limit
         return p if p.saved_bytes <= limit else None
 
@@ -189,39 +200,32 @@ def plan_for_peak(
     return replace(best, timings={**best.timings, "peak search": time.perf_counter() - start})
 
 
-def plan_with_tie_break(
+def _tie_broken(
     trace: Trace,
     budget: MemoryBudget,
     predict: Callable[[EagerPlan], EagerPlan],
-    *,
-    solver: str,
-    estimator: str,
-    time_limit: float,
-    excluded: dict[int, str] | None = None,
-    offload: bool = False,
+    opts: dict[str, Any],
 ) -> EagerPlan:
-    """The memory budget's plan with its predicted peak (``predict``), or, where one peaks
-    lower, the plan of a fraction of ``PEAK_GRID`` below the budget whose recompute is
-    within the tie tolerance of the cheapest's (:mod:`budget.planning.tie_break`). Walks
-    the fractions down while their plans stay within it (a smaller target never costs
-    less), ``TIE_CANDIDATES`` distinct plans at most. Not at budget 1 (the model as it
-    is). Under the ``flops`` estimator pointwise ops cost nothing, so plans that recompute
-    them instead of saving them tie with plans that save them, and peak lower."""
-    costs = CostCache(get_estimator(estimator))
-    opts = {"solver": solver, "estimator": estimator, "time_limit": time_limit}
-    opts |= {"costs": costs, "offload": offload, "excluded": excluded}
-    made = plan_trace(trace, budget, **opts)  # type: ignore[arg-type]
+    """The memory budget's plan, or, where one peaks lower, the plan of a fraction of
+    ``PEAK_GRID`` below the budget whose recompute is within the tie tolerance of the
+    cheapest's (:mod:`budget.planning.tie_break`). Walks the fractions down while their
+    plans stay within it (a smaller target never costs less), ``TIE_CANDIDATES`` distinct
+    plans at most. Not at budget 1 (the model as it is). Under the ``flops`` estimator
+    pointwise ops cost nothing, so plans that recompute them instead of saving them tie
+    with plans that save them, and peak lower."""
+    made = plan_trace(trace, budget, **opts)
     cheapest = predict(made)
     if budget.fraction == 1.0:
         return cheapest  # the model as it is
     start = time.perf_counter()
+    costs = opts["costs"]
     tolerance = tie_tolerance(_problem(trace, _checkpointable(trace, costs, {}), costs)[0])
     others: list[tuple[str, Plan]] = []
     seen = {_key(made)}
     for b in grid_budgets(budget)[1:]:
         if len(others) == TIE_CANDIDATES:
             break
-        p = plan_trace(trace, b, **opts)  # type: ignore[arg-type]
+        p = plan_trace(trace, b, **opts)
         if p.saved_bytes > made.target_bytes:
             continue  # a size budget: the fractions above it
         if p.total_recompute_cost > made.total_recompute_cost + tolerance:

@@ -1,4 +1,4 @@
-"""budget.apply's peak tie-break (budget.eager.planner.plan_with_tie_break), measured.
+"""budget.apply's peak tie-break (budget.eager.planner: plan_predicted), measured.
 
 The oracle is the step itself: each plan is applied to the model and its peak measured
 (torch.profiler's memory events), and the cheapest plan of the budget is the one the
