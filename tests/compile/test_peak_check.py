@@ -398,9 +398,9 @@ def test_a_fraction_nothing_gets_under_b1s_code_keeps_its_plan():
 
 
 def test_holding_a_fraction_to_b1s_code_costs_at_most_a_few_compiles():
-    """The best effort is bounded (MobileNetV3 at b=0.3 under Inductor compiled about ten
-    plans before it gave up): the fraction, b=1, then at most HOLD_ATTEMPTS new plans,
-    and no fraction plans of the peak search."""
+    """The best effort is bounded: where nothing within the budget gets under b=1's code,
+    the fraction, b=1, then at most HOLD_ATTEMPTS new plans are compiled, and none of the
+    peak search's fraction plans."""
     compiles = FractionCompiles(b1=101, b0=102, again=103)
     kept = _hold(compiles, _at(0.3))
     assert kept.compiled == "b0"
