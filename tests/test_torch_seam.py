@@ -103,6 +103,7 @@ OWN = {
     "input_mutation_outputs",
     "memory_events",
     "nodes_prefer_channels_last",
+    "torch_saved_set",
 }  # budget's own helpers
 # exports named differently from torch's private originals
 ALIASES = {"reparametrize_module": "_reparametrize_module", "sac_is_compiling": "_is_compiling"}
@@ -319,3 +320,67 @@ def test_faster_max_flow_gives_torchs_exact_cut():
     finally:
         nx.minimum_cut = original
     assert seen and all(seen)
+
+
+@pytest.fixture(scope="module")
+def torch_joint():
+    """A GPT's joint graph and node classification, as torch's partitioner saw them."""
+    from torch._functorch import config as functorch_config
+    from torch._functorch import partitioners
+
+    from budget.models import get_builtin
+
+    seen = []
+    original = partitioners.choose_saved_values_set
+
+    def spy(graph, node_info, memory_budget=1):  # type: ignore[no-untyped-def]
+        seen.append((graph, node_info))
+        return original(graph, node_info, memory_budget=memory_budget)
+
+    ex = get_builtin("gpt", layers=2, d=64, heads=2, seq=32, batch=2, vocab=128)
+    partitioners.choose_saved_values_set = spy
+    try:
+        torch._dynamo.reset()
+        with functorch_config.patch(activation_memory_budget=0.5):
+            step = torch.compile(ex.step, backend="aot_eager_decomp_partition")
+            step(*ex.args).backward()
+    finally:
+        partitioners.choose_saved_values_set = original
+        torch._dynamo.reset()
+    assert seen
+    return seen[0]
+
+
+def test_saved_sets_are_torchs_at_every_fraction_and_the_min_cuts_are_solved_once(torch_joint):
+    from torch._functorch import partitioners
+
+    graph, node_info = torch_joint
+    calls = []
+    original = partitioners.solve_min_cut
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(kwargs.get("dont_ban", args[3] if len(args) > 3 else None))
+        return original(*args, **kwargs)
+
+    cuts: dict = {}
+    fractions = [1.0, 0.8, 0.5, 0.3, 0.1, 0.05]
+    partitioners.solve_min_cut = counted
+    try:
+        with T.boykov_kolmogorov_cuts():
+            want = [
+                [
+                    n.name
+                    for n in partitioners.choose_saved_values_set(graph, node_info, memory_budget=f)
+                ]
+                for f in fractions
+            ]
+        torchs = len(calls)
+        calls.clear()
+        got = [[n.name for n in T.torch_saved_set(graph, node_info, f, cuts)] for f in fractions]
+        again = [[n.name for n in T.torch_saved_set(graph, node_info, f, cuts)] for f in fractions]
+    finally:
+        partitioners.solve_min_cut = original
+    assert got == want and again == want
+    plain = [c for c in calls if not c]  # the budget-independent cuts, without dont_ban
+    assert 1 <= len(cuts) == len(plain) <= 3 < torchs
+    assert partitioners.solve_min_cut is original  # restored

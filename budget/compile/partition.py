@@ -149,7 +149,8 @@ def _partition(
             static_lifetime_input_indices,
             outputs_held,
         )
-    reference = b1_saved_set(graph, node_info)
+    min_cuts: dict = {}  # torch's min-cuts of this graph: b=1's here, the tie-break's later
+    reference = b1_saved_set(graph, node_info, min_cuts)
     t1 = time.perf_counter()
     problem, nodes = build_problem(graph, node_info, get_estimator(settings.estimator), reference)
     problem.fixed_bytes = copied_inputs_bound(graph, node_info, settings.compiler)
@@ -168,6 +169,7 @@ def _partition(
         static_lifetime_input_indices or [],
         reference,
         outputs_held,
+        min_cuts,
     )
     rank, size = ranks.world()
     if size > 1:  # one plan on every rank: rank 0's

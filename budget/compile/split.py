@@ -28,10 +28,10 @@ from .peak import Memo, PeakPrediction, predict_peak
 from .schedule import lower_peak, pin_order
 
 
-def b1_saved_set(graph: fx.Graph, node_info: T.NodeInfo) -> list[fx.Node]:
-    """torch's saved set at memory budget 1 (its min-cut): the b=1 end of every plan."""
-    with T.boykov_kolmogorov_cuts():
-        return T.choose_saved_values_set(graph, node_info, memory_budget=1.0)
+def b1_saved_set(graph: fx.Graph, node_info: T.NodeInfo, cuts: dict | None = None) -> list[fx.Node]:
+    """torch's saved set at memory budget 1 (its min-cut): the b=1 end of every plan
+    (``cuts``: the graph's min-cuts, :func:`budget.runtime._torch_private.torch_saved_set`)."""
+    return T.torch_saved_set(graph, node_info, 1.0, {} if cuts is None else cuts)
 
 
 class Partitions:
@@ -54,6 +54,7 @@ class Partitions:
         static_lifetime_input_indices: Sequence[int] = (),
         reference: Sequence[fx.Node] | None = None,
         outputs_held: bool = True,
+        min_cuts: dict | None = None,
     ) -> None:
         self.joint_module, self.nodes, self.node_info = joint_module, nodes, node_info
         self.num_fwd_outputs, self.settings = num_fwd_outputs, settings
@@ -65,6 +66,9 @@ class Partitions:
         self.static_inputs = {node_info.inputs[i].name for i in static_lifetime_input_indices}
         self._reference = reference
         self._reference_peak: int | None = None
+        # torch's min-cuts of this graph, each solved once (its saved sets at b=1 and at
+        # the tie-break's fractions)
+        self.min_cuts: dict = {} if min_cuts is None else min_cuts
 
     def _extract(
         self,
@@ -104,7 +108,9 @@ class Partitions:
         """The predicted peak of the b=1 plan (torch's saved set at b=1)."""
         if self._reference_peak is None:
             if self._reference is None:
-                self._reference = b1_saved_set(self.joint_module.graph, self.node_info)
+                self._reference = b1_saved_set(
+                    self.joint_module.graph, self.node_info, self.min_cuts
+                )
             names = {n.name for n in self._reference}
             made = self._extract(names, frozenset())
             self._reference_peak = made.prediction.peak_bytes

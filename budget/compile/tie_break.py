@@ -59,10 +59,9 @@ def _torch_plan(
 ) -> Plan | None:
     """torch's saved set at ``fraction`` as a plan of ``problem`` with ``plan``'s budget
     figures; None where it is not a valid plan within ``plan``'s target."""
-    with T.boykov_kolmogorov_cuts():
-        chosen = T.choose_saved_values_set(
-            partitions.joint_module.graph, partitions.node_info, memory_budget=fraction
-        )
+    chosen = T.torch_saved_set(
+        partitions.joint_module.graph, partitions.node_info, fraction, partitions.min_cuts
+    )
     index = {n: i for i, n in enumerate(partitions.nodes)}
     saved = [index[n] for n in chosen if n in index and not problem.is_input[index[n]]]
     saved = problem.prune_unused(saved)

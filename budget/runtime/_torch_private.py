@@ -239,6 +239,38 @@ def boykov_kolmogorov_cuts() -> Iterator[None]:
         nx.minimum_cut = original
 
 
+def torch_saved_set(
+    graph: Any, node_info: Any, memory_budget: float, cuts: dict[Any, Any]
+) -> list[Any]:
+    """torch's saved set at ``memory_budget`` (``choose_saved_values_set``, with
+    :func:`boykov_kolmogorov_cuts`). Its min-cuts do not depend on the budget (up to three,
+    one per set of ban options), so for one joint graph each is solved once and kept in
+    ``cuts`` (the caller's, one per graph): a sweep's fractions share them."""
+    import dataclasses
+
+    from torch._functorch import partitioners
+
+    original = partitioners.solve_min_cut
+
+    def remembered(joint_graph: Any, info: Any, options: Any, dont_ban: Any = None) -> Any:
+        if dont_ban:  # not what choose_saved_values_set asks: solved as torch would
+            return original(joint_graph, info, options, dont_ban)
+        key = (id(joint_graph), dataclasses.astuple(options))
+        if key not in cuts:
+            cuts[key] = original(joint_graph, info, options)
+        saved, banned = cuts[key]
+        return list(saved), banned
+
+    partitioners.solve_min_cut = remembered
+    try:
+        with boykov_kolmogorov_cuts():
+            return partitioners.choose_saved_values_set(
+                graph, node_info, memory_budget=memory_budget
+            )
+    finally:
+        partitioners.solve_min_cut = original
+
+
 def frame_code() -> Any:
     """The code object of the frame dynamo is compiling now (a ``torch_dynamo_resume_in_...``
     function after a graph break), None outside a dynamo compile."""
@@ -294,6 +326,7 @@ def nodes_prefer_channels_last(graph: Any) -> set[Any]:
 __all__ = [
     # budget's own
     "boykov_kolmogorov_cuts",
+    "torch_saved_set",
     "compiled_versions",
     "in_compiled_step",
     "forget_compiled",

@@ -209,10 +209,19 @@ def test_inductor_keeps_extra_recomputations_where_they_are_planned():
 
 
 @pytest.mark.slow
-# the saved set is built before the compiler is chosen: the eager compiler's run (51 s in
-# CI) repeats Inductor's, and runs with -m full
-@pytest.mark.parametrize("compiler", ["inductor", pytest.param("eager", marks=pytest.mark.full)])
-def test_dynamic_shapes_plan_and_keep_gradients(compiler):
+# The saved set is built before the compiler is chosen, so b=1's saved set (the SymInts)
+# is the eager compiler's to check, b=0's pinned recomputations Inductor's; the other two
+# pairs repeat them and run with -m full.
+@pytest.mark.parametrize(
+    ("compiler", "b"),
+    [
+        ("eager", 1.0),
+        ("inductor", 0.0),
+        pytest.param("inductor", 1.0, marks=pytest.mark.full),
+        pytest.param("eager", 0.0, marks=pytest.mark.full),
+    ],
+)
+def test_dynamic_shapes_plan_and_keep_gradients(compiler, b):
     """torch.compile(dynamic=True) hands the partitioner SymInt inputs, which a plan's
     saved set names too (b=1: torch's own set); each is saved once (named twice, the
     backward took it twice and fx refused to build it). At b=0 the backward recomputes
@@ -220,17 +229,17 @@ def test_dynamic_shapes_plan_and_keep_gradients(compiler):
     two sequence lengths."""
     ex = get_builtin("gpt", **SMALL_GPT)
     tokens, targets = ex.args
-    for b in (1.0, 0.0):
-        torch._dynamo.reset()
-        be = budget.backend(memory_budget=b, compiler=compiler)
-        step = torch.compile(ex.step, backend=be, dynamic=True)
-        for length in (64, 48):
-            args = (tokens[:, :length].contiguous(), targets[:, :length].contiguous())
-            reference = _grads(ex, ex.step, *args)
-            for got, want in zip(_grads(ex, step, *args), reference, strict=True):
-                torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
-        assert be.plans
-        assert all((b == 0.0) == bool(p.recomputed_again) for p in be.plans)
+    be = budget.backend(memory_budget=b, compiler=compiler)
+    step = torch.compile(ex.step, backend=be, dynamic=True)
+    for length in (64, 48):
+        args = (tokens[:, :length].contiguous(), targets[:, :length].contiguous())
+        reference = _grads(ex, ex.step, *args)
+        for got, want in zip(_grads(ex, step, *args), reference, strict=True):
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    assert be.plans
+    assert all((b == 0.0) == bool(p.recomputed_again) for p in be.plans)
+    if b == 1.0:  # each SymInt the forward hands over is saved once
+        assert all(len(p.saved) == len(set(p.saved)) for p in be.plans)
 
 
 @pytest.mark.slow
