@@ -227,14 +227,19 @@ def lower_peak(
     *,
     fw_steps: int,
     max_rounds: int = 500,
+    aim: int | None = None,
 ) -> Lowered | None:
     """Recompute values of ``bw`` again until the predicted peak is at most ``limit``.
 
     ``recomputed``: the names of ``bw``'s nodes that recompute forward values (the only
     ones recomputed again). ``predict(bw, recomputed)``: the step's peak with this backward.
     ``cost``: each recomputed node's cost (by its name in ``bw``). ``fw_steps``: how many of
-    the prediction's steps are the forward's. Changes ``bw`` in place and returns what it
-    did, or returns None with ``bw`` unchanged when no change lowered the peak.
+    the prediction's steps are the forward's. ``aim``: the level the rewrites are ranked
+    and judged by (by default ``limit``): a change that keeps the peak is taken where it
+    lowers the bytes held above that level over the whole backward, and what is small
+    beside the excess over it ranks last; aimed lower, the path goes deeper. Changes ``bw``
+    in place and returns what it did, or returns None with ``bw`` unchanged when no change
+    lowered the peak.
     """
     graph = bw.graph
     origin: dict[str, str] = {}
@@ -242,11 +247,12 @@ def lower_peak(
     memo = Memo()  # each node's storages, read once per value
     best = predict(bw, recomputed)
     start_peak = best.peak_bytes
+    level = limit if aim is None else aim
     for _ in range(max_rounds):
         if best.peak_bytes <= limit or best.peak_step < fw_steps:
             break  # low enough, or the peak is in the forward, which this cannot lower
         at = list(graph.nodes)[best.peak_step - fw_steps]
-        options = _options(graph, at, recomputed, memo, origin, cost, best.peak_bytes - limit)
+        options = _options(graph, at, recomputed, memo, origin, cost, best.peak_bytes - level)
         for value, clones, late in options[:8]:
             try:
                 rewrite = _apply(graph, clones, value, late, origin)
@@ -254,7 +260,7 @@ def lower_peak(
                 continue
             names = recomputed | {n.name for n in rewrite.inserted}
             trial = predict(bw, names)
-            if (trial.peak_bytes, _excess(trial, limit)) < (best.peak_bytes, _excess(best, limit)):
+            if (trial.peak_bytes, _excess(trial, level)) < (best.peak_bytes, _excess(best, level)):
                 best, recomputed = trial, names
                 kept.append(rewrite)
                 break

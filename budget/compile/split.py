@@ -25,7 +25,7 @@ from ..runtime import _torch_private as T
 from .graph import kept_inputs
 from .layout import copied_inputs, has_convolution, runs_channels_last
 from .peak import Memo, PeakPrediction, predict_peak
-from .schedule import lower_peak, pin_order
+from .schedule import Lowered, lower_peak, pin_order
 
 
 def b1_saved_set(graph: fx.Graph, node_info: T.NodeInfo, cuts: dict | None = None) -> list[fx.Node]:
@@ -151,14 +151,7 @@ class Partitions:
                 self.settings.compiler == "inductor" and has_convolution(made.fw) and not checked
             )
             if goal is not None and made.prediction.peak_bytes > goal and not blind:
-                lowered = lower_peak(
-                    made.bw,
-                    recomputed,
-                    goal,
-                    made.predict,
-                    {d.name: d.cost for d in plan.decisions},
-                    fw_steps=len(made.fw.graph.nodes),
-                )
+                made, lowered = self._lowered(made, plan, recomputed, goal, checked)
                 if lowered is not None:
                     made.prediction, made.again = lowered.prediction, lowered.again
                     if self.settings.compiler == "inductor":
@@ -188,6 +181,29 @@ class Partitions:
             copied_input_bytes=made.copied,
         )
         return made.fw, made.bw, told
+
+    def _lowered(
+        self, made: Made, plan: Plan, recomputed: frozenset[str], goal: int, checked: bool
+    ) -> tuple[Made, Lowered | None]:
+        """``made``'s backward rescheduled toward ``goal`` (:func:`lower_peak`). The
+        rescheduler is greedy and its path depends on what it aims at: aimed at the goal,
+        a change that lowers the memory held below the goal counts for nothing, and it can
+        stop just above it; aimed at nothing, such a change counts, and it goes further.
+        So where a peak budget is checked and the goal is missed, the saved set is
+        partitioned again and rescheduled aiming at nothing (still stopping at the goal),
+        and the lower peak kept: the same rule for the search and for the plan it picks,
+        from a file too."""
+        cost = {d.name: d.cost for d in plan.decisions}
+        steps = len(made.fw.graph.nodes)
+        lowered = lower_peak(made.bw, recomputed, goal, made.predict, cost, fw_steps=steps)
+        reached = made.prediction if lowered is None else lowered.prediction
+        if not checked or reached.peak_bytes <= goal:
+            return made, lowered
+        again = self._extract(set(plan.kept), recomputed, frozenset(plan.offloaded))
+        deeper = lower_peak(again.bw, recomputed, goal, again.predict, cost, fw_steps=steps, aim=0)
+        if deeper is not None and deeper.prediction.peak_bytes < reached.peak_bytes:
+            return again, deeper
+        return made, lowered
 
 
 @dataclass
