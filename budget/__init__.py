@@ -35,6 +35,7 @@ _LAZY = {
     "PlanMismatchError": ".errors",
     "OffloadError": ".errors",
     "PreviewError": ".errors",
+    "StepBudgetError": ".errors",
     "load_plans": ".core.plan_files",
     "save_plans": ".core.plan_files",
     "available_solvers": ".solvers",
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
         PlanMismatchError,
         PreviewError,
         SolverTimeout,
+        StepBudgetError,
     )
     from .estimators import available_estimators
     from .solvers import available_solvers
@@ -82,6 +84,7 @@ __all__ = [
     "PlanMismatchError",
     "PreviewError",
     "Problem",
+    "StepBudgetError",
     "__version__",
     "apply",
     "available_estimators",

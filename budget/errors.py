@@ -34,6 +34,26 @@ class BudgetTooSmallError(InfeasibleError):
         self.lowest_peak_bytes = lowest_peak_bytes
 
 
+class StepBudgetError(BudgetTooSmallError):
+    """A step's peak budget that one of its graphs (``graph``, counted from 0) cannot fit
+    beside what the step holds outside it. ``short_bytes``: how much less the graphs run
+    before it would have to keep for it to fit at its lowest peak (None where unknown).
+    A preview divides the budget again with that (:mod:`budget.compile.step_budget`)."""
+
+    def __init__(
+        self,
+        message: str,
+        min_bytes: int | None = None,
+        lowest_peak_bytes: int | None = None,
+        *,
+        graph: int = 0,
+        short_bytes: int | None = None,
+    ) -> None:
+        super().__init__(message, min_bytes, lowest_peak_bytes)
+        self.graph = graph
+        self.short_bytes = short_bytes
+
+
 class SolverTimeout(BudgetError, RuntimeError):
     """The time limit passed before any plan was found."""
 
@@ -69,6 +89,7 @@ __all__ = [
     "OffloadError",
     "PlanMismatchError",
     "SolverTimeout",
+    "StepBudgetError",
     "TargetError",
     "UsageError",
 ]

@@ -72,6 +72,9 @@ class BudgetBackend:
         # without a backward), so eager code's saves and what each graph holds follow the
         # runs, repeated graphs included
         self.preview_runs: list[int | None] = []
+        # previews of a step peak budget: caps on what graphs save, by plan index, that
+        # leave later graphs room (budget.compile.step_budget.divide)
+        self.saved_caps: dict[int, int] = {}
 
     @property
     def compiler(self) -> str:
@@ -101,19 +104,23 @@ class BudgetBackend:
         outside = held
         while True:
             mark = self.log.mark()
-            settings = step_budget.share(self.settings, outside, made)
+            settings = step_budget.share(self.settings, outside, made, self.saved_caps.get(made))
             try:
                 compiled = self._compile(GraphJob(gm, example_inputs, settings, not ended))
             except BudgetTooSmallError as e:
                 if outside <= 0:
                     raise
-                raise step_budget.refusal(self.settings, outside, made, e) from None
+                raise step_budget.refusal(
+                    self.settings, outside, made, e, self.preview or self.counting
+                ) from None
             self._told(made, ended, later)
             over, kept = step_budget.excess(self.settings, self.log.plans[made:])
             if over <= 0 or held + kept == 0:
                 break
             if outside >= held + kept:  # planned for its kept inputs too, and still over
-                raise step_budget.over_budget(self.settings, over, made)
+                raise step_budget.over_budget(
+                    self.settings, over, made, self.preview or self.counting
+                )
             self.log.rewind(mark)  # again, for the budget less its kept inputs too
             outside = held + kept
         self.log.announce(made)

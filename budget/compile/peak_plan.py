@@ -51,15 +51,21 @@ def plan_for_peak(
     peak = settings.graphs_peak_bytes
     assert peak is not None
     start = time.perf_counter()
+    budgets = grid_budgets(settings.budget, largest_first=False)
+    cap = settings.saved_cap_bytes
+    if cap is not None:  # the plan of the cap itself is a candidate, where one exists
+        budgets.append(MemoryBudget(nbytes=cap))
     plans = solve_sweep(
         problem,
-        grid_budgets(settings.budget, largest_first=False),
+        budgets,
         solver=settings.solver,
         estimator=settings.estimator,
         time_limit=settings.time_limit,
         timings=timings,
     )
-    limit = plans[0].target_bytes  # the memory budget's own target
+    limit = plans[0].target_bytes  # the memory budget's own target, and the step's cap
+    if cap is not None:
+        limit = min(limit, cap)
     grid = PeakGrid(peak, key=lambda p: tuple(p.saved), predict=partitions.predicted)
     grid.walk(
         sorted(
@@ -140,7 +146,8 @@ def _search_exact(
         problem,
         bound,
         peak,
-        first.target_bytes - problem.fixed_bytes,
+        min(first.target_bytes, settings.saved_cap_bytes or first.target_bytes)
+        - problem.fixed_bytes,
         make,
         fit,
         incumbent=incumbent,

@@ -23,7 +23,7 @@ from ..core.plan import Plan
 from ..core.plan_files import PlanSource
 from ..core.problem import Problem
 from ..core.sizes import parse_budget
-from ..errors import BudgetError, PreviewError
+from ..errors import BudgetError, BudgetTooSmallError, PreviewError, StepBudgetError
 from ..runtime._torch_private import (
     BackendCompilerFailed,
     FakeTensor,
@@ -33,6 +33,7 @@ from ..runtime._torch_private import (
     tree_map,
 )
 from ..runtime.restore import modules_of, restored
+from . import step_budget
 from .backend import BudgetBackend, in_compiled_graph
 from .backend import backend as make_backend
 
@@ -60,27 +61,36 @@ def _trace(
     then runs for real, and the modules ``fn`` reaches get their buffers and the
     generators their states back: :mod:`budget.runtime.restore`)."""
 
-    def fresh() -> BudgetBackend:
+    made: list[BudgetBackend] = []  # each backend the step was planned with, last last
+
+    def fresh(caps: dict[int, int]) -> BudgetBackend:
         be = make_backend(**backend_options)
         if not with_peak_budget:  # sweeps and problems: the peak is shown, never a bound
             be.settings = dataclasses.replace(be.settings, peak_bytes=None)
         be.preview = True
+        be.saved_caps = caps
         be.log.progress = progress
         if sweep is not None:
             budgets = tuple(parse_budget(b) for b in sweep)
             if not budgets:
                 raise ValueError("budgets must name at least one budget")
             be.settings = dataclasses.replace(be.settings, sweep=budgets)
+        made.append(be)
         return be
 
-    be, ran_on = fresh(), FAKE
-    try:
-        _run_on_fake(be, fn, example_args, example_kwargs)
-    except Exception as e:
-        if type(e).__name__ not in _DATA_DEPENDENT:
-            raise
-        be, ran_on = fresh(), EXAMPLES
-        _run_on_examples(be, fn, example_args, example_kwargs, e)
+    def run(caps: dict[int, int]) -> tuple[BudgetBackend, str]:
+        be = fresh(caps)
+        try:
+            _run_on_fake(be, fn, example_args, example_kwargs)
+        except Exception as e:
+            if type(e).__name__ not in _DATA_DEPENDENT:
+                raise
+            be = fresh(caps)
+            _run_on_examples(be, fn, example_args, example_kwargs, e)
+            return be, EXAMPLES
+        return be, FAKE
+
+    be, ran_on = _divided(run, lambda: made[-1])
     if not be.plans:
         raise ValueError(
             "no training graph was captured: nothing in the step requires grad "
@@ -93,6 +103,35 @@ def _trace(
 
 FAKE = "fake tensors"
 EXAMPLES = "the example inputs"
+DIVIDE_ROUNDS = 4  # previews of a step peak budget: the step planned at most this often
+
+
+def _divided(
+    run: Callable[[dict[int, int]], tuple[BudgetBackend, str]],
+    last: Callable[[], BudgetBackend],
+) -> tuple[BudgetBackend, str]:
+    """``run(caps)`` (``last()``: the backend it planned with) with no caps, and where a
+    later graph cannot fit a step peak budget beside what the graphs before it keep, again
+    with those capped to leave it room (:func:`budget.compile.step_budget.divide`), up to
+    ``DIVIDE_ROUNDS`` runs. Where a capped graph is refused in turn, or the caps stop
+    changing, the first refusal stands: it names what planning graph by graph reached."""
+    caps: dict[int, int] = {}
+    first: StepBudgetError | None = None
+    for _ in range(DIVIDE_ROUNDS):
+        try:
+            return run(caps)
+        except StepBudgetError as e:
+            first = first or e
+            new = step_budget.divide(caps, last().plans, e)
+            if new is None or new == caps or (caps and e.graph <= max(caps)):
+                raise first from None
+            caps = new
+        except BudgetTooSmallError:
+            if first is None:
+                raise
+            raise first from None
+    assert first is not None
+    raise first
 
 
 def _run_on_fake(
@@ -140,11 +179,18 @@ def compiled_plans(
     backend with ``backend_options`` (Inductor generates its code, so each plan carries
     its code's peak), its forward run once on the example inputs, the modules it reaches
     and the generators restored after; what eager code saves and the order graphs run in
-    are counted as in a preview, so the plans' ``step_peak`` is the step's."""
-    be = make_backend(**backend_options)
-    be.counting = True
-    _run_for_real(be, fn, example_args, example_kwargs)
-    return be.plans
+    are counted as in a preview, so the plans' ``step_peak`` is the step's. A step peak
+    budget is divided across the graphs as a preview divides it (:func:`_divided`)."""
+    made: list[BudgetBackend] = []
+
+    def run(caps: dict[int, int]) -> tuple[BudgetBackend, str]:
+        be = make_backend(**backend_options)
+        be.counting, be.saved_caps = True, caps
+        made.append(be)
+        _run_for_real(be, fn, example_args, example_kwargs)
+        return be, ""
+
+    return _divided(run, lambda: made[-1])[0].plans
 
 
 def _run_for_real(

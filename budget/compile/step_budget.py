@@ -7,8 +7,16 @@ plus its own (``Plan.step_peak_bytes``), so it is planned for the budget less wh
 graphs before it hold (:func:`share`), and where its kept inputs then put the step over
 the budget, once more for that less its kept inputs too (:func:`excess`, the backend's
 retry). A graph that cannot fit its share is refused with the share explained
-(:func:`refusal`). Eager code's saves between graphs are not seen in training (a preview
-counts them), so they are not in the share.
+(:func:`refusal`, a :class:`~budget.errors.StepBudgetError` saying how much less the
+graphs before it would have to keep). Eager code's saves between graphs are not seen in
+training (a preview counts them), so they are not in the share.
+
+Planned one graph at a time, an earlier graph takes the cheapest plan that fits the whole
+budget, and may keep so much that a later graph no longer fits beside it. A preview sees
+every graph, so where a later graph is refused it plans the step again with the graphs
+before it capped (``PlanSettings.saved_cap_bytes``) to leave that graph room
+(:func:`divide`); so does ``budget solve --compile``, on training's own compiles. Training,
+which meets its graphs one at a time, applies such plans (``plan=``).
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from dataclasses import replace
 from ..core.plan import Plan
 from ..core.settings import PlanSettings
 from ..core.sizes import format_bytes
-from ..errors import BudgetTooSmallError
+from ..errors import BudgetTooSmallError, StepBudgetError
 
 
 def held_before(plans: Sequence[Plan]) -> int:
@@ -27,20 +35,27 @@ def held_before(plans: Sequence[Plan]) -> int:
     return sum(p.saved_bytes + p.kept_input_bytes for p in plans)
 
 
-def share(settings: PlanSettings, outside: int, graph: int) -> PlanSettings:
+def share(settings: PlanSettings, outside: int, graph: int, cap: int | None = None) -> PlanSettings:
     """``settings`` for a graph while the step holds ``outside`` bytes outside it: its peak
-    budget is the step's less those. Unchanged without a peak budget or with nothing
-    outside; a step budget ``outside`` already fills is refused."""
-    if settings.peak_bytes is None or outside <= 0:
+    budget is the step's less those, and what it saves at most ``cap`` (a preview's
+    division, :func:`divide`). Unchanged without a peak budget, or with nothing outside
+    and no cap; a step budget ``outside`` already fills is refused."""
+    if settings.peak_bytes is None:
+        return settings
+    if cap is not None:
+        settings = replace(settings, saved_cap_bytes=cap)
+    if outside <= 0:
         return settings
     left = settings.peak_bytes - outside
     if left <= 0:
-        raise BudgetTooSmallError(
+        raise StepBudgetError(
             f"peak_memory_budget {format_bytes(settings.peak_bytes)} is the step's peak, and "
             f"while graph {graph + 1} runs the step already holds {format_bytes(outside)} "
             "outside it (what the graphs before it save and keep for their backward, and "
             "its inputs its backward keeps): ask for more, or fewer graph breaks",
             lowest_peak_bytes=outside,
+            graph=graph,
+            short_bytes=outside - settings.peak_bytes + 1,
         )
     return replace(settings, peak_bytes=left, search_peak_bytes=None)
 
@@ -59,11 +74,19 @@ def excess(settings: PlanSettings, plans: Sequence[Plan]) -> tuple[int, int]:
     return over, kept
 
 
+_AHEAD = (
+    "; a preview sees every graph and divides the step's budget across them: train with "
+    "plan= the plans of budget.plans(...) or of `budget solve --compile --json FILE` (which "
+    "checks them on Inductor's code)"
+)
+
+
 def refusal(
-    settings: PlanSettings, outside: int, graph: int, e: BudgetTooSmallError
-) -> BudgetTooSmallError:
+    settings: PlanSettings, outside: int, graph: int, e: BudgetTooSmallError, preview: bool
+) -> StepBudgetError:
     """``e`` (a graph's refusal of its share) told as the step's: the share and what the
-    step holds outside the graph, the lowest peak as the step's."""
+    step holds outside the graph, the lowest peak as the step's; in training, where a
+    preview may divide the budget otherwise."""
     assert settings.peak_bytes is not None
     lowest = None if e.lowest_peak_bytes is None else e.lowest_peak_bytes + outside
     told = (
@@ -73,15 +96,40 @@ def refusal(
     )
     if lowest is not None:
         told += f" (the step's lowest peak with this graph: {format_bytes(lowest)})"
-    return BudgetTooSmallError(told, e.min_bytes, lowest)
+    if not preview and outside > 0:
+        told += _AHEAD
+    short = None if lowest is None else max(1, lowest - settings.peak_bytes)
+    return StepBudgetError(told, e.min_bytes, lowest, graph=graph, short_bytes=short)
 
 
-def over_budget(settings: PlanSettings, over: int, graph: int) -> BudgetTooSmallError:
+def over_budget(settings: PlanSettings, over: int, graph: int, preview: bool) -> StepBudgetError:
     """The error for a graph whose step peak stays ``over`` the budget after its retry."""
     assert settings.peak_bytes is not None
-    return BudgetTooSmallError(
+    return StepBudgetError(
         f"peak_memory_budget {format_bytes(settings.peak_bytes)} is the step's peak, and "
         f"with graph {graph + 1} the step's predicted peak is {format_bytes(over)} over it "
-        "(what the graphs before it hold, its kept inputs and its own peak): ask for more",
+        "(what the graphs before it hold, its kept inputs and its own peak): ask for more"
+        + ("" if preview else _AHEAD),
         lowest_peak_bytes=settings.peak_bytes + over,
+        graph=graph,
+        short_bytes=over,
     )
+
+
+def divide(
+    caps: dict[int, int], plans: Sequence[Plan], e: StepBudgetError
+) -> dict[int, int] | None:
+    """New caps on what the graphs before ``e.graph`` save (``plans``: theirs, as planned
+    with ``caps``), so that together they keep ``e.short_bytes`` less: each gives up a
+    share in proportion to what it saves. Not a joint optimum over the graphs (each is
+    solved apart), but each graph is still planned exactly within its cap. None where
+    nothing is known short or the graphs before it save nothing to give up."""
+    before = plans[: e.graph]
+    total = sum(p.saved_bytes for p in before)
+    if e.short_bytes is None or e.graph == 0 or total <= 0:
+        return None
+    new = dict(caps)
+    for i, p in enumerate(before):
+        give = -(-e.short_bytes * p.saved_bytes // total)  # rounded up: the sum covers it
+        new[i] = min(new.get(i, p.saved_bytes), max(0, p.saved_bytes - give))
+    return new

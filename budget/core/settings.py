@@ -41,6 +41,10 @@ class PlanSettings:
     ``peak_bytes``: under Inductor a plan is checked on its compiled code and the graphs
     are searched again for other targets (:mod:`budget.compile.peak_check`);
     ``LOWEST_PEAK`` (0) asks for the plan the graphs predict lowest. None: ``peak_bytes``."""
+    saved_cap_bytes: int | None = None
+    """The most this graph may save (saved bytes), on top of the memory budget: a step's
+    peak budget divided across its graphs (:mod:`budget.compile.step_budget`) leaves a
+    later graph room by capping what the graphs before it keep. None: no cap."""
     peak_search: str = "grid"
     """How a peak budget is searched: "grid" (the best plans of a grid of memory budgets,
     then recomputing values again) or "exact" (then CP-SAT over the plans that recompute

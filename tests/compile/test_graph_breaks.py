@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import budget
+from budget.compile.preview import compiled_plans
 from budget.runtime.measure import measure_peak, saved_bytes
 
 
@@ -303,16 +304,55 @@ def test_a_step_budget_above_one_that_is_met_is_met_too():
     assert [p.saved for p in be.plans] == [p.saved for p in plans]
 
 
-def test_under_inductor_a_step_budget_the_later_graph_cannot_fit_is_refused():
-    """Inductor at 0.9 of the b=1 step's measured peak: the first graph, planned first
-    for the whole budget, keeps all its saves, and what is left is under the second
-    graph's lowest compiled peak: refused, naming the share and the step's lowest peak
-    with that graph (each graph alone fits 0.9: the step would have peaked above it)."""
+def test_a_preview_divides_a_step_budget_training_meets_graph_by_graph_only_above():
+    """Eager compiler at 0.5 of the b=1 step's measured peak: planned graph by graph, the
+    first graph keeps what fits the whole budget and the second no longer fits beside it
+    (training refuses, and says a preview divides the budget); the preview plans the step
+    again with the first graph's saves capped, and training on its plans meets the budget
+    as measured, at the step peak the preview predicts."""
+    torch.manual_seed(0)
+    model, x = BreakInTheMiddle(), torch.randn(512, 128)
+    full = measure_peak(torch.compile(model, backend=budget.backend(1.0, compiler="eager")), x)
+    target = int(0.5 * full)
+    torch._dynamo.reset()
+    be = budget.backend(peak_memory_budget=f"{target}B", compiler="eager")
+    with pytest.raises(Exception, match="divides the step's budget") as e:
+        torch.compile(model, backend=be)(x)
+    err = getattr(e.value, "inner_exception", e.value)  # dynamo wraps a backend's error
+    assert isinstance(err, budget.StepBudgetError) and err.graph == 1
+    ungiven = be.plans[0].saved_bytes  # what the first graph kept, planned alone
+    torch._dynamo.reset()
+    plans = budget.plans(model, x, peak_memory_budget=f"{target}B", compiler="eager")
+    assert plans[0].saved_bytes < ungiven
+    found = budget.step_peak(plans)
+    assert found is not None and found[0] <= target
+    torch._dynamo.reset()
+    be = budget.backend(plan=plans, compiler="eager")
+    assert measure_peak(torch.compile(model, backend=be), x) == found[0]
+
+
+def test_under_inductor_a_step_budget_training_refuses_solve_compile_divides():
+    """Inductor at 0.9 of the b=1 step's measured peak: training, planning the first graph
+    for the whole budget, keeps all its saves, and what is left is under the second graph's
+    lowest compiled peak: refused, naming the share and the step's lowest peak with that
+    graph (each graph alone fits 0.9). ``budget solve --compile``'s plans (training's
+    compiles, the step planned again with the first graph capped) meet the budget as
+    measured, at the step peak of their compiled code."""
     torch.manual_seed(0)
     model, x = BreakInTheMiddle(), torch.randn(512, 128)
     full = measure_peak(torch.compile(model, backend=budget.backend(1.0)), x)
+    target = int(0.9 * full)
     torch._dynamo.reset()
-    be = budget.backend(peak_memory_budget=f"{int(0.9 * full)}B")
+    be = budget.backend(peak_memory_budget=f"{target}B")
     with pytest.raises(Exception, match="graph 2 of the step gets .* of the step's") as e:
         torch.compile(model, backend=be)(x)
     assert "the step's lowest peak with this graph" in str(e.value)
+    assert "budget solve --compile" in str(e.value)
+    torch._dynamo.reset()
+    plans = compiled_plans(model, (x,), {}, peak_memory_budget=f"{target}B")
+    assert all(p.compiled_peak_bytes is not None for p in plans)
+    found = budget.step_peak(plans)
+    assert found is not None and found[0] <= target
+    torch._dynamo.reset()
+    measured = measure_peak(torch.compile(model, backend=budget.backend(plan=plans)), x)
+    assert measured == found[0]

@@ -132,6 +132,28 @@ def test_peak_budget_picks_the_least_recompute_that_fits():
     assert plan.recompute_cost <= min(p.recompute_cost for p in fitting) * (1 + 1e-9)
 
 
+def test_a_cap_on_saved_bytes_binds_a_peak_budget_as_a_memory_budget_would():
+    """A graph capped at what b=0.4 saves (a step's division of its peak budget), under a
+    peak budget every plan meets: the plan saves no more than the cap and recomputes what
+    the plan of a memory budget of that size recomputes; a cap of nothing recomputes
+    everything, as b=0 does."""
+    ex = get_builtin("mlp", batch=8, d_in=16, d=32, layers=2)
+    cap = budget.plan(ex.step, *ex.args, memory_budget=0.4, compiler="eager").saved_bytes
+    sized = budget.plan(ex.step, *ex.args, memory_budget=f"{cap}B", compiler="eager")
+    step, be = _compiled(ex, "eager", peak_memory_budget="1GiB")
+    be.saved_caps = {0: cap}
+    step(*ex.args)
+    (plan,) = be.plans
+    assert plan.saved_bytes <= cap < budget.plan(ex.step, *ex.args, compiler="eager").saved_bytes
+    assert plan.recompute_cost == pytest.approx(sized.recompute_cost, rel=1e-9)
+    torch._dynamo.reset()
+    step, be = _compiled(ex, "eager", peak_memory_budget="1GiB")
+    be.saved_caps = {0: 0}
+    step(*ex.args)
+    low = budget.plan(ex.step, *ex.args, memory_budget=0.0, compiler="eager")
+    assert be.plans[0].saved_bytes == 0 and set(be.plans[0].saved) == set(low.saved)
+
+
 def test_an_unreachable_peak_names_the_lowest():
     ex = get_builtin("mlp", batch=8, d_in=16, d=32, layers=2)
     with pytest.raises(budget.BudgetTooSmallError, match=r"lowest predicted peak .*\(\d+ bytes\)"):

@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 from helpers.plans import KiB, make_plan
 
-from budget.compile.step_budget import excess, over_budget, refusal, share
+from budget.compile.step_budget import divide, excess, over_budget, refusal, share
 from budget.core.settings import PlanSettings
 from budget.core.sizes import parse_budget
-from budget.errors import BudgetTooSmallError
+from budget.errors import BudgetTooSmallError, StepBudgetError
 
 
 def _settings(peak: int | None) -> PlanSettings:
@@ -49,13 +49,43 @@ def test_the_step_peak_over_the_budget_and_the_kept_inputs():
 def test_refusals_speak_of_the_step():
     settings = _settings(1000 * KiB)
     inner = BudgetTooSmallError("peak memory budget 700.00 KiB is below ...", None, 800 * KiB)
-    told = refusal(settings, 300 * KiB, 1, inner)
+    told = refusal(settings, 300 * KiB, 1, inner, True)
     assert told.lowest_peak_bytes == 1100 * KiB  # the graph's lowest, with what is outside
+    assert told.graph == 1 and told.short_bytes == 100 * KiB  # 1100 KiB against 1000
     text = str(told)
     assert (
         "graph 2 of the step gets 700.00 KiB" in text
         and "lowest peak with this graph: 1.07 MiB" in text
     )
     assert "below ..." in text  # the graph's own refusal is kept
-    over = over_budget(settings, 20 * KiB, 2)
+    assert "plan=" not in text  # a preview divides the budget itself
+    assert "budget solve --compile" in str(refusal(settings, 300 * KiB, 1, inner, False))
+    over = over_budget(settings, 20 * KiB, 2, True)
     assert over.lowest_peak_bytes == 1020 * KiB and "graph 3" in str(over)
+    assert over.graph == 2 and over.short_bytes == 20 * KiB
+
+
+def test_a_cap_on_what_a_graph_saves_comes_with_a_peak_budget_only():
+    assert share(_settings(1000 * KiB), 0, 0, 300 * KiB).saved_cap_bytes == 300 * KiB
+    assert share(_settings(1000 * KiB), 100 * KiB, 1, 300 * KiB).saved_cap_bytes == 300 * KiB
+    assert share(_settings(None), 0, 0, 300 * KiB).saved_cap_bytes is None
+
+
+def _short(graph: int, short: int | None) -> StepBudgetError:
+    return StepBudgetError("refused", graph=graph, short_bytes=short)
+
+
+def test_the_graphs_before_a_refused_one_give_up_what_it_is_short_in_proportion():
+    """Graphs saving 300 and 100 KiB before graph 3, which is 40 KiB short: they give up
+    30 and 10 KiB; the caps only ever fall, and a later graph is never capped."""
+    plans = [make_plan(saved_bytes=300 * KiB), make_plan(saved_bytes=100 * KiB), make_plan()]
+    caps = divide({}, plans, _short(2, 40 * KiB))
+    assert caps == {0: 270 * KiB, 1: 90 * KiB}
+    assert sum(caps.values()) <= 400 * KiB - 40 * KiB
+    odd = divide({}, plans, _short(2, 7))  # rounded up: the two cover at least 7 bytes
+    assert odd is not None and 400 * KiB - sum(odd.values()) >= 7
+    assert divide({0: 100 * KiB}, plans, _short(1, 10 * KiB)) == {0: 100 * KiB}
+    assert divide({}, plans, _short(1, 10 * 1024 * KiB)) == {0: 0}  # never below nothing
+    assert divide({}, plans, _short(0, 10)) is None  # the first graph: nothing before it
+    assert divide({}, plans, _short(2, None)) is None  # short by an unknown amount
+    assert divide({}, [make_plan(saved_bytes=0)] * 2, _short(1, 10)) is None
