@@ -74,11 +74,16 @@ def excess(settings: PlanSettings, plans: Sequence[Plan]) -> tuple[int, int]:
     return over, kept
 
 
-_AHEAD = (
-    "; a preview sees every graph and divides the step's budget across them: train with "
-    "plan= the plans of budget.plans(...) or of `budget solve --compile --json FILE` (which "
-    "checks them on Inductor's code)"
-)
+def _ahead(settings: PlanSettings) -> str:
+    """Where training refuses: the preview that divides the step's budget instead."""
+    if settings.compiler == "inductor":  # checked on Inductor's code, as training checks
+        found = "budget.plans(..., compile=True) or `budget solve --compile --json FILE`"
+    else:
+        found = "budget.plans(...)"
+    return (
+        "; a preview sees every graph and divides the step's budget across them: train "
+        f"with plan= the plans of {found}"
+    )
 
 
 def refusal(
@@ -97,7 +102,7 @@ def refusal(
     if lowest is not None:
         told += f" (the step's lowest peak with this graph: {format_bytes(lowest)})"
     if not preview and outside > 0:
-        told += _AHEAD
+        told += _ahead(settings)
     short = None if lowest is None else max(1, lowest - settings.peak_bytes)
     return StepBudgetError(told, e.min_bytes, lowest, graph=graph, short_bytes=short)
 
@@ -109,7 +114,7 @@ def over_budget(settings: PlanSettings, over: int, graph: int, preview: bool) ->
         f"peak_memory_budget {format_bytes(settings.peak_bytes)} is the step's peak, and "
         f"with graph {graph + 1} the step's predicted peak is {format_bytes(over)} over it "
         "(what the graphs before it hold, its kept inputs and its own peak): ask for more"
-        + ("" if preview else _AHEAD),
+        + ("" if preview else _ahead(settings)),
         lowest_peak_bytes=settings.peak_bytes + over,
         graph=graph,
         short_bytes=over,

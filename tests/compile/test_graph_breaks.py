@@ -7,7 +7,6 @@ import pytest
 import torch
 
 import budget
-from budget.compile.preview import compiled_plans
 from budget.runtime.measure import measure_peak, saved_bytes
 
 
@@ -335,7 +334,7 @@ def test_under_inductor_a_step_budget_training_refuses_solve_compile_divides():
     """Inductor at 0.9 of the b=1 step's measured peak: training, planning the first graph
     for the whole budget, keeps all its saves, and what is left is under the second graph's
     lowest compiled peak: refused, naming the share and the step's lowest peak with that
-    graph (each graph alone fits 0.9). ``budget solve --compile``'s plans (training's
+    graph (each graph alone fits 0.9). ``budget.plans(..., compile=True)`` (training's
     compiles, the step planned again with the first graph capped) meet the budget as
     measured, at the step peak of their compiled code."""
     torch.manual_seed(0)
@@ -349,7 +348,7 @@ def test_under_inductor_a_step_budget_training_refuses_solve_compile_divides():
     assert "the step's lowest peak with this graph" in str(e.value)
     assert "budget solve --compile" in str(e.value)
     torch._dynamo.reset()
-    plans = compiled_plans(model, (x,), {}, peak_memory_budget=f"{target}B")
+    plans = budget.plans(model, x, peak_memory_budget=f"{target}B", compile=True)
     assert all(p.compiled_peak_bytes is not None for p in plans)
     found = budget.step_peak(plans)
     assert found is not None and found[0] <= target

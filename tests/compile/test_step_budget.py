@@ -59,7 +59,11 @@ def test_refusals_speak_of_the_step():
     )
     assert "below ..." in text  # the graph's own refusal is kept
     assert "plan=" not in text  # a preview divides the budget itself
-    assert "budget solve --compile" in str(refusal(settings, 300 * KiB, 1, inner, False))
+    # training: a preview divides the budget; under Inductor, one checked on its code
+    inductor = replace(settings, compiler="inductor")
+    assert "budget solve --compile" in str(refusal(inductor, 300 * KiB, 1, inner, False))
+    eager = str(refusal(replace(settings, compiler="eager"), 300 * KiB, 1, inner, False))
+    assert "plan= the plans of budget.plans(...)" in eager and "--compile" not in eager
     over = over_budget(settings, 20 * KiB, 2, True)
     assert over.lowest_peak_bytes == 1020 * KiB and "graph 3" in str(over)
     assert over.graph == 2 and over.short_bytes == 20 * KiB

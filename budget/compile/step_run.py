@@ -1,0 +1,192 @@
+"""Running a step for a preview: dynamo and the backend on fake tensors, or on the
+example inputs where code outside the compiled graphs depends on tensor values, and what
+autograd saves outside the compiled graphs meanwhile (eager code's own activations), put
+on the plans of the graphs it follows (:class:`OutsideSaves`)."""
+
+from __future__ import annotations
+
+import traceback
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+from ..errors import BudgetError, PreviewError
+from ..runtime._torch_private import (
+    BackendCompilerFailed,
+    FakeTensor,
+    FakeTensorMode,
+    forget_compiled,
+    tree_leaves,
+    tree_map,
+)
+from ..runtime.restore import modules_of, restored
+from .backend import BudgetBackend, in_compiled_graph
+
+# torch's errors for Python that needs a fake tensor's values (a branch on a data-dependent
+# size, .item() used as a number, an op whose output size it cannot bound)
+DATA_DEPENDENT = {
+    "GuardOnDataDependentSymNode",
+    "DataDependentOutputException",
+    "DynamicOutputShapeException",
+}
+
+
+def run_on_fake(
+    be: BudgetBackend, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    # A shape environment lets eager code between graphs run data-dependent ops (nonzero,
+    # masked_select: a MoE's routing) on fake tensors, as training runs them for real.
+    with FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv()) as mode:
+
+        def fake(x: Any) -> Any:
+            return mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else x
+
+        args, kwargs = tree_map(fake, (args, kwargs))
+        _run(be, fn, args, kwargs, OutsideSaves(be, (args, kwargs), mode))
+
+
+def run_on_examples(
+    be: BudgetBackend,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    cause: Exception,
+) -> None:
+    """The step on its example inputs (:func:`run_for_real`); a PreviewError naming
+    where the step failed when even that cannot run."""
+    try:
+        run_for_real(be, fn, args, kwargs)
+    except BudgetError:
+        raise
+    except Exception as e:
+        raise PreviewError(
+            "the step cannot be previewed: on fake tensors, code outside the compiled "
+            f"graphs depends on tensor values ({_first_line(cause)}), and on the example "
+            f"inputs it raised {_first_line(e)}{_where(e)}"
+        ) from e
+
+
+def run_for_real(
+    be: BudgetBackend, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    """``fn`` on real tensors: the modules it reaches and the generators restored after,
+    their parameters and buffers not counted as eager code's saves."""
+    modules = modules_of(fn)
+    resident = [t for m in modules for t in (*m.parameters(), *m.buffers())]
+    outside = OutsideSaves(be, (args, kwargs, resident), None)
+    with restored(modules):
+        _run(be, fn, args, kwargs, outside)
+
+
+def _run(
+    be: BudgetBackend,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    outside: OutsideSaves,
+) -> None:
+    compiled = torch.compile(_own_code(fn), backend=be, dynamic=False)
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(outside.pack, lambda t: t):
+            compiled(*args, **kwargs)
+    except BackendCompilerFailed as e:  # show our own error, not dynamo's wrapper
+        raise e.inner_exception from None
+    finally:
+        for code in be.preview_codes:
+            forget_compiled(code)
+        be.preview_codes.clear()
+    outside.attribute()
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
+
+
+def _where(e: BaseException) -> str:
+    """`` at FILE:LINE``: the innermost frame of the traceback outside torch and budget."""
+    roots = (str(Path(torch.__file__).parent), str(Path(__file__).parents[1]))
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith(roots)]
+    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+
+
+def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with a code object of its own, where it is a plain function: what dynamo
+    compiles for the preview is then held apart from a training compile of ``fn``, and
+    dropped after it (:attr:`BudgetBackend.preview_codes`)."""
+    if not isinstance(fn, types.FunctionType):
+        return fn
+    own = types.FunctionType(
+        fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
+    )
+    own.__kwdefaults__ = fn.__kwdefaults__
+    own.__qualname__, own.__module__ = fn.__qualname__, fn.__module__
+    return own
+
+
+class OutsideSaves:
+    """What autograd saves outside the compiled graphs during a preview's run: eager
+    code's own activations, which no plan covers. Each distinct storage once, parameters
+    and the step's inputs aside, sized by its upper bound where its size depends on data
+    (a MoE's routing, on fake tensors), and put on the plan of the graph it follows."""
+
+    def __init__(self, be: BudgetBackend, inputs: Any, mode: Any) -> None:
+        self.be = be
+        self.mode = mode  # the fake mode; None on the example inputs (real tensors)
+        leaves = [t for t in tree_leaves(inputs) if isinstance(t, torch.Tensor)]
+        self.inputs = {id(t.untyped_storage()) for t in leaves}
+        self.saved: dict[int, tuple[int, int]] = {}  # id(storage) -> (bytes, runs before)
+        self.keep: list[Any] = []  # the storages, alive so that their ids stay theirs
+
+    def pack(self, t: Any) -> Any:
+        # on fake tensors, parameters are the real ones; on the example inputs, a leaf
+        # that requires grad is one the step did not make (a parameter it reached)
+        made = _fake(t) if self.mode is not None else not (t.is_leaf and t.requires_grad)
+        if made and not in_compiled_graph():
+            storage = t.untyped_storage()
+            key = id(storage)
+            if key not in self.inputs and key not in self.saved:
+                self.saved[key] = (self._nbytes(storage), len(self.be.preview_runs))
+                self.keep.append(storage)
+        return t
+
+    def _nbytes(self, storage: Any) -> int:
+        n = storage.nbytes()
+        if isinstance(n, int):
+            return n
+        try:  # a data-dependent size: its upper bound
+            upper = self.mode.shape_env.bound_sympy(n.node.expr).upper
+            return int(upper) if upper.is_finite else 0
+        except Exception:  # noqa: BLE001 - no bound: not counted
+            return 0
+
+    def attribute(self) -> None:
+        """Each plan's eager saves (those after a run of its graph, until the next graph's
+        run; before the first run: the first graph's) and what the step holds outside its
+        graph while it runs (``held_bytes``: over its runs, the most)."""
+        plans, runs = self.be.plans, self.be.preview_runs
+        ran = [i for i in runs if i is not None]
+        eager = [0] * len(plans)
+        saves_before = [0] * (len(runs) + 1)  # eager bytes saved after k runs, by k
+        for nbytes, k in self.saved.values():
+            saves_before[min(k, len(runs))] += nbytes
+            last = next((i for i in reversed(runs[:k]) if i is not None), None)
+            eager[last if last is not None else (ran[0] if ran else 0)] += nbytes
+        held: list[int] = [0] * len(plans)
+        outside = 0  # the step's bytes outside the graph about to run
+        for k, i in enumerate(runs):
+            outside += saves_before[k]
+            if i is not None:
+                held[i] = max(held[i], outside)
+                outside += plans[i].saved_bytes + plans[i].kept_input_bytes
+        for i in range(len(plans)):
+            self.be.log.update(i, eager_saved_bytes=eager[i], held_bytes=held[i])
+        self.keep.clear()
+
+
+def _fake(t: Any) -> bool:
+    return isinstance(t, FakeTensor)
