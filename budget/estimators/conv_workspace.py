@@ -23,7 +23,11 @@ host:
   convolutions are measured the first time any plan on this host meets them (about 0.1 s
   a call), then read;
 - a call whose operands would take over 256 MiB, or that is not a 2-d convolution, is not
-  run: the rule covers it; so does ``budget.config.conv_workspace = "rule"``.
+  run: the rule covers it; so does ``budget.config.conv_workspace = "rule"``;
+- nor is a call oneDNN gets wrong on this CPU (:func:`_broken_here`): on AVX2-only CPUs the
+  backward of a strided 1x1 convolution over channels-last input with fewer than 8 input
+  channels a group writes past its workspace (uxlfoundation/oneDNN#6035): the heap is
+  corrupted with one thread, the call hangs or gives wrong weight gradients with more.
 
 No model code runs and no user tensor is touched: only ``aten.convolution`` and its
 backward on zeros of the graph's shapes.
@@ -105,7 +109,7 @@ def _signature(forward: bool, args: Sequence[Any], channels_last: bool) -> dict[
         return None
     operands = [x, w] + ([grad] if isinstance(grad, torch.Tensor) else [])
     strides = [_strides(t, size, channels_last) for t, size in zip(operands, sizes, strict=True)]
-    return {
+    sig = {
         "op": "forward" if forward else "backward",
         "x": sizes[0],
         "w": sizes[1],
@@ -122,6 +126,22 @@ def _signature(forward: bool, args: Sequence[Any], channels_last: bool) -> dict[
         "dtype": str(x.dtype).removeprefix("torch."),
         "channels_last": bool(channels_last),
     }
+    return None if _broken_here(sig) else sig
+
+
+def _broken_here(sig: dict[str, Any]) -> bool:
+    """Whether ``sig`` is a call oneDNN's AVX2 1x1 kernel mishandles on this CPU (module
+    docstring): a backward making the weight's gradient, a 1x1 kernel with a stride over
+    1, input laid out channels-last (its channel stride 1) with under 8 channels a group
+    (the kernel's channel block), on a CPU whose widest vector unit torch uses is AVX2."""
+    if sig["op"] != "backward" or not (sig["mask"] and sig["mask"][1]):
+        return False
+    if list(sig["w"][2:]) != [1, 1] or max(sig["stride"]) <= 1 or sig["x"][1] == 1:
+        return False
+    channels_per_group = sig["x"][1] // sig["groups"]
+    if sig["strides"][0][1] != 1 or channels_per_group >= 8:
+        return False
+    return torch.backends.cpu.get_cpu_capability() == "AVX2"
 
 
 def _strides(t: torch.Tensor, size: Sequence[int], channels_last: bool) -> list[int]:

@@ -161,3 +161,31 @@ def test_a_gradient_in_strides_of_its_own_is_priced_as_it_is_laid_out(fresh):
     op = aten.convolution_backward.default
     measured = measure_workspace(lambda: op(*bwd))
     assert measured <= workspace_bytes(op, bwd, None) <= measured + KiB
+
+
+@pytest.mark.parametrize("cpu", ["AVX2", "AVX512"])
+def test_a_call_onednn_gets_wrong_on_avx2_is_never_run(fresh, monkeypatch, cpu):
+    """The backward of a strided 1x1 convolution over channels-last input with 4 channels
+    (oneDNN#6035: on AVX2-only CPUs it writes past its workspace) is not measured there:
+    never run, priced by the rule. The same call with 8 channels, unstrided, with a 3x3
+    kernel, laid out NCHW, or without the weight's gradient is measured as any other."""
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: cpu)
+    ran = []
+    monkeypatch.setattr(conv_workspace, "_run", lambda sig: ran.append(sig) or 0)
+    cl, nchw = torch.channels_last, torch.contiguous_format
+
+    def priced(cin, k, s, fmt, mask=(True, True, False)):
+        x = torch.zeros(2, cin, 8, 8).to(memory_format=fmt)
+        w = torch.zeros(8, cin, k, k).to(memory_format=fmt)
+        g = torch.zeros(2, 8, 8 // s, 8 // s).to(memory_format=fmt)
+        pad = [k // 2] * 2
+        args = (g, x, w, None, [s, s], pad, [1, 1], False, [0, 0], 1, list(mask))
+        before = len(ran)
+        conv_workspace.measured_workspace_bytes(
+            aten.convolution_backward.default, args, channels_last=fmt is cl
+        )
+        return len(ran) > before
+
+    assert priced(4, 1, 2, cl) is (cpu != "AVX2")
+    assert priced(8, 1, 2, cl) and priced(4, 1, 1, cl) and priced(4, 3, 2, cl)
+    assert priced(4, 1, 2, nchw) and priced(4, 1, 2, cl, mask=(True, False, False))
