@@ -261,16 +261,22 @@ class BreakInTheMiddle(torch.nn.Module):
         return self.b(h).cos().pow(2).mean()
 
 
+def _break_in_the_middle(compiler: str = "inductor"):
+    """The model, its input and the b=1 step's measured peak under ``compiler``."""
+    torch.manual_seed(0)
+    model, x = BreakInTheMiddle(), torch.randn(512, 128)
+    full = measure_peak(torch.compile(model, backend=budget.backend(1.0, compiler=compiler)), x)
+    torch._dynamo.reset()
+    return model, x, full
+
+
 def test_a_peak_budget_is_the_steps_across_a_graph_break():
     """Eager compiler, asked for 0.85 of the b=1 step's measured peak: the later graph
     runs over the earlier one's saves, so it is planned for its share (the budget less
     what the step holds outside it), and the step's measured peak meets the budget, as
     does its predicted step peak."""
-    torch.manual_seed(0)
-    model, x = BreakInTheMiddle(), torch.randn(512, 128)
-    full = measure_peak(torch.compile(model, backend=budget.backend(1.0, compiler="eager")), x)
+    model, x, full = _break_in_the_middle("eager")
     target = int(0.85 * full)
-    torch._dynamo.reset()
     be = budget.backend(peak_memory_budget=f"{target}B", compiler="eager")
     measured = measure_peak(torch.compile(model, backend=be), x)
     first, second = be.plans
@@ -288,9 +294,7 @@ def test_a_step_budget_above_one_that_is_met_is_met_too():
     aiming at the share, stops (a change that lowers only what is held under the share
     counted for nothing there); rescheduled aiming lower it goes under the share, and the
     step's predicted and measured peaks meet the budget."""
-    torch.manual_seed(0)
-    model, x = BreakInTheMiddle(), torch.randn(512, 128)
-    full = measure_peak(torch.compile(model, backend=budget.backend(1.0, compiler="eager")), x)
+    model, x, full = _break_in_the_middle("eager")
     for f in (0.7, 0.75):
         target = int(f * full)
         torch._dynamo.reset()
@@ -309,11 +313,8 @@ def test_a_preview_divides_a_step_budget_training_meets_graph_by_graph_only_abov
     (training refuses, and says a preview divides the budget); the preview plans the step
     again with the first graph's saves capped, and training on its plans meets the budget
     as measured, at the step peak the preview predicts."""
-    torch.manual_seed(0)
-    model, x = BreakInTheMiddle(), torch.randn(512, 128)
-    full = measure_peak(torch.compile(model, backend=budget.backend(1.0, compiler="eager")), x)
+    model, x, full = _break_in_the_middle("eager")
     target = int(0.5 * full)
-    torch._dynamo.reset()
     be = budget.backend(peak_memory_budget=f"{target}B", compiler="eager")
     with pytest.raises(Exception, match="divides the step's budget") as e:
         torch.compile(model, backend=be)(x)
@@ -337,11 +338,8 @@ def test_under_inductor_a_step_budget_training_refuses_solve_compile_divides():
     graph (each graph alone fits 0.9). ``budget.plans(..., compile=True)`` (training's
     compiles, the step planned again with the first graph capped) meet the budget as
     measured, at the step peak of their compiled code."""
-    torch.manual_seed(0)
-    model, x = BreakInTheMiddle(), torch.randn(512, 128)
-    full = measure_peak(torch.compile(model, backend=budget.backend(1.0)), x)
+    model, x, full = _break_in_the_middle()
     target = int(0.9 * full)
-    torch._dynamo.reset()
     be = budget.backend(peak_memory_budget=f"{target}B")
     with pytest.raises(Exception, match="graph 2 of the step gets .* of the step's") as e:
         torch.compile(model, backend=be)(x)
