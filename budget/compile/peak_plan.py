@@ -86,7 +86,7 @@ def plan_for_peak(
     proven, floor, exact_s = False, None, 0.0
     if settings.peak_search == "exact":
         t0 = time.perf_counter()
-        exact = _search_exact(partitions, problem, settings, plans[0], fits, timings)
+        exact = _search_exact(partitions, problem, settings, plans[0], limit, fits, timings)
         exact_s = time.perf_counter() - t0
         for p in exact.tried:
             tried.setdefault(tuple(p.saved), p)
@@ -126,10 +126,12 @@ def _search_exact(
     problem: Problem,
     settings: PlanSettings,
     first: Plan,
+    limit: int,
     fits: list[Plan],
     timings: dict[str, float],
 ) -> PeakSearch:
-    """:func:`budget.compile.peak_search.search_peak` from the grid's cheapest fit."""
+    """:func:`budget.compile.peak_search.search_peak` from the grid's cheapest fit, over
+    plans saving at most ``limit`` (the memory budget's target, or the step's cap)."""
     peak = settings.graphs_peak_bytes
     assert peak is not None
     bound = _bound(partitions)
@@ -146,8 +148,7 @@ def _search_exact(
         problem,
         bound,
         peak,
-        min(first.target_bytes, settings.saved_cap_bytes or first.target_bytes)
-        - problem.fixed_bytes,
+        limit - problem.fixed_bytes,
         make,
         fit,
         incumbent=incumbent,

@@ -107,8 +107,9 @@ def settings_key(settings: PlanSettings) -> str:
     sweep = ",".join(str(b.to_json()) for b in s.sweep)
     return (
         f"budget-{__version__}-{code_hash()}-{s.budget.to_json()}-{s.peak_bytes}-"
-        f"{s.search_peak_bytes}-{s.saved_cap_bytes}-{s.peak_search}-{s.solver}-{s.estimator}-{s.time_limit!r}-"
-        f"{s.compiler}-{fixed}-[{sweep}]-offload={s.offload}-{_host(s.estimator, s.conv_workspace)}"
+        f"{s.search_peak_bytes}-{s.saved_cap_bytes}-{s.peak_search}-{s.solver}-"
+        f"{s.estimator}-{s.time_limit!r}-{s.compiler}-{fixed}-[{sweep}]-offload={s.offload}-"
+        f"{_host(s.estimator, s.conv_workspace)}"
     )
 
 

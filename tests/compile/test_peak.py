@@ -146,12 +146,13 @@ def test_a_cap_on_saved_bytes_binds_a_peak_budget_as_a_memory_budget_would():
     (plan,) = be.plans
     assert plan.saved_bytes <= cap < budget.plan(ex.step, *ex.args, compiler="eager").saved_bytes
     assert plan.recompute_cost == pytest.approx(sized.recompute_cost, rel=1e-9)
-    torch._dynamo.reset()
-    step, be = _compiled(ex, "eager", peak_memory_budget="1GiB")
-    be.saved_caps = {0: 0}
-    step(*ex.args)
     low = budget.plan(ex.step, *ex.args, memory_budget=0.0, compiler="eager")
-    assert be.plans[0].saved_bytes == 0 and set(be.plans[0].saved) == set(low.saved)
+    for search in ("grid", "exact"):  # the exact search is bound by the cap too
+        torch._dynamo.reset()
+        step, be = _compiled(ex, "eager", peak_memory_budget="1GiB", peak_search=search)
+        be.saved_caps = {0: 0}
+        step(*ex.args)
+        assert be.plans[0].saved_bytes == 0 and set(be.plans[0].saved) == set(low.saved), search
 
 
 def test_an_unreachable_peak_names_the_lowest():
