@@ -3,8 +3,9 @@ vision models, from small configs with random weights (tests/helpers/real_models
 
 For each model, budget and compiler: gradients equal to the unplanned step's (dropout
 off), measured saved activation bytes (saved_tensors_hooks; parameters, buffers and inputs
-excluded) equal to the plans' prediction and at or under target; and ``budget solve
-FILE.py:FACTORY`` on each model.
+excluded) equal to the plans' prediction and at or under target; with the eager compiler,
+the step's measured peak within 2% of the predicted one, which is under it by at most
+0.5%; and ``budget solve FILE.py:FACTORY`` on each model.
 
 CI runs a default subset (every model with the eager compiler at one budget, Inductor on
 GPT-2, the CLI on two); the whole grid is marked ``full``:
@@ -66,7 +67,16 @@ def _check(name: str, b: float, compiler: str) -> None:
         assert all(p.graph_break for p in be.plans[:-1]), name
         kept = sum(p.kept_input_bytes for p in be.plans[1:])
         assert planned <= measured.saved_bytes <= planned + kept, (name, measured, planned, kept)
-    got = _grads(m.model, step, m.args)
+    if compiler == "eager" and len(be.plans) == 1:
+        # the eager compiler runs the graph op by op: its predicted peak holds as measured
+        # (a step across a graph break: test_gpt2s_step_across_its_graph_break_is_predicted)
+        m.model.zero_grad(set_to_none=False)  # the gradients this one step makes, below
+        peak = measure_peak(step, *m.args, warmup=0)
+        predicted = be.plans[0].peak_bytes
+        assert peak * 0.995 <= predicted <= peak * 1.02, (name, b, predicted, peak)
+        got = [p.grad.clone() if p.grad is not None else None for p in m.model.parameters()]
+    else:
+        got = _grads(m.model, step, m.args)
     for (pname, _), g, r in zip(m.model.named_parameters(), got, reference, strict=True):
         if r is None:
             assert g is None, pname
