@@ -199,10 +199,11 @@ def workspace_bytes(
     :mod:`budget.eager.peak`). CPU convolutions, where it is large: measured on this host
     with ``measure=True`` (:mod:`budget.estimators.conv_workspace`; the callers pass
     ``budget.config.conv_workspace == "measure"``, the default), since oneDNN picks its
-    path by CPU, else :func:`convolution_rule_bytes`. ``channels_last``: the layout the
-    convolution runs in; by default, whether its input or weight is channels-last
-    (Inductor's layout optimisation runs every convolution channels-last although the
-    graph's values say otherwise).
+    path by CPU, else :func:`convolution_rule_bytes`. ``channels_last=True``: the compiler
+    lays the operands out channels-last although the graph's values say otherwise
+    (Inductor's layout optimisation); by default the call runs on its operands as they are
+    (measured so: oneDNN copies an NCHW weight to meet a channels-last input), and the
+    rule takes the layout from its input or weight.
 
     Inductor's low-memory max-pool prims, run op by op (``compiler="eager"``; not with
     ``inductor=True``, where Inductor lowers them into its code): their temporaries,
@@ -239,14 +240,16 @@ def workspace_bytes(
     if func not in _CONVOLUTIONS:
         inner = matmul_workspace_bytes(func, args) if measure else 0
         return inner + wrapped_scalar_bytes(func, args, out)
+    if measure:
+        # measured with the operands' own strides, unless the compiler lays them out
+        # channels-last (Inductor): an NCHW weight beside a channels-last input is copied
+        measured = measured_workspace_bytes(func, args, channels_last=bool(channels_last))
+        if measured is not None:
+            return measured
     if channels_last is None:
         forward = func is aten.convolution.default
         x, w = (args[0], args[1]) if forward else (args[1], args[2])
         channels_last = is_channels_last(x) or is_channels_last(w)
-    if measure:
-        measured = measured_workspace_bytes(func, args, channels_last=channels_last)
-        if measured is not None:
-            return measured
     return convolution_rule_bytes(func, args, out, channels_last)
 
 

@@ -163,6 +163,22 @@ def test_a_gradient_in_strides_of_its_own_is_priced_as_it_is_laid_out(fresh):
     assert measured <= workspace_bytes(op, bwd, None) <= measured + KiB
 
 
+def test_an_nchw_weight_beside_a_channels_last_input_is_priced_with_its_copy(fresh):
+    """ConvNeXt's downsampling convolution reads a channels-last input (its LayerNorm
+    permutes) with an NCHW weight, and oneDNN copies the weight to meet it. Priced as if
+    the weight were channels-last already, the eager compiler's b=0 plan of timm's
+    convnext_atto (one thread) was predicted 7 KiB under its measured peak, and above the
+    b=1 plan's."""
+    x = torch.randn(2, 80, 8, 8).to(memory_format=torch.channels_last)
+    w = torch.randn(160, 80, 2, 2)
+    grad = torch.randn(2, 160, 4, 4).to(memory_format=torch.channels_last)
+    bwd = (grad, x, w, [160], [2, 2], [0, 0], [1, 1], False, [0, 0], 1, [True, True, True])
+    fwd = (x, w, torch.randn(160), [2, 2], [0, 0], [1, 1], False, [0, 0], 1)
+    for op, args in ((aten.convolution_backward.default, bwd), (aten.convolution.default, fwd)):
+        measured = measure_workspace(lambda op=op, args=args: op(*args))
+        assert measured <= workspace_bytes(op, args, None) <= measured + KiB, op
+
+
 @pytest.mark.parametrize("cpu", ["AVX2", "AVX512"])
 def test_a_call_onednn_gets_wrong_on_avx2_is_never_run(fresh, monkeypatch, cpu):
     """The backward of a strided 1x1 convolution over channels-last input with 4 channels
