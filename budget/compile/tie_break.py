@@ -5,8 +5,10 @@ saved set at the same fraction, each partitioned and predicted, the lower peak k
 torch's min-cut at a fraction below 1 often lands on a plan as cheap as the exact optimum
 that recomputes other values; where its backward holds less at once, its peak is lower,
 and budget's plan would be dominated by torch's (as cheap, peaking higher). Taking it as
-a candidate makes that impossible as far as the graphs' prediction tells; a candidate
-outside budget's own target or checks is left out.
+a candidate makes that impossible as far as the graphs' prediction tells. A set a few
+bytes over budget's target (the two fractions span ranges whose ends differ) is fitted
+to it by recomputing its values cheapest per byte instead; a candidate that fails
+budget's checks is left out.
 """
 
 from __future__ import annotations
@@ -35,11 +37,12 @@ def tie_break(partitions: Partitions, problem: Problem, plan: Plan) -> Plan:
         return plan
     start = time.perf_counter()
     cheapest = partitions.predicted(plan)
-    theirs = _torch_plan(partitions, problem, plan, fraction)
+    found = _torch_plan(partitions, problem, plan, fraction)
     chosen = cheapest
-    if theirs is not None and set(theirs.saved) != set(plan.saved):
+    if found is not None and set(found[0].saved) != set(plan.saved):
         named = f"torch's saved set at budget {fraction:.3g}"
-        others = [(named, partitions.predicted(theirs))]
+        named += ", fitted to the target" if found[1] else ""
+        others = [(named, partitions.predicted(found[0]))]
         chosen = lowest_peak(cheapest, others, tie_tolerance(problem))
     took = time.perf_counter() - start
     return replace(chosen, timings={**chosen.timings, "tie-break": took})
@@ -56,15 +59,44 @@ def _fraction(plan: Plan) -> float | None:
 
 def _torch_plan(
     partitions: Partitions, problem: Problem, plan: Plan, fraction: float
-) -> Plan | None:
+) -> tuple[Plan, bool] | None:
     """torch's saved set at ``fraction`` as a plan of ``problem`` with ``plan``'s budget
-    figures; None where it is not a valid plan within ``plan``'s target."""
+    figures, and whether it was fitted to ``plan``'s target: torch's fraction spans its
+    own range, whose ends are a few bytes from budget's, so its set can save a little over
+    the target; then the values cheapest to recompute per byte are recomputed instead
+    until it fits (:func:`_within`). None where no valid plan is left."""
     chosen = T.torch_saved_set(
         partitions.joint_module.graph, partitions.node_info, fraction, partitions.min_cuts
     )
     index = {n: i for i, n in enumerate(partitions.nodes)}
-    saved = [index[n] for n in chosen if n in index and not problem.is_input[index[n]]]
-    saved = problem.prune_unused(saved)
-    if problem.check(saved) or problem.saved_bytes(saved) + problem.fixed_bytes > plan.target_bytes:
+    torchs = [index[n] for n in chosen if n in index and not problem.is_input[index[n]]]
+    torchs = problem.prune_unused(torchs)
+    saved = _within(problem, torchs, plan.target_bytes)
+    if saved is None or problem.check(saved):
         return None
-    return plan_like(problem, saved, plan)
+    return plan_like(problem, saved, plan), saved != torchs
+
+
+def _within(problem: Problem, saved: list[int], target: int) -> list[int] | None:
+    """``saved`` less the values cheapest to recompute per byte of theirs, until it saves
+    at most ``target``; None where what can be recomputed does not free enough."""
+    kept = list(saved)
+
+    def over() -> bool:
+        return problem.saved_bytes(kept) + problem.fixed_bytes > target
+
+    def per_byte(v: int) -> float:
+        return float(problem.cost[v]) / int(problem.storage_bytes[problem.storage[v]])
+
+    movable = [
+        v
+        for v in kept
+        if problem.can_recompute[v]
+        and problem.storage[v] >= 0
+        and problem.storage_bytes[problem.storage[v]] > 0
+    ]
+    for v in sorted(movable, key=per_byte):
+        if not over():
+            break
+        kept.remove(v)
+    return None if over() else problem.prune_unused(kept)
