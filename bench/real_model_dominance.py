@@ -1,0 +1,103 @@
+"""budget's plans beside torch's on the real models: measured peak and backward FLOPs.
+
+For each model (tests/helpers/real_models.py: transformers, timm and torchvision models
+from small configs) and fraction, one training step compiled with ``budget.backend(b)``
+and one with torch's own partitioner at ``activation_memory_budget=b``, both run op by
+op (budget's ``compiler="eager"``; torch's ``aot_eager_decomp_partition``, the reference
+the real-model tests use). Each step's peak is measured (``measure_peak``: torch.profiler's
+memory events over one warmed-up step) as a share of budget's b=1 step, and its backward
+FLOPs counted (``FlopCounterMode``). A plan is dominated where torch's peaks lower with no
+more backward FLOPs; ``ABOVE`` marks a plan peaking over budget's b=1 plan. The figures are
+measurements, not the planner's predictions.
+
+    python bench/real_model_dominance.py --markdown /tmp/dominance.md
+    python bench/real_model_dominance.py --models llama,t5 --fractions 0.5,0.2
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+import torch._functorch.config as functorch_config
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from helpers.real_models import FACTORIES, make  # noqa: E402
+
+import budget  # noqa: E402
+from budget.runtime.measure import backward_flops, measure_peak  # noqa: E402
+
+TORCH_BACKEND = "aot_eager_decomp_partition"
+
+
+def measured(name: str, b: float, ours: bool) -> tuple[int, int]:
+    """(peak bytes, backward FLOPs) of one step of ``name`` planned at ``b``."""
+    m = make(name)
+    torch._dynamo.reset()
+    if ours:
+        step = torch.compile(m.step, backend=budget.backend(b, compiler="eager"))
+        return measure_peak(step, *m.args), backward_flops(step(*m.args))
+    with functorch_config.patch(activation_memory_budget=b):
+        step = torch.compile(m.step, backend=TORCH_BACKEND)
+        return measure_peak(step, *m.args), backward_flops(step(*m.args))
+
+
+def row(name: str, fractions: list[float]) -> tuple[str, int]:
+    """The model's table row and how many of its plans are dominated or above b=1."""
+    top, _ = measured(name, 1.0, ours=True)
+    cells, bad = [], 0
+    for b in fractions:
+        peak, flops = measured(name, b, ours=True)
+        their_peak, their_flops = measured(name, b, ours=False)
+        flags = []
+        if peak > top:
+            flags.append("ABOVE")
+        if their_peak < peak and their_flops <= flops:
+            flags.append("DOMINATED")
+        bad += bool(flags)
+        cells.append(
+            f"{peak / top:.4f} / {their_peak / top:.4f} / {flops / max(their_flops, 1):.3f}"
+            + (f" {' '.join(flags)}" if flags else "")
+        )
+    return f"| {name} | {top / 1024:.1f} | " + " | ".join(cells) + " |", bad
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(FACTORIES), help="comma-separated")
+    parser.add_argument("--fractions", default="0.5,0.2,0", help="comma-separated, below 1")
+    parser.add_argument("--markdown", type=Path, help="also write the table here")
+    args = parser.parse_args()
+    models = args.models.split(",")
+    unknown = sorted(set(models) - set(FACTORIES))
+    if unknown:
+        parser.error(f"unknown models {unknown}; known: {', '.join(FACTORIES)}")
+    fractions = [float(f) for f in args.fractions.split(",")]
+    if not all(0 <= f < 1 for f in fractions):
+        parser.error(f"--fractions: each in [0, 1); got {args.fractions}")
+    lines = [
+        f"`python bench/real_model_dominance.py {' '.join(sys.argv[1:])}`: compiler eager. "
+        "Each cell: budget's peak / torch's peak (shares of budget's b=1 peak) / budget's "
+        "backward FLOPs over torch's.",
+        "",
+        "| model | b=1 peak KiB | " + " | ".join(f"b={f:g}" for f in fractions) + " |",
+        "|---|---:|" + "---:|" * len(fractions),
+    ]
+    print("\n".join(lines), flush=True)
+    bad = 0
+    for name in models:
+        line, n = row(name, fractions)
+        bad += n
+        lines.append(line)
+        print(line, flush=True)
+    lines += ["", f"{bad} plans dominated by torch's or above budget's b=1 plan"]
+    print(lines[-1])
+    if args.markdown:
+        args.markdown.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
