@@ -21,12 +21,12 @@ import sys
 from pathlib import Path
 
 import torch
-import torch._functorch.config as functorch_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from helpers.real_models import FACTORIES, make  # noqa: E402
 
 import budget  # noqa: E402
+from budget.runtime._torch_private import functorch_config  # noqa: E402
 from budget.runtime.measure import backward_flops, measure_peak  # noqa: E402
 
 TORCH_BACKEND = "aot_eager_decomp_partition"

@@ -7,8 +7,8 @@ that recomputes other values; where its backward holds less at once, its peak is
 and budget's plan would be dominated by torch's (as cheap, peaking higher). Taking it as
 a candidate makes that impossible as far as the graphs' prediction tells. A set a few
 bytes over budget's target (the two fractions span ranges whose ends differ) is fitted
-to it by recomputing its values cheapest per byte instead; a candidate that fails
-budget's checks is left out.
+to it by the greedy solver's descent (storages dropped by bytes freed per recompute
+added); a candidate that fails budget's checks is left out.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from ..core.sizes import parse_budget
 from ..planning.planner import plan_like
 from ..planning.tie_break import lowest_peak, tie_tolerance
 from ..runtime import _torch_private as T
+from ..solvers.heuristics.greedy_moves import State, descend
 
 if TYPE_CHECKING:
     from .split import Partitions
@@ -40,9 +41,10 @@ def tie_break(partitions: Partitions, problem: Problem, plan: Plan) -> Plan:
     found = _torch_plan(partitions, problem, plan, fraction)
     chosen = cheapest
     if found is not None and set(found[0].saved) != set(plan.saved):
+        theirs, fitted = found
         named = f"torch's saved set at budget {fraction:.3g}"
-        named += ", fitted to the target" if found[1] else ""
-        others = [(named, partitions.predicted(found[0]))]
+        named += ", fitted to the target" if fitted else ""
+        others = [(named, partitions.predicted(theirs))]
         chosen = lowest_peak(cheapest, others, tie_tolerance(problem))
     took = time.perf_counter() - start
     return replace(chosen, timings={**chosen.timings, "tie-break": took})
@@ -63,8 +65,8 @@ def _torch_plan(
     """torch's saved set at ``fraction`` as a plan of ``problem`` with ``plan``'s budget
     figures, and whether it was fitted to ``plan``'s target: torch's fraction spans its
     own range, whose ends are a few bytes from budget's, so its set can save a little over
-    the target; then the values cheapest to recompute per byte are recomputed instead
-    until it fits (:func:`_within`). None where no valid plan is left."""
+    the target; then it is fitted to the target as the greedy solver would (:func:`_within`).
+    None where no valid plan is left."""
     chosen = T.torch_saved_set(
         partitions.joint_module.graph, partitions.node_info, fraction, partitions.min_cuts
     )
@@ -78,25 +80,12 @@ def _torch_plan(
 
 
 def _within(problem: Problem, saved: list[int], target: int) -> list[int] | None:
-    """``saved`` less the values cheapest to recompute per byte of theirs, until it saves
-    at most ``target``; None where what can be recomputed does not free enough."""
-    kept = list(saved)
-
-    def over() -> bool:
-        return problem.saved_bytes(kept) + problem.fixed_bytes > target
-
-    def per_byte(v: int) -> float:
-        return float(problem.cost[v]) / int(problem.storage_bytes[problem.storage[v]])
-
-    movable = [
-        v
-        for v in kept
-        if problem.can_recompute[v]
-        and problem.storage[v] >= 0
-        and problem.storage_bytes[problem.storage[v]] > 0
-    ]
-    for v in sorted(movable, key=per_byte):
-        if not over():
-            break
-        kept.remove(v)
-    return None if over() else problem.prune_unused(kept)
+    """``saved`` fitted to ``target`` by the greedy solver's descent from it
+    (:mod:`budget.solvers.heuristics.greedy`: saved storages dropped by bytes freed per
+    recompute added, until it fits); None where the descent cannot get there."""
+    limit = target - problem.fixed_bytes  # saved by every plan: off the descent's target
+    state = State(problem, saved)
+    if state.nbytes > limit:
+        descend(state, limit, "cost")
+    fitted = problem.prune_unused(state.saved())
+    return fitted if problem.saved_bytes(fitted) <= limit else None

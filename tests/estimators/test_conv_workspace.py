@@ -165,10 +165,9 @@ def test_a_gradient_in_strides_of_its_own_is_priced_as_it_is_laid_out(fresh):
 
 def test_an_nchw_weight_beside_a_channels_last_input_is_priced_with_its_copy(fresh):
     """ConvNeXt's downsampling convolution reads a channels-last input (its LayerNorm
-    permutes) with an NCHW weight, and oneDNN copies the weight to meet it. Priced as if
-    the weight were channels-last already, the eager compiler's b=0 plan of timm's
-    convnext_atto (one thread) was predicted 7 KiB under its measured peak, and above the
-    b=1 plan's."""
+    permutes) with an NCHW weight, and oneDNN copies the weight to meet it: priced as if
+    the weight were channels-last already, a ConvNeXt step under the eager compiler is
+    predicted under its measured peak."""
     x = torch.randn(2, 80, 8, 8).to(memory_format=torch.channels_last)
     w = torch.randn(160, 80, 2, 2)
     grad = torch.randn(2, 160, 4, 4).to(memory_format=torch.channels_last)
