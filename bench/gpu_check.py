@@ -63,6 +63,7 @@ from gpu_blocks import (  # noqa: E402
 )
 from gpu_context import Check, torch_211  # noqa: E402
 from gpu_eager import block_eager, block_offload  # noqa: E402
+from gpu_measure import warm_gpu  # noqa: E402
 
 BLOCKS = {
     "gpt": lambda c: block_gpt(c, ["bf16"]),
@@ -98,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out = args.out or tempfile.mkdtemp(prefix="gpu_check_")
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(os.cpu_count() or 1))
     c = Check(args)
+    warm_gpu(c.device)
     c.report.meta["compat"] = torch_211()
     start = time.monotonic()
     for name in args.blocks.split(","):

@@ -65,7 +65,7 @@ class Check:
         self.device = torch.device(args.device)
         self.tiny = args.tiny
         self.compiler = args.compiler
-        self.reps = 3 if args.tiny else 10
+        self.reps = 3 if args.tiny else 20
         self.clock = Clock(args.time_limit)
         self.pairs = 0  # torch/budget pairs run (the order alternates)
         self.report = Report(Path(args.out), meta(args, self.device))

@@ -31,6 +31,9 @@ from budget.runtime.measure import measure_peak, saved_bytes
 MiB = 2**20
 
 
+WARMUP_STEPS = 2  # untimed steps before a configuration's timed ones
+
+
 @dataclass
 class Row:
     block: str
@@ -146,22 +149,41 @@ def backprop(step: Callable[..., Any], args: tuple) -> None:
 
 
 def step_ms(step: Callable[..., Any], args: tuple, device: torch.device, reps: int) -> float:
-    """Median milliseconds of ``reps`` steps (forward and backward), after one more."""
-    backprop(step, args)
-    times = []
-    for _ in range(reps):
-        if device.type == "cuda":
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
+    """Median milliseconds of ``reps`` steps (forward and backward) run back to back, after
+    ``WARMUP_STEPS`` more. On CUDA, events on the stream between the steps time them with
+    no host synchronisation in between, so the host's launches overlap the device's work
+    as in training."""
+    for _ in range(WARMUP_STEPS):
+        backprop(step, args)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        marks = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
+        marks[0].record()
+        for mark in marks[1:]:
             backprop(step, args)
-            end.record()
-            end.synchronize()
-            times.append(begin.elapsed_time(end))
-        else:
+            mark.record()
+        marks[-1].synchronize()
+        times = [a.elapsed_time(b) for a, b in zip(marks, marks[1:], strict=False)]
+    else:
+        times = []
+        for _ in range(reps):
             t0 = time.perf_counter()
             backprop(step, args)
             times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
+
+
+def warm_gpu(device: torch.device, seconds: float = 2.0) -> None:
+    """Run bf16 matrix products for ``seconds``, so the first configuration timed finds the
+    GPU's clocks where the later ones do (an idle GPU idles its clocks)."""
+    if device.type != "cuda":
+        return
+    a = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(20):
+            a @ a
+        torch.cuda.synchronize(device)
 
 
 def grads_of(model: torch.nn.Module, step: Callable[..., Any], args: tuple) -> list[torch.Tensor]:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..runtime._torch_private import memory_events, tree_leaves
-from ..runtime.measure import backward_flops, device_of
+from ..runtime.measure import backward_flops, cuda_memory_stat, device_of
 
 
 @dataclass
@@ -44,11 +44,9 @@ def retained_bytes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Retaine
     device = device_of(args, kwargs)
     if device.type == "cuda":  # bytes requested: the caching allocator's rounding aside
         stat = "requested_bytes.all.current"
-        torch.cuda.synchronize(device)
-        before = torch.cuda.memory_stats(device).get(stat, 0)
+        before = cuda_memory_stat(device, stat)
         out = fn(*args, **kwargs)
-        torch.cuda.synchronize(device)
-        net = torch.cuda.memory_stats(device).get(stat, 0) - before
+        net = cuda_memory_stat(device, stat) - before
     elif device.type == "cpu":
         from torch.profiler import ProfilerActivity, profile
 

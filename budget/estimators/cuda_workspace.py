@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from ..runtime._torch_private import _disable_current_modes
+from ..runtime.measure import cuda_memory_stat
 
 # Ops whose kernels allocate inside themselves on CUDA, by name (overloads included).
 MEASURED = frozenset(
@@ -101,12 +102,10 @@ def _measure(func: Any, args: Sequence[Any], kwargs: dict[str, Any], device: tor
     real = _materialise(list(args), device)
     real_kwargs = {k: _materialise(v, device) for k, v in kwargs.items()}
     func(*real, **real_kwargs)  # cuDNN builds and caches its plan
-    torch.cuda.synchronize(device)
-    before = torch.cuda.memory_stats(device).get(f"{stat}.current", 0)
+    before = cuda_memory_stat(device, f"{stat}.current")
     torch.cuda.reset_peak_memory_stats(device)
     out = func(*real, **real_kwargs)
-    torch.cuda.synchronize(device)
-    peak = torch.cuda.memory_stats(device).get(f"{stat}.peak", 0)
+    peak = cuda_memory_stat(device, f"{stat}.peak")
     return max(int(peak - before - _storages(out)), 0)
 
 

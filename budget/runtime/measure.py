@@ -139,6 +139,22 @@ def measure_workspace(fn: Callable[[], Any]) -> int:
     return peak - sum(t.untyped_storage().nbytes() for t in outs if t is not None)
 
 
+def cuda_memory_stat(device: torch.device, stat: str) -> int:
+    """One counter of the CUDA caching allocator (``torch.cuda.memory_stats``), read once
+    the device is idle and the allocator has taken back every block it was waiting on.
+
+    A tensor freed while another stream still used it (``record_stream``: offload and
+    reload copies on a side stream) stays counted in ``requested_bytes`` until the
+    allocator next processes its events, which it does at its next allocation. Read
+    without that, a step's baseline carries the last step's pending blocks, and the
+    step's retained bytes and peak come out short by them. One small allocation after
+    the synchronize settles it.
+    """
+    torch.cuda.synchronize(device)
+    torch.empty(1, device=device)  # the allocator processes finished events at a malloc
+    return int(torch.cuda.memory_stats(device).get(stat, 0))
+
+
 def measure_peak(
     fn: Callable[..., Any], *args: Any, warmup: int = 1, requested: bool = False, **kwargs: Any
 ) -> int:
@@ -158,12 +174,10 @@ def measure_peak(
     device = device_of(args, kwargs)
     if device.type == "cuda":
         stat = "requested_bytes.all" if requested else "allocated_bytes.all"
-        torch.cuda.synchronize(device)
-        before = torch.cuda.memory_stats(device).get(f"{stat}.current", 0)
+        before = cuda_memory_stat(device, f"{stat}.current")
         torch.cuda.reset_peak_memory_stats(device)
         _backprop(fn, args, kwargs)
-        torch.cuda.synchronize(device)
-        return int(torch.cuda.memory_stats(device).get(f"{stat}.peak", 0) - before)
+        return cuda_memory_stat(device, f"{stat}.peak") - before
     if device.type != "cpu":
         raise ValueError(f"measure_peak measures CPU and CUDA steps; got {device.type}")
     from torch.profiler import ProfilerActivity, profile

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from budget.runtime.measure import saved_bytes
+from budget.eager.measure import retained_bytes
+from budget.runtime.measure import measure_peak, saved_bytes
 
 
 def _step(x: torch.Tensor) -> torch.Tensor:
@@ -29,3 +30,27 @@ def test_cuda_without_an_index_is_the_current_device():
     x = torch.ones(16, device="cuda", requires_grad=True)
     assert saved_bytes(_kept, x, on=torch.device("cuda")).saved_bytes == 64
     assert saved_bytes(_kept, x, on=torch.device("cpu")).saved_bytes == 0
+
+
+def _pending_block(nbytes: int) -> None:
+    """Free a CUDA block another stream used (``record_stream``), as offload copies do: the
+    allocator keeps it counted until it next processes events."""
+    side = torch.cuda.Stream()
+    t = torch.empty(nbytes // 4, device="cuda")
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        t.add_(1)
+    t.record_stream(side)
+    del t
+    torch.cuda.synchronize()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_block_freed_after_another_streams_use_is_not_in_the_next_steps_baseline():
+    x = torch.ones(1 << 20, device="cuda", requires_grad=True)
+    settled = measure_peak(_kept, x, requested=True)
+    _pending_block(8 << 20)
+    assert measure_peak(_kept, x, warmup=0, requested=True) == settled
+    _pending_block(8 << 20)
+    assert retained_bytes(_kept, x).retained_bytes == 4 << 20  # y = x * 3, saved by sin
