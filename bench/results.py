@@ -46,15 +46,20 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def add(path: Path, commit: str | None) -> Path:
+def add(path: Path, commit: str | None, part: str | None = None) -> Path:
+    """Keep a GPU check's report; ``part`` (a rerun of some blocks, say) keeps it beside
+    the device's full run instead of replacing it."""
     data = json.loads(path.read_text())
     if "meta" not in data or "checks" not in data:
         raise SystemExit(f"{path}: not a bench/gpu_check.py report (no 'meta' and 'checks')")
     if commit:
         data["meta"]["commit"] = commit
+    if part:
+        data["meta"]["part"] = part
     KEPT.mkdir(exist_ok=True)
     name = f"gpu_check-{_slug(data['meta'].get('device_name', 'unknown'))}"
-    target = KEPT / f"{name}-{data['meta'].get('mode', 'full')}.json"
+    suffix = f"-{_slug(part)}" if part else ""
+    target = KEPT / f"{name}-{data['meta'].get('mode', 'full')}{suffix}.json"
     target.write_text(json.dumps(data, indent=1) + "\n")
     return target
 
@@ -114,7 +119,8 @@ def render() -> str:
     for path in sorted(KEPT.glob("gpu_check-*.json")):
         data = json.loads(path.read_text())
         compat = data["meta"].get("compat")
-        parts.append(f"## GPU check (`bench/gpu_check.py`), from `{path.name}`\n")
+        part = f" ({data['meta']['part']})" if data["meta"].get("part") else ""
+        parts.append(f"## GPU check (`bench/gpu_check.py`){part}, from `{path.name}`\n")
         if compat:
             parts.append(f"Note: {compat}.\n")
         parts.append(markdown(data))
@@ -132,11 +138,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--commit", help="the commit the added run measured")
     parser.add_argument(
-        "--part", help="with --add-markdown: keep the run as one part of the bench (a model)"
+        "--part",
+        help="keep the run as one part of the bench (a model; a GPU check's rerun of some blocks)",
     )
     args = parser.parse_args(argv)
     if args.add:
-        print(f"kept {add(args.add, args.commit)}")
+        print(f"kept {add(args.add, args.commit, args.part)}")
     if args.add_markdown:
         bench, path = args.add_markdown
         print(f"kept {add_markdown(bench, Path(path), args.commit, args.part)}")
