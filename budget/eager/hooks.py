@@ -11,8 +11,9 @@ for). An offloaded value is copied once however often it is saved:
 
 - on CUDA into pinned host memory on a side stream that waits for the compute stream, the
   device tensor marked used by that stream (``record_stream``) so the caching allocator
-  frees it once the copy is done and not before; it is copied back on the side stream,
-  and the compute stream waits for that copy only where the backward reads it. Reading
+  frees it once the copy is done and not before; it is copied back on the side stream
+  into a tensor the compute stream made (so the backward frees it in stream order), and
+  the compute stream waits for that copy only where the backward reads it. Reading
   one offloaded value starts the reload of the one offloaded before it (the backward reads
   values in about the reverse order), so reloads run ahead of their use;
 - on fake tensors (the peak prediction, :mod:`budget.eager.peak`) nothing is copied: the
@@ -24,6 +25,7 @@ for). An offloaded value is copied once however often it is saved:
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -150,10 +152,16 @@ class _Moved:
         elif self.device.type != "cuda":
             self.loaded = self.host
         else:
+            # Made on the compute stream, which frees it in its own order once the backward
+            # is done with it: a block made on the side stream and freed after the compute
+            # stream's use (record_stream) stays held until the allocator sees that use
+            # finish, which the host, running ahead of the device, reaches late.
+            compute = torch.cuda.current_stream(self.device)
+            loaded = torch.empty_strided(size, stride, dtype=dtype, device=self.device)
             stream = self.owner.hooks.stream(self.device)
+            stream.wait_stream(compute)  # the block may be one compute is still done with
+            stream.wait_event(self.copied)
             with torch.cuda.stream(stream):
-                stream.wait_event(self.copied)
-                loaded = torch.empty_strided(size, stride, dtype=dtype, device=self.device)
                 loaded.copy_(self.host, non_blocking=True)
                 self.ready = stream.record_event()
             self.loaded = loaded
@@ -163,7 +171,12 @@ class _Moved:
         self.load()
         assert self.loaded is not None
         if self.ready is not None:
-            current = torch.cuda.current_stream(self.device)
-            current.wait_event(self.ready)
-            self.loaded.record_stream(current)
+            torch.cuda.current_stream(self.device).wait_event(self.ready)
         return self.loaded
+
+    def __del__(self) -> None:
+        # A reload the backward never read (a partial backward) may still be writing its
+        # block: the compute stream, which may reuse the block once it is freed, waits.
+        if self.ready is not None:
+            with contextlib.suppress(Exception):  # at interpreter exit CUDA may be gone
+                torch.cuda.current_stream(self.device).wait_event(self.ready)
