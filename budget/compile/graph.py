@@ -16,8 +16,9 @@ import torch.fx as fx
 
 from ..core.builder import ProblemBuilder
 from ..core.problem import Problem
-from ..estimators import Estimator, NodeCost
+from ..estimators import Estimator, NodeCost, get_estimator
 from ..estimators.ops import forbidden_recompute
+from ..estimators.profile import ProfileEstimator
 from ..runtime import _torch_private as T
 from ..runtime.graph_hash import graph_hash
 from ..runtime.values import storage_of
@@ -48,6 +49,16 @@ def _source_name(path: str) -> str:
 def _class_name(cls: object) -> str:
     name = cls if isinstance(cls, str) else getattr(cls, "__qualname__", str(cls))
     return str(name).rsplit(".", 1)[-1]
+
+
+def estimator_for(spec: str, compiler: str) -> Estimator:
+    """The estimator ``spec`` for the graphs ``compiler`` runs. Inductor fuses the ops it
+    generates code for, so under it the profile estimator times only the ops that keep
+    their own kernel (:mod:`budget.estimators.profile`)."""
+    estimator = get_estimator(spec)
+    if compiler == "inductor" and isinstance(estimator, ProfileEstimator):
+        return ProfileEstimator(fused=True)
+    return estimator
 
 
 def build_problem(

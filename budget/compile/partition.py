@@ -27,11 +27,10 @@ from ..core.plan_files import saved_indices
 from ..core.problem import Problem
 from ..core.settings import PlanLog, PlanSettings
 from ..errors import SolverTimeout
-from ..estimators import get_estimator
 from ..planning.planner import plan_like, solve_problem, solve_sweep
 from ..runtime import _torch_private as T
 from . import offload, ranks
-from .graph import build_problem, graph_hash
+from .graph import build_problem, estimator_for, graph_hash
 from .layout import copied_inputs_bound
 from .peak_plan import plan_for_peak
 from .split import Partitions, b1_saved_set
@@ -152,7 +151,8 @@ def _partition(
     min_cuts: dict = {}  # torch's min-cuts of this graph: b=1's here, the tie-break's later
     reference = b1_saved_set(graph, node_info, min_cuts)
     t1 = time.perf_counter()
-    problem, nodes = build_problem(graph, node_info, get_estimator(settings.estimator), reference)
+    estimator = estimator_for(settings.estimator, settings.compiler)
+    problem, nodes = build_problem(graph, node_info, estimator, reference)
     problem.fixed_bytes = copied_inputs_bound(graph, node_info, settings.compiler)
     if settings.offload:
         terms = offload.terms_for(problem, nodes, num_fwd_outputs, settings.estimator)
@@ -271,9 +271,9 @@ def _apply_saved_plan(
     )
     # Price with the plan's own estimator when it is known, so the plan reads the same.
     try:
-        estimator = get_estimator(saved_plan.estimator)
+        estimator = estimator_for(saved_plan.estimator, settings.compiler)
     except ValueError:
-        estimator = get_estimator(settings.estimator)
+        estimator = estimator_for(settings.estimator, settings.compiler)
     t1 = time.perf_counter()
     problem, nodes = build_problem(joint_module.graph, node_info, estimator)
     problem.fixed_bytes = copied_inputs_bound(joint_module.graph, node_info, settings.compiler)

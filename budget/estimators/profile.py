@@ -16,9 +16,15 @@ sample looping the op enough times to last about a millisecond.
   higher-order ops, ops on a device that is not here, and anything that fails to run** are
   not timed: they get the ``roofline`` estimate, and ``notes[node name]`` says why.
 
-Per-op timings are eager timings: launch/dispatch overhead included, no fusion. Timings
-vary from run to run, so unlike the other estimators plans made with ``profile`` are not
-reproducible across processes.
+Per-op timings are eager timings: launch/dispatch overhead included, no fusion. Under a
+compiler that fuses (Inductor), an op it generates code for does not run as its own kernel:
+a pointwise op or reduction recomputed in the backward is fused into the kernels that read
+it, and its eager time (a full kernel per decomposed op: a layer norm is several) would
+price recomputing it above recomputing a matrix product. So ``ProfileEstimator(fused=True)``
+(what the compiled path uses under Inductor) times only the ops that keep their own kernel
+(matrix products, convolutions, attention) and prices the others as the ``flops``
+estimator does. Timings vary from run to run, so unlike the other estimators plans made
+with ``profile`` are not reproducible across processes.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from ..runtime._torch_private import (
 )
 from ..runtime.values import hint, hint_float, node_device, shape, value_of
 from .base import NodeCost
-from .flops import node_flops
+from .flops import FlopsEstimator, node_flops, op_kind
 from .memory import bytes_moved
 from .ops import is_alias, is_collective, is_mutating
 from .roofline import RooflineEstimator
@@ -233,10 +239,12 @@ class ProfileEstimator:
     name: ClassVar[str] = "profile"
     unit: ClassVar[str] = "s"
 
-    def __init__(self) -> None:
+    def __init__(self, fused: bool = False) -> None:
         self.spec = self.name
+        self.fused = fused  # the compiler fuses the ops it generates: time only the others
         self.notes: dict[str, str] = {}  # node name -> why it was not timed
         self._fallback = RooflineEstimator()
+        self._fused_rule = FlopsEstimator()
 
     @classmethod
     def available(cls) -> bool:
@@ -245,6 +253,8 @@ class ProfileEstimator:
     def estimate(self, node: torch.fx.Node) -> NodeCost:
         if node.op != "call_function" or is_alias(node):
             return NodeCost(cost=0.0, flops=node_flops(node))
+        if self.fused and op_kind(node) == "other":
+            return self._fused_rule.estimate(node)
         device = node_device(node)
         why = not_runnable(node, device)
         if why:
