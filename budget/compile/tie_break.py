@@ -21,7 +21,7 @@ from ..core.plan import Plan
 from ..core.problem import Problem
 from ..core.sizes import parse_budget
 from ..planning.planner import plan_like
-from ..planning.tie_break import lowest_peak, tie_tolerance
+from ..planning.tie_break import lowest_peak, tie_tolerance, within_tie
 from ..runtime import _torch_private as T
 from ..solvers.heuristics.greedy_moves import State, descend
 
@@ -40,12 +40,17 @@ def tie_break(partitions: Partitions, problem: Problem, plan: Plan) -> Plan:
     cheapest = partitions.predicted(plan)
     found = _torch_plan(partitions, problem, plan, fraction)
     chosen = cheapest
-    if found is not None and set(found[0].saved) != set(plan.saved):
+    tolerance = tie_tolerance(problem)
+    if (
+        found is not None
+        and set(found[0].saved) != set(plan.saved)
+        and within_tie(plan, found[0], tolerance)  # else not worth partitioning to predict
+    ):
         theirs, fitted = found
         named = f"torch's saved set at budget {fraction:.3g}"
         named += ", fitted to the target" if fitted else ""
         others = [(named, partitions.predicted(theirs))]
-        chosen = lowest_peak(cheapest, others, tie_tolerance(problem))
+        chosen = lowest_peak(cheapest, others, tolerance)
     took = time.perf_counter() - start
     return replace(chosen, timings={**chosen.timings, "tie-break": took})
 

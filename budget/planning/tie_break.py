@@ -28,6 +28,16 @@ def tie_tolerance(problem: Problem) -> float:
     return TIE_TOLERANCE * float(problem.cost[~problem.is_input].sum())
 
 
+def within_tie(cheapest: Plan, other: Plan, tolerance: float) -> bool:
+    """Whether ``other`` may replace ``cheapest`` for a lower peak: it saves within
+    ``cheapest``'s target and recomputes at most ``tolerance`` more. Needs no peak, so a
+    front end can leave a plan that fails it unpredicted."""
+    return (
+        other.saved_bytes <= cheapest.target_bytes
+        and other.total_recompute_cost <= cheapest.total_recompute_cost + tolerance
+    )
+
+
 def lowest_peak(cheapest: Plan, others: Sequence[tuple[str, Plan]], tolerance: float) -> Plan:
     """``cheapest`` (the budget's least-recompute plan) or the plan of ``others`` (each
     named, for the plan's ``tie_break`` note) that peaks lowest among those within
@@ -37,9 +47,7 @@ def lowest_peak(cheapest: Plan, others: Sequence[tuple[str, Plan]], tolerance: f
     within = [
         (name, p)
         for name, p in others
-        if p.saved_bytes <= cheapest.target_bytes
-        and p.total_recompute_cost <= base + tolerance
-        and p.peak_bytes is not None
+        if within_tie(cheapest, p, tolerance) and p.peak_bytes is not None
     ]
     if not within or cheapest.peak_bytes is None:
         return cheapest
