@@ -28,6 +28,7 @@ from budget.models import Example, get_builtin  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FRACTIONS = [1.0, 0.5, 0.2, 0.0]
+FP32_FRACTIONS = [1.0, 0.5, 0.2]  # b=0's code paths are the bf16 block's: 8 minutes in all
 TINY_FRACTIONS = [1.0, 0.5, 0.0]  # CI: the same code paths, a row pair less
 GPT = {
     "gpu": dict(vocab=8192, d=1024, heads=16, layers=4, seq=1024, batch=8),
@@ -131,6 +132,10 @@ class Check:
         print(f"  {block} {label}: {row.seconds:.1f}s {row.error}", file=sys.stderr, flush=True)
         return row
 
+    def budget(self, b: float) -> Any:
+        """budget's backend at fraction ``b`` for this check's compiler."""
+        return budget.backend(b, compiler=self.compiler)
+
     def pair(
         self, block: str, dtype: str, b: float, ex: Example, step: Any, args: tuple, ref: Any
     ) -> tuple[Row, Row]:
@@ -144,8 +149,7 @@ class Check:
             return self.run(block, f"{dtype} torch b={b:g}", ex, step, args, ref, backend, b)
 
         def budget_row() -> Row:
-            be = budget.backend(b, compiler=self.compiler)
-            return self.run(block, f"{dtype} budget b={b:g}", ex, step, args, ref, be)
+            return self.run(block, f"{dtype} budget b={b:g}", ex, step, args, ref, self.budget(b))
 
         if self.pairs % 2:
             t = torch_row()
