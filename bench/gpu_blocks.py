@@ -20,6 +20,7 @@ from gpu_context import (  # noqa: E402
     FRACTIONS,
     ROOT,
     SIZE,
+    TIME_NOISE,
     TINY_FRACTIONS,
     TOLERANCE,
     Check,
@@ -113,7 +114,7 @@ def block_estimators(c: Check) -> None:
         if o.ms and flops.ms:
             c.report.check(
                 "profile vs flops at b=0.5: step time ratio",
-                o.ms <= flops.ms * 1.02,
+                o.ms <= flops.ms * TIME_NOISE,
                 f"{o.ms / flops.ms:.3f} (recompute GF {o.recompute_gflop} vs "
                 f"{flops.recompute_gflop})",
                 timing=True,

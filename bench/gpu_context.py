@@ -27,6 +27,7 @@ import budget  # noqa: E402
 from budget.models import Example, get_builtin  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+TIME_NOISE = 1.02  # step times of the same work differ by this much from run to run
 FRACTIONS = [1.0, 0.5, 0.2, 0.0]
 FP32_FRACTIONS = [1.0, 0.5, 0.2]  # b=0's code paths are the bf16 block's: 8 minutes in all
 TINY_FRACTIONS = [1.0, 0.5, 0.0]  # CI: the same code paths, a row pair less

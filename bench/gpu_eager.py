@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_context import (  # noqa: E402
     EAGER_DTYPE,
     PEAK_TOLERANCE,
+    TIME_NOISE,
     TOLERANCE,
     Check,
     check_plan_row,
@@ -78,7 +79,12 @@ def block_eager(c: Check) -> None:
         f"{sci(ours.grad_err)}",
     )
     if ours.ms and ac.ms:
-        r.check("eager: step time <= AC's", ours.ms <= ac.ms, f"{ours.ms / ac.ms:.3f}", timing=True)
+        r.check(
+            "eager: step time <= AC's (within noise)",
+            ours.ms <= ac.ms * TIME_NOISE,
+            f"{ours.ms / ac.ms:.3f}",
+            timing=True,
+        )
     if c.clock.fits(1):
         eager_offload(c, ac, ref)
 
