@@ -28,7 +28,7 @@ that passed on a GPU before come after the ones that have not):
 - ``estimators``: ``estimator="profile"`` against ``"flops"`` at b=0.5, and the device
   table's bf16 matmul rate and memory bandwidth against a probe of this device;
 - ``convnet``: a ResNet-50 (torchvision; the built-in ResNet when ``--tiny``),
-  channels-last, at b=1 and 0.5 (torch's partitioner at 0.5; its b=1 plan is budget's):
+  channels-last, at b=0.5 and 1 (torch's partitioner at 0.5; its b=1 plan is budget's):
   saved bytes, Inductor's layout copies, peak (what the code's prediction leaves out is
   the convolutions' workspace);
 - ``gpt-fp32``: the ``gpt`` block in fp32, at fractions 1, 0.5 and 0.2.
