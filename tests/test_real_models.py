@@ -4,7 +4,8 @@ vision models, from small configs with random weights (tests/helpers/real_models
 For each model, budget and compiler: gradients equal to the unplanned step's (dropout
 off), measured saved activation bytes (saved_tensors_hooks; parameters, buffers and inputs
 excluded) equal to the plans' prediction and at or under target; with the eager compiler,
-the predicted peak at most 2% over the step's measured peak and at most 0.5% under it; and ``budget solve FILE.py:FACTORY`` on each model.
+the predicted peak at most 2% over the step's measured peak and at most 0.5% under it;
+and ``budget solve FILE.py:FACTORY`` on each model.
 
 CI runs a default subset (every model with the eager compiler at one budget, Inductor on
 GPT-2, the CLI on two); the whole grid is marked ``full``:

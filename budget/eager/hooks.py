@@ -159,7 +159,7 @@ class _Moved:
             compute = torch.cuda.current_stream(self.device)
             loaded = torch.empty_strided(size, stride, dtype=dtype, device=self.device)
             stream = self.owner.hooks.stream(self.device)
-            stream.wait_stream(compute)  # the block may be one compute is still done with
+            stream.wait_stream(compute)  # the block may be one compute freed but still reads
             stream.wait_event(self.copied)
             with torch.cuda.stream(stream):
                 loaded.copy_(self.host, non_blocking=True)

@@ -254,11 +254,11 @@ class ProfileEstimator:
         if node.op != "call_function" or is_alias(node):
             return NodeCost(cost=0.0, flops=node_flops(node))
         if self.fused and op_kind(node) == "other":
-            return self._fused_rule.estimate(node)
+            return self._by_rule(node, self._fused_rule, "")
         device = node_device(node)
         why = not_runnable(node, device)
         if why:
-            return self._roofline(node, why)
+            return self._by_rule(node, self._fallback, why)
         key = cache_key(node, device)
         entry = _CACHE.get(key)
         if entry is not None:
@@ -272,17 +272,23 @@ class ProfileEstimator:
                 entry = _Entry(None, f"failed to run ({type(e).__name__}: {first})")
             _CACHE[key] = entry
         if entry.seconds is None:
-            return self._roofline(node, entry.note)
+            return self._by_rule(node, self._fallback, entry.note)
         return NodeCost(
             cost=entry.seconds, flops=node_flops(node), bytes_moved=float(bytes_moved(node))
         )
 
-    def _roofline(self, node: torch.fx.Node, why: str) -> NodeCost:
+    def _by_rule(self, node: torch.fx.Node, rule: Any, why: str) -> NodeCost:
+        """``rule``'s price for a node not timed: the roofline fallback's for one that is
+        not run (``why``, noted), or, under a fusing compiler, the ``flops`` estimator's
+        for an op it generates (``why`` empty, not noted). Where ``rule`` has no figures
+        for the node's device: 0, and noted."""
         try:
-            est = self._fallback.estimate(node)
-            note = f"not timed: {why}; roofline estimate"
+            est = rule.estimate(node)
+            note = f"not timed: {why}; {rule.name} estimate" if why else ""
         except ValueError as e:  # no figures for the device either
             est = NodeCost(0.0, node_flops(node), float(bytes_moved(node)))
-            note = f"not timed: {why}; priced 0 ({e})"
+            note = f"not timed: {why or 'fused by the compiler'}; priced 0 ({e})"
+        if not note:
+            return est
         self.notes[node.name] = note
         return dataclasses.replace(est, note=note)
