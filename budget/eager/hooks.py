@@ -9,18 +9,24 @@ another tensor, or one save too many or too few, raises
 :class:`~budget.errors.PlanMismatchError`: a plan is never applied to saves it was not made
 for). An offloaded value is copied once however often it is saved:
 
-- on CUDA into pinned host memory on a side stream that waits for the compute stream, the
-  device tensor marked used by that stream (``record_stream``) so the caching allocator
-  frees it once the copy is done and not before; it is copied back on the side stream
-  into a tensor the compute stream made (so the backward frees it in stream order), and
-  the compute stream waits for that copy only where the backward reads it. Reading
-  one offloaded value starts the reload of the one offloaded before it (the backward reads
-  values in about the reverse order), so reloads run ahead of their use;
-- on fake tensors (the peak prediction, :mod:`budget.eager.peak`) nothing is copied: the
-  device storage is let go at the save and a tensor of the same layout made at the reload,
-  so the prediction counts device memory as the real step holds it;
+- on CUDA into pinned host memory on a side stream that waits for the compute stream; it
+  is copied back on the side stream into a tensor the compute stream made, and the compute
+  stream waits for that copy only where the backward reads it. Reading one offloaded value
+  starts the reload of the one offloaded before it (the backward reads values in about the
+  reverse order), so reloads run ahead of their use;
+- on fake tensors (the peak prediction, :mod:`budget.eager.peak`) nothing is copied; a
+  tensor of the same layout is made at the reload;
 - on the host CPU (where offload frees nothing; plans made for a GPU, and tests) the value
   is copied to another CPU tensor and that is what the backward reads.
+
+Every block is freed in the compute stream's order, never through ``record_stream``: the
+caching allocator holds a block another stream used until it sees that use finish, which
+the host, running ahead of the device, reaches late, so what the step holds would depend
+on timing. The hooks keep each offloaded value's device tensor until the next offloaded
+value's save (or the forward's end), where the compute stream waits for its copy out and
+lets it go: the copy runs beside the forward's compute in between, and the device memory
+held is the same on every run and on fake tensors, which the peak prediction runs through
+this same code.
 """
 
 from __future__ import annotations
@@ -55,8 +61,11 @@ class OffloadHooks:
 
     def run(self, forward: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         step = _Forward(self)
-        with torch.autograd.graph.saved_tensors_hooks(step.pack, step.unpack):
-            out = forward(*args, **kwargs)
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(step.pack, step.unpack):
+                out = forward(*args, **kwargs)
+        finally:
+            step.release()
         if step.index != len(self.saves):
             raise PlanMismatchError(
                 f"budget.apply: the model's forward saved {step.index} tensors outside "
@@ -80,6 +89,16 @@ class _Forward:
         self.index = 0
         self.moved: dict[str, weakref.ref[_Moved]] = {}
         self.order: list[weakref.ref[_Moved]] = []  # offloaded values, in offload order
+        self.held: tuple[_Moved, torch.Tensor] | None = None  # the last one, until its copy
+
+    def release(self) -> None:
+        """Let go of the last offloaded value's device tensor once its copy out is done (in
+        the compute stream's order)."""
+        if self.held is not None:
+            moved, _ = self.held
+            if moved.copied is not None:
+                torch.cuda.current_stream(moved.device).wait_event(moved.copied)
+            self.held = None
 
     def pack(self, t: torch.Tensor) -> Any:
         k = self.index
@@ -101,7 +120,9 @@ class _Forward:
         ref = self.moved.get(saves[k].value)
         moved = ref() if ref is not None else None
         if moved is None:
+            self.release()
             moved = _Moved(self, len(self.order), t)
+            self.held = (moved, t)
             self.moved[saves[k].value] = weakref.ref(moved)
             self.order.append(self.moved[saves[k].value])
             self.hooks.offloads += 1
@@ -129,6 +150,7 @@ class _Moved:
         self.loaded: torch.Tensor | None = None
         self.ready: Any = None  # CUDA: the event of the reload
         self.host: torch.Tensor | None = None
+        self.copied: Any = None  # CUDA: the event of the copy out
         if self.fake:
             return
         if self.device.type != "cuda":
@@ -139,8 +161,7 @@ class _Moved:
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
             self.host.copy_(t, non_blocking=True)
-        t.record_stream(stream)
-        self.copied = stream.record_event()
+            self.copied = stream.record_event()
 
     def load(self) -> None:
         """Start the copy back to the device (once)."""
@@ -153,9 +174,7 @@ class _Moved:
             self.loaded = self.host
         else:
             # Made on the compute stream, which frees it in its own order once the backward
-            # is done with it: a block made on the side stream and freed after the compute
-            # stream's use (record_stream) stays held until the allocator sees that use
-            # finish, which the host, running ahead of the device, reaches late.
+            # is done with it (module docstring).
             compute = torch.cuda.current_stream(self.device)
             loaded = torch.empty_strided(size, stride, dtype=dtype, device=self.device)
             stream = self.owner.hooks.stream(self.device)

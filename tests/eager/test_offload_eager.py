@@ -9,6 +9,7 @@ the planned one is refused."""
 from __future__ import annotations
 
 import dataclasses
+import weakref
 
 import pytest
 import torch
@@ -150,3 +151,36 @@ def test_a_model_without_blocks_is_planned_by_offload_alone():
     got = torch.autograd.grad(model(x), list(model.parameters()))
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+def test_an_offloaded_value_is_held_until_the_next_offloaded_save_or_the_forwards_end():
+    """The hooks let an offloaded value's device tensor go at the next offloaded value's
+    save (the forward's end for the last one), where the compute stream has waited for its
+    copy: never through record_stream, whose release depends on the host's timing. The
+    fake run that predicts the peak goes through the same code."""
+    from budget.eager.hooks import OffloadHooks
+    from budget.eager.plan import SaveChoice
+
+    seen = {}
+
+    def forward(w):
+        a = w.exp()  # saves a (exp keeps its output): offloaded
+        ra = weakref.ref(a)
+        x = a + 1  # add saves nothing
+        del a
+        seen["a held after its save"] = ra() is not None
+        b = x.exp()  # saves b: offloaded, so a is let go
+        seen["a let go at the next offloaded save"] = ra() is None
+        seen["b"] = weakref.ref(b)
+        y = b.sum()
+        del b
+        return y
+
+    w = torch.randn(4, 4, requires_grad=True)
+    hooks = OffloadHooks([SaveChoice(v, [4, 4], "torch.float32", True) for v in ("a", "b")])
+    loss = hooks.run(forward, w)
+    assert seen.pop("b")() is None, "the last offloaded value is let go at the forward's end"
+    assert all(seen.values()), seen
+    (got,) = torch.autograd.grad(loss, [w])
+    torch.testing.assert_close(got, (w.exp() + 1).exp() * w.exp())
+    assert hooks.offloads == 2
