@@ -34,7 +34,7 @@ from ..core.plan_files import PlanBook, PlanSource
 from ..core.settings import PlanLog, PlanSettings
 from ..errors import BudgetTooSmallError
 from ..planning.options import resolve_settings
-from . import plan_cache, ranks, step_budget
+from . import kernels, plan_cache, ranks, step_budget
 from .compiled_peak import CodeCapture
 from .inductor_hooks import InductorPartitioner, run_uncompiled
 from .partition import budget_partition
@@ -198,10 +198,12 @@ def _compile_within_peak(be: BudgetBackend, job: GraphJob) -> Any:
     def compile_with(settings: PlanSettings) -> Attempt:
         attempt = BudgetBackend(settings, PlanLog())
         partitioner = InductorPartitioner(attempt, job.outputs_held)
-        compiled = _compile_cached(attempt, partitioner, job.gm, job.example_inputs)
-        return Attempt(compiled, attempt.log)
+        with kernels.deferred() as unbuilt:  # built for the attempt kept only
+            compiled = _compile_cached(attempt, partitioner, job.gm, job.example_inputs)
+        return Attempt(compiled, attempt.log, unbuilt)
 
     kept = hold_b1_peak(job.settings, compile_with, fit_compiled_peak(job.settings, compile_with))
+    kernels.build(kept.unbuilt)
     be.log.problems.extend(kept.log.problems)
     for plan in kept.log.plans:
         be.log.add_plan(plan)

@@ -63,6 +63,9 @@ class Attempt:
 
     compiled: Any
     log: PlanLog
+    # the generated modules whose kernels are not built yet (compile/kernels.py): built
+    # for the attempt kept only
+    unbuilt: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def plan(self) -> Plan | None:

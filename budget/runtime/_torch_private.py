@@ -83,6 +83,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     # Inductor: compile/backend.py
     "compile_fx": ("torch._inductor.compile_fx", "compile_fx"),
     "compile_fx_inner": ("torch._inductor.compile_fx", "compile_fx_inner"),
+    "AsyncCompile": ("torch._inductor.async_compile", "AsyncCompile"),  # compile/kernels.py
     "select_decomp_table": ("torch._inductor.compile_fx", "select_decomp_table"),
     # Inductor's ordering edges (compile/schedule.py: recomputations kept where planned)
     "preserve_node_ordering": (
@@ -143,6 +144,7 @@ if TYPE_CHECKING:
         thread_graphsafe_rng_from_hops,
     )
     from torch._inductor import config as inductor_config
+    from torch._inductor.async_compile import AsyncCompile
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner, select_decomp_table
     from torch._inductor.custom_graph_pass import (
         CustomKnapsackSolver,
@@ -356,6 +358,7 @@ __all__ = [
     "InputMutationAOTOutput",
     "NodeInfo",
     "OutputCode",
+    "AsyncCompile",
     "TorchDispatchMode",
     "_extract_fwd_bwd_modules",
     "aot_autograd",

@@ -157,8 +157,12 @@ def test_inductor_keeps_extra_recomputations_where_they_are_planned():
     waits for a node of the backward before it), the gradients are the uncompiled step's,
     and the budget is met by the compiled code or refused naming its lowest peak. With
     Inductor's layout copies (its default), no plan of the grid recomputes again: only
-    the peak budget reschedules."""
-    from budget.compile import partition
+    the peak budget reschedules. Of the plans compiled, only the kept one's kernels are
+    built (compile/kernels.py)."""
+    import contextlib
+
+    from budget.compile import kernels, partition
+    from budget.compile.kernels import _Deferred
     from budget.errors import BudgetTooSmallError
 
     ex = get_builtin("resnet", batch=2, size=16, width=8, blocks=2)
@@ -175,6 +179,16 @@ def test_inductor_keeps_extra_recomputations_where_they_are_planned():
         return fw, bw
 
     partition._finish = spy
+    attempts: list[list] = []  # each compile's generated modules, their kernels deferred
+    deferred = kernels.deferred
+
+    @contextlib.contextmanager
+    def kept_modules():  # type: ignore[no-untyped-def]
+        with deferred() as unbuilt:
+            attempts.append(unbuilt)
+            yield unbuilt
+
+    kernels.deferred = kept_modules
     try:
         torch._dynamo.reset()
         be = budget.backend(peak_memory_budget=f"{target}B")
@@ -190,6 +204,14 @@ def test_inductor_keeps_extra_recomputations_where_they_are_planned():
             grads = None
     finally:
         partition._finish = finish
+        kernels.deferred = deferred
+    never_built = [
+        any(isinstance(v, _Deferred) and v.kernel is None for scope in a for v in scope.values())
+        for a in attempts
+    ]
+    assert len(attempts) > 1 and any(never_built), never_built
+    if grads is not None:
+        assert never_built.count(False) == 1, "the kept plan's kernels, and only those, built"
     pinned = [
         n
         for bw in backwards
