@@ -68,6 +68,8 @@ class Memo:
 
     storages: dict[fx.Node, tuple[object, list[tuple[int, int]]]] = field(default_factory=dict)
     workspace: dict[tuple[fx.Node, bool], int] = field(default_factory=dict)
+    # a node's (any tensor on an accelerator, raw storages in host memory), per value
+    devices: dict[fx.Node, tuple[object, bool, list[int]]] = field(default_factory=dict)
 
 
 def node_storages(node: fx.Node, memo: Memo | None = None) -> list[tuple[int, int]]:
@@ -87,13 +89,22 @@ def node_storages(node: fx.Node, memo: Memo | None = None) -> list[tuple[int, in
     return out
 
 
-def _host_storages(nodes: list[fx.Node]) -> set[int]:
+def _host_storages(nodes: list[fx.Node], memo: Memo | None = None) -> set[int]:
     """Raw storages in host memory in graphs that run on an accelerator (the copies of
     offloaded values, budget.core.offload); none where the graphs run on the host."""
-    vals = [t for n in nodes for t in tensors(n.meta.get("val"))]
-    if not any(t.device.type not in ("cpu", "meta") for t in vals):
-        return set()
-    return {s[0] for t in vals if t.device.type == "cpu" and (s := storage_of(t)) is not None}
+    accelerated, host = False, set()
+    for node in nodes:
+        val = node.meta.get("val")
+        kept = memo.devices.get(node) if memo is not None else None
+        if kept is None or kept[0] is not val:
+            ts = tensors(val)
+            on_host = [s[0] for t in ts if t.device.type == "cpu" and (s := storage_of(t))]
+            kept = (val, any(t.device.type not in ("cpu", "meta") for t in ts), on_host)
+            if memo is not None:
+                memo.devices[node] = kept
+        accelerated |= kept[1]
+        host.update(kept[2])
+    return host if accelerated else set()
 
 
 Key = tuple[str, int]  # (graph, fake storage): a recomputed value shares its forward twin's
@@ -155,7 +166,7 @@ def predict_peak(
     handed_over = {key[1]: key for keys in fw_keys.values() for key in keys}
     bw_keys = _keys(bw_nodes, "bw", handed_over, memo)
     sizes = {raw: nbytes for n in fw_nodes + bw_nodes for raw, nbytes in node_storages(n, memo)}
-    for raw in _host_storages(fw_nodes + bw_nodes):
+    for raw in _host_storages(fw_nodes + bw_nodes, memo):
         sizes[raw] = 0  # offloaded copies, in host memory: not the device's
 
     def keys(node: fx.Node, phase: str) -> list[Key]:
