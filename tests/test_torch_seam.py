@@ -80,6 +80,7 @@ LAZY = {
     "counters": "torch._dynamo.utils",
     "compile_fx": "torch._inductor.compile_fx",
     "compile_fx_inner": "torch._inductor.compile_fx",
+    "AsyncCompile": "torch._inductor.async_compile",
     "preserve_node_ordering": "torch._inductor.fx_passes.control_dependencies",
     "select_decomp_table": "torch._inductor.compile_fx",
     "OutputCode": "torch._inductor.output_code",
