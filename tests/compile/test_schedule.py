@@ -140,7 +140,7 @@ def test_inductor_convnets_are_rescheduled_only_for_a_peak_budget(layout_optimiz
     it recomputes values again, with layout copies or without."""
     import torch._inductor.config as inductor_config
 
-    ex = get_builtin("resnet", batch=2, size=16, width=8, blocks=2)
+    ex = get_builtin("resnet", batch=2, size=16, width=8, blocks=1)
     with inductor_config.patch(layout_optimization=layout_optimization):
         target, grid = _below_the_grid(ex)
         assert all((p.copied_input_bytes > 0) == layout_optimization for p in grid)
@@ -205,13 +205,15 @@ def test_inductor_keeps_extra_recomputations_where_they_are_planned():
     finally:
         partition._finish = finish
         kernels.deferred = deferred
-    never_built = [
-        any(isinstance(v, _Deferred) and v.kernel is None for scope in a for v in scope.values())
+    # per compile that generated modules of its own (one may reuse another's): built?
+    built = [
+        not any(isinstance(v, _Deferred) and v.kernel is None for s in a for v in s.values())
         for a in attempts
+        if a
     ]
-    assert len(attempts) > 1 and any(never_built), never_built
+    assert len(built) > 1 and not all(built), built
     if grads is not None:
-        assert never_built.count(False) == 1, "the kept plan's kernels, and only those, built"
+        assert built.count(True) == 1, "the kept plan's kernels, and only those, built"
     pinned = [
         n
         for bw in backwards
