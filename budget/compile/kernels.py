@@ -4,8 +4,7 @@ Under Inductor a peak budget compiles several plans to read each one's generated
 (:mod:`budget.compile.peak_check`), and a convnet's memory budget compiles the b=1 plan
 beside its own (``hold_b1_peak``); all but one are thrown away. What the peak needs is the
 generated code (lowering, scheduling, the wrapper). Building its kernels (a C++ compiler
-run per CPU kernel, a Triton compile per GPU kernel) is needed only to run it, and is about
-a third of a compile on a CPU.
+run per CPU kernel, a Triton compile per GPU kernel) is needed only to run it.
 
 Under :func:`deferred`, the kernels a generated module asks Inductor's ``AsyncCompile``
 for (``cpp``, ``cpp_pybinding``, ``triton``) are not built: each binds a

@@ -22,17 +22,13 @@ def _fresh_fn():
     def fn(x):
         return (x.sin() * k).relu() + x.cos()
 
-    return fn, k
-
-
-def _compiled(fn, x):
-    return torch.compile(fn, backend="inductor")(x)
+    return fn
 
 
 def test_deferred_code_requests_its_kernels_and_build_builds_and_binds_them():
     from torch._inductor.compile_fx import compile_fx
 
-    fn, _ = _fresh_fn()
+    fn = _fresh_fn()
     x = torch.randn(64)
     gm = torch.fx.symbolic_trace(lambda x: (fn(x),))
     with kernels.deferred() as unbuilt:
@@ -47,7 +43,7 @@ def test_deferred_code_requests_its_kernels_and_build_builds_and_binds_them():
 
 
 def test_a_deferred_kernel_used_before_build_builds_itself():
-    fn, _ = _fresh_fn()
+    fn = _fresh_fn()
     x = torch.randn(32)
     with kernels.deferred() as unbuilt:
         compiled = torch.compile(fn, backend="inductor")
@@ -58,7 +54,7 @@ def test_a_deferred_kernel_used_before_build_builds_itself():
 
 
 def test_outside_deferred_inductor_builds_as_it_always_does():
-    fn, _ = _fresh_fn()
+    fn = _fresh_fn()
     with kernels.deferred():
         pass
     from budget.runtime import _torch_private as T
@@ -66,4 +62,4 @@ def test_outside_deferred_inductor_builds_as_it_always_does():
     assert T.AsyncCompile.cpp_pybinding is kernels._ORIGINAL["cpp_pybinding"]
     assert T.AsyncCompile.wait is kernels._ORIGINAL["wait"]
     x = torch.randn(16)
-    torch.testing.assert_close(_compiled(fn, x), fn(x))
+    torch.testing.assert_close(torch.compile(fn, backend="inductor")(x), fn(x))
