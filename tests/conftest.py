@@ -4,6 +4,11 @@ budget's own cache directory (plan cache, profile timings) is a fresh one per te
 (``BUDGET_CACHE_DIR``), so tests never read or write the user's ``~/.cache/budget``; a
 test that needs the variable otherwise sets it itself (monkeypatch, or a child process's
 environment).
+
+A test module's shared setup is a session-scoped fixture (or a ``functools.cache``d helper
+where the fixture is parametrized), built once per xdist worker: the workers take tests
+longest first from every module at once, so a module-scoped fixture was torn down each
+time a worker moved to another module and built again when it came back.
 """
 
 from __future__ import annotations

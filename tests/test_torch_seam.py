@@ -323,7 +323,7 @@ def test_faster_max_flow_gives_torchs_exact_cut():
     assert seen and all(seen)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once per worker: tests/conftest.py
 def torch_joint():
     """A GPT's joint graph and node classification, as torch's partitioner saw them."""
     from torch._functorch import config as functorch_config

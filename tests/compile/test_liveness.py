@@ -6,6 +6,7 @@ which the bound never calls."""
 
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
@@ -33,11 +34,11 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module", params=sorted(CASES))
-def captured(request):
-    make, compiler = CASES[request.param]
+@functools.cache  # built once per worker and case: tests/conftest.py
+def _captured(name: str):
+    make, compiler = CASES[name]
     got = capture(make(), compiler)
-    got.name = request.param
+    got.name = name
     got.bound = liveness_bound(
         got.partitions.joint_module.graph,
         got.partitions.node_info,
@@ -45,6 +46,11 @@ def captured(request):
         got.partitions.num_fwd_outputs,
     )
     return got
+
+
+@pytest.fixture(params=sorted(CASES))
+def captured(request):
+    return _captured(request.param)
 
 
 def test_no_row_is_above_the_predicted_peak_of_a_plan_that_recomputes_once(captured):

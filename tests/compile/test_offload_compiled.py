@@ -52,7 +52,7 @@ def _ops(gm: torch.fx.GraphModule, prefix: str) -> set[str]:
     }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once per worker: tests/conftest.py
 def gpt_plan():
     ex = small_gpt()
     (plan,) = budget.plans(ex.step, *ex.args, compiler="eager", memory_budget=0.5)

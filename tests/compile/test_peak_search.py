@@ -29,7 +29,7 @@ def _tiny() -> Example:
     return Example("tiny", torch.nn.Module(), (x,), step)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once per worker: tests/conftest.py
 def tiny():
     got = capture(_tiny(), "eager")
     p = got.partitions

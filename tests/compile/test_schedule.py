@@ -255,12 +255,12 @@ def test_dynamic_shapes_plan_and_keep_gradients(compiler, b):
     tokens, targets = ex.args
     be = budget.backend(memory_budget=b, compiler=compiler)
     step = torch.compile(ex.step, backend=be, dynamic=True)
-    for length in (64, 48):
-        args = (tokens[:, :length].contiguous(), targets[:, :length].contiguous())
+    for length in (64, 48):  # fresh tensors: a view's base would be guarded on, recompiling
+        args = (tokens[:, :length].clone(), targets[:, :length].clone())
         reference = _grads(ex, ex.step, *args)
         for got, want in zip(_grads(ex, step, *args), reference, strict=True):
             torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
-    assert be.plans
+    assert len(be.plans) == 1, "one dynamic graph serves both lengths"
     assert all((b == 0.0) == bool(p.recomputed_again) for p in be.plans)
     if b == 1.0:  # each SymInt the forward hands over is saved once
         assert all(len(p.saved) == len(set(p.saved)) for p in be.plans)

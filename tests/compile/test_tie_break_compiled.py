@@ -20,7 +20,7 @@ from budget.planning.tie_break import TIE_TOLERANCE
 pytest.importorskip("torchvision")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once per worker: tests/conftest.py
 def resnet18():
     tv = import_torchvision()
     torch.manual_seed(0)

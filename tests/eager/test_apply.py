@@ -30,7 +30,7 @@ def _params(ex):
     return list(ex.model.parameters())
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once per worker: tests/conftest.py
 def baselines():
     """The unmodified step of each model: retained bytes and backward FLOPs."""
     out = {}

@@ -74,7 +74,7 @@ def test_prediction_changes_nothing_real():
     assert "forward" not in ex.model.layers[0].__dict__  # nothing left installed
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once per worker: tests/conftest.py
 def gpt_fractions():
     """The built-in GPT's eager plans at a grid of fractions, each measured."""
     ex = small_gpt()

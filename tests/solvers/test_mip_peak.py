@@ -5,6 +5,7 @@ LivenessBound.row_values (plain Python, no solver), is at or under it."""
 
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
@@ -19,11 +20,16 @@ from budget.compile.liveness import liveness_bound  # noqa: E402
 from budget.solvers.mip.peak import PeakModel  # noqa: E402
 
 
-@pytest.fixture(scope="module", params=["gpt", "resnet"])
+@pytest.fixture(params=["gpt", "resnet"])
 def graph(request):
+    return _graph(request.param)
+
+
+@functools.cache  # built once per worker and model: tests/conftest.py
+def _graph(name: str):
     example, compiler = (
         (small_gpt(), "inductor")
-        if request.param == "gpt"
+        if name == "gpt"
         else (
             small_resnet(),
             "eager",
