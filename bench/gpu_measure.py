@@ -264,15 +264,16 @@ def predictions(row: Row, plans: list[Any]) -> Row:
 
 @contextlib.contextmanager
 def fresh(device: torch.device) -> Iterator[None]:
-    """Compile caches of dynamo reset, memory of the last configuration given back."""
+    """Compile caches of dynamo reset, device memory of the last configuration given back
+    (the measurements themselves pause the garbage collector: budget.runtime.measure)."""
     torch._dynamo.reset()
-    gc.collect()
     if device.type == "cuda":
+        gc.collect()
         torch.cuda.empty_cache()
     try:
         yield
     finally:
         torch._dynamo.reset()
-        gc.collect()
         if device.type == "cuda":
+            gc.collect()
             torch.cuda.empty_cache()

@@ -11,7 +11,6 @@ the caching allocator's requested bytes (``torch.cuda.memory_stats``). Nothing e
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 import torch
 
 from ..runtime._torch_private import memory_events, tree_leaves
-from ..runtime.measure import backward_flops, cuda_memory_stat, device_of
+from ..runtime.measure import backward_flops, cuda_memory_stat, device_of, no_collection
 
 
 @dataclass
@@ -40,17 +39,20 @@ def _output_bytes(out: Any) -> int:
 
 def retained_bytes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Retained:
     """Run ``fn(*args, **kwargs)`` (a forward) and count the bytes it leaves allocated."""
-    gc.collect()
     device = device_of(args, kwargs)
     if device.type == "cuda":  # bytes requested: the caching allocator's rounding aside
         stat = "requested_bytes.all.current"
-        before = cuda_memory_stat(device, stat)
-        out = fn(*args, **kwargs)
-        net = cuda_memory_stat(device, stat) - before
+        with no_collection():
+            before = cuda_memory_stat(device, stat)
+            out = fn(*args, **kwargs)
+            net = cuda_memory_stat(device, stat) - before
     elif device.type == "cpu":
         from torch.profiler import ProfilerActivity, profile
 
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        with (
+            no_collection(),
+            profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof,
+        ):
             out = fn(*args, **kwargs)
         net = sum(nbytes for _, nbytes in memory_events(prof))
     else:

@@ -17,9 +17,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,6 +140,21 @@ def measure_workspace(fn: Callable[[], Any]) -> int:
     return peak - sum(t.untyped_storage().nbytes() for t in outs if t is not None)
 
 
+@contextlib.contextmanager
+def no_collection() -> Iterator[None]:
+    """No cyclic garbage collection inside: one in the middle of a measured step would free
+    older garbage there and take its bytes off the step's. (A full ``gc.collect()`` first
+    does the same, at the price of walking every live object: in a process that holds
+    many graphs, most of a short measurement.)"""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def cuda_memory_stat(device: torch.device, stat: str) -> int:
     """One counter of the CUDA caching allocator (``torch.cuda.memory_stats``), read once
     the device is idle and the allocator has taken back every block it was waiting on.
@@ -183,8 +199,7 @@ def measure_peak(
     from torch.profiler import ProfilerActivity, profile
 
     _quiet_kineto()
-    gc.collect()  # no collection of older garbage in the middle of the step
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with no_collection(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         _backprop(fn, args, kwargs)
     # A stable sort on time alone: events of one instant keep the order they came in.
     events = sorted(memory_events(prof), key=lambda e: e[0])

@@ -54,3 +54,25 @@ def test_a_block_freed_after_another_streams_use_is_not_in_the_next_steps_baseli
     assert measure_peak(_kept, x, warmup=0, requested=True) == settled
     _pending_block(8 << 20)
     assert retained_bytes(_kept, x).retained_bytes == 4 << 20  # y = x * 3, saved by sin
+
+
+
+@pytest.mark.parametrize("measure", ["peak", "retained"])
+def test_no_garbage_collection_runs_in_the_middle_of_a_measured_step(measure):
+    """A collection there would free older garbage in the step and take its bytes off the
+    step's: the step runs with the collector off, which is back on afterwards."""
+    import gc
+
+    seen = []
+
+    def step(x):
+        seen.append(gc.isenabled())
+        return (x * 2).sin().sum()
+
+    x = torch.ones(64, requires_grad=True)
+    assert gc.isenabled()
+    if measure == "peak":
+        measure_peak(step, x, warmup=0)
+    else:
+        retained_bytes(step, x).output.backward()
+    assert seen == [False] and gc.isenabled()
