@@ -33,7 +33,9 @@ This module is the bound as data (a :class:`LivenessBound`, built from a joint g
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import bisect
+import itertools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 # When a storage counts. In the forward: ("1",) always; ("s", v) v saved; ("x", v) v runs
@@ -44,6 +46,25 @@ Literal = tuple
 # A backward event: the storage is alive from row ``first`` (-1: from the backward's start)
 # to row ``last`` when the literal holds.
 Event = tuple[int, int, Literal]
+
+
+def _holds(
+    lit: Literal, kept: set[int], redo: set[int], ran: set[int], need: dict[int, int]
+) -> bool:
+    """Whether ``lit`` holds for the plan saving ``kept`` and recomputing ``redo``, whose
+    forward runs ``ran`` and whose backward first needs each recomputed value at ``need``."""
+    kind = lit[0]
+    if kind == "1":
+        return True
+    if kind in ("s", "x"):
+        return lit[1] in (kept if kind == "s" else ran)
+    _, saved_, redone, sooner, later = lit
+    return (
+        all(v in kept for v in saved_)
+        and all(v in redo for v in redone)
+        and all(need.get(v, t + 1) <= t for v, t in sooner)
+        and all(v in redo and need.get(v, t) >= t for v, t in later)
+    )
 
 
 @dataclass
@@ -132,57 +153,83 @@ class LivenessBound:
     def row_values(self, saved: Iterable[int], recomputed: Iterable[int]) -> list[int]:
         """Each row's bytes for the plan saving ``saved`` and recomputing ``recomputed``
         (problem node indices): the forward's steps, the backward's nodes, then the
-        recomputations the plan makes at their homes."""
+        recomputations the plan makes at their homes. Each literal is decided once, and
+        each storage's held events become intervals summed over the rows by sweeps."""
         kept, redo = set(saved), set(recomputed)
         ran = self.in_forward(kept)
         need = self.needed_at(redo)
+        decided: dict[int, bool] = {}  # id(literal) -> whether it holds for this plan
 
         def holds(lit: Literal) -> bool:
-            kind = lit[0]
-            if kind == "1":
-                return True
-            if kind in ("s", "x"):
-                return lit[1] in (kept if kind == "s" else ran)
-            _, saved_, redone, sooner, later = lit
-            return (
-                all(v in kept for v in saved_)
-                and all(v in redo for v in redone)
-                and all(need.get(v, t + 1) <= t for v, t in sooner)
-                and all(v in redo and need.get(v, t) >= t for v, t in later)
-            )
+            got = decided.get(id(lit))
+            if got is None:
+                got = decided[id(lit)] = _holds(lit, kept, redo, ran, need)
+            return got
 
-        def counted(k: int, excluded: set[int], lo: int, hi: int) -> int:
-            """The storage's bytes if an event holding covers rows lo to hi."""
-            if k in excluded:
-                return 0
-            alive = any(a <= lo and b >= hi and holds(lit) for a, b, lit in self.bw_events[k])
-            return self.storage_bytes[k] if alive else 0
+        out = self._forward_rows(holds)
+        held = [[(a, b) for a, b, lit in events if holds(lit)] for events in self.bw_events]
+        out += self._backward_rows(held)
+        out += self._recompute_rows(held, holds, need)
+        return out
 
+    def _forward_rows(self, holds: Callable[[Literal], bool]) -> list[int]:
+        """A storage counts at step t from ``enters`` on while an event holding ends at or
+        after t: from its entry through its latest holding event's step."""
+        delta = [0] * (self.forward_steps + 1)
+        for k, events in enumerate(self.events):
+            last = max((p for p, lit in events if holds(lit)), default=-1)
+            first, last = max(self.enters[k], 0), min(last, self.forward_steps - 1)
+            if first <= last:
+                delta[first] += self.storage_bytes[k]
+                delta[last + 1] -= self.storage_bytes[k]
+        return list(itertools.accumulate(delta[:-1]))
+
+    def _backward_rows(self, held: list[list[tuple[int, int]]]) -> list[int]:
+        """A backward node's row: its constant, plus each storage not excluded there that
+        an event holding covers (summed over all storages, less those excluded)."""
+        positions = sorted({row.position for row in self.rows})
+        index = {t: i for i, t in enumerate(positions)}
+        delta = [0] * (len(positions) + 1)
+        for k, spans in enumerate(held):
+            covered = -1  # positions[: covered + 1] already count storage k
+            for a, b in sorted(spans):
+                lo = max(bisect.bisect_left(positions, a), covered + 1)
+                hi = bisect.bisect_right(positions, b) - 1
+                if lo <= hi:
+                    delta[lo] += self.storage_bytes[k]
+                    delta[hi + 1] -= self.storage_bytes[k]
+                    covered = hi
+        alive = list(itertools.accumulate(delta[:-1]))
         out = []
-        for t in range(self.forward_steps):
-            out.append(
-                sum(
-                    self.storage_bytes[k]
-                    for k, events in enumerate(self.events)
-                    if self.enters[k] <= t and any(p >= t and holds(lit) for p, lit in events)
-                )
-            )
         for row in self.rows:
-            excluded = set(row.excluded)
             t = row.position
-            out.append(
-                row.const + sum(counted(k, excluded, t, t) for k in range(len(self.bw_events)))
-            )
+            total = row.const + alive[index[t]]
+            for k in set(row.excluded):
+                if any(a <= t <= b for a, b in held[k]):
+                    total -= self.storage_bytes[k]
+            out.append(total)
+        return out
+
+    def _recompute_rows(
+        self,
+        held: list[list[tuple[int, int]]],
+        holds: Callable[[Literal], bool],
+        need: dict[int, int],
+    ) -> list[int]:
+        """The rows of the recomputations this plan makes where they are: each storage
+        (not a copy, not excluded) that an event holding keeps alive from the backward's
+        start through the row, or that is one of the row's ``extra`` holding there."""
+        # the last row through which a storage is alive from the backward's start
+        reach = [max((b for a, b in spans if a <= -1), default=None) for spans in held]
+        out = []
         for rrow in self.recompute_rows:
             if need.get(rrow.value) != rrow.through:
                 continue
-            excluded = set(rrow.excluded)
+            skipped = self.copies.union(rrow.excluded)
+            extra = {j for j, lit in rrow.extra if holds(lit)}
             total = rrow.const
-            for k in range(len(self.bw_events)):
-                if k in self.copies or k in excluded:
-                    continue
-                extra = any(holds(lit) for j, lit in rrow.extra if j == k)
-                if extra or counted(k, excluded, -1, rrow.through):
+            for k, last in enumerate(reach):
+                if k not in skipped and (k in extra or (last is not None and last >= rrow.through)):
                     total += self.storage_bytes[k]
             out.append(total)
         return out
