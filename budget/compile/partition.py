@@ -12,10 +12,8 @@ by graph hash and checked node by node, :mod:`budget.core.plan_files`); never bo
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -29,6 +27,7 @@ from ..core.settings import PlanLog, PlanSettings
 from ..errors import SolverTimeout
 from ..planning.planner import plan_like, solve_problem, solve_sweep
 from ..runtime import _torch_private as T
+from ..runtime.collector import gc_paused
 from . import offload, ranks
 from .graph import build_problem, estimator_for, graph_hash
 from .layout import copied_inputs_bound
@@ -62,24 +61,6 @@ def _set_dist_from_bw(graph: fx.Graph, node_info: T.NodeInfo) -> None:
                     node.dist_from_bw = min(node.dist_from_bw, user.dist_from_bw + 1)
         else:
             node.dist_from_bw = 0
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector (and restore its state after).
-
-    Planning allocates many small objects (fx nodes, sets, dicts) and frees few, which
-    triggers full collections of the whole compiler heap at random points of a plan (a
-    large share of planning time on deep models: ``python bench/preview_cost.py``). Nothing planning
-    creates needs collecting early.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def budget_partition(

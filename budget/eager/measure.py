@@ -18,7 +18,8 @@ from typing import Any
 import torch
 
 from ..runtime._torch_private import memory_events, tree_leaves
-from ..runtime.measure import backward_flops, cuda_memory_stat, device_of, no_collection
+from ..runtime.collector import gc_paused
+from ..runtime.measure import backward_flops, cuda_memory_stat, device_of
 
 
 @dataclass
@@ -42,7 +43,7 @@ def retained_bytes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Retaine
     device = device_of(args, kwargs)
     if device.type == "cuda":  # bytes requested: the caching allocator's rounding aside
         stat = "requested_bytes.all.current"
-        with no_collection():
+        with gc_paused():
             before = cuda_memory_stat(device, stat)
             out = fn(*args, **kwargs)
             net = cuda_memory_stat(device, stat) - before
@@ -50,7 +51,7 @@ def retained_bytes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Retaine
         from torch.profiler import ProfilerActivity, profile
 
         with (
-            no_collection(),
+            gc_paused(),
             profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof,
         ):
             out = fn(*args, **kwargs)

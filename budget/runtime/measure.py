@@ -17,10 +17,8 @@
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +26,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from ._torch_private import memory_events, tree_leaves
+from .collector import gc_paused
 from .flop_gaps import FLOP_GAPS
 
 
@@ -140,21 +139,6 @@ def measure_workspace(fn: Callable[[], Any]) -> int:
     return peak - sum(t.untyped_storage().nbytes() for t in outs if t is not None)
 
 
-@contextlib.contextmanager
-def no_collection() -> Iterator[None]:
-    """No cyclic garbage collection inside: one in the middle of a measured step would free
-    older garbage there and take its bytes off the step's. (A full ``gc.collect()`` first
-    does the same, at the price of walking every live object: in a process that holds
-    many graphs, most of a short measurement.)"""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def cuda_memory_stat(device: torch.device, stat: str) -> int:
     """One counter of the CUDA caching allocator (``torch.cuda.memory_stats``), read once
     the device is idle and the allocator has taken back every block it was waiting on.
@@ -199,7 +183,7 @@ def measure_peak(
     from torch.profiler import ProfilerActivity, profile
 
     _quiet_kineto()
-    with no_collection(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with gc_paused(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         _backprop(fn, args, kwargs)
     # A stable sort on time alone: events of one instant keep the order they came in.
     events = sorted(memory_events(prof), key=lambda e: e[0])

@@ -56,7 +56,6 @@ def test_a_block_freed_after_another_streams_use_is_not_in_the_next_steps_baseli
     assert retained_bytes(_kept, x).retained_bytes == 4 << 20  # y = x * 3, saved by sin
 
 
-
 @pytest.mark.parametrize("measure", ["peak", "retained"])
 def test_no_garbage_collection_runs_in_the_middle_of_a_measured_step(measure):
     """A collection there would free older garbage in the step and take its bytes off the
