@@ -1,4 +1,6 @@
-"""runtime/measure.py: saved bytes counted by device."""
+"""runtime/measure.py: saved bytes counted by device; steps measured with the collector paused."""
+
+import gc
 
 import pytest
 import torch
@@ -60,8 +62,6 @@ def test_a_block_freed_after_another_streams_use_is_not_in_the_next_steps_baseli
 def test_no_garbage_collection_runs_in_the_middle_of_a_measured_step(measure):
     """A collection there would free older garbage in the step and take its bytes off the
     step's: the step runs with the collector off, which is back on afterwards."""
-    import gc
-
     seen = []
 
     def step(x):
