@@ -31,8 +31,7 @@ the plan's activations exactly; the convolutions run in the inputs' layout).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence, Set
-from typing import Any
+from collections.abc import Set
 
 import torch
 import torch.fx as fx
@@ -89,28 +88,6 @@ def runs_channels_last(gm: fx.GraphModule, compiler: str) -> bool:
     if compiler != "inductor" or not T.inductor_config.layout_optimization:
         return False
     return has_convolution(gm) and bool(T.GraphLowering.decide_layout_opt(gm, is_inference=False))
-
-
-def backward_keeps_layouts(inner_compile: Callable[..., Any]) -> Callable[..., Any]:
-    """An Inductor ``inner_compile`` that compiles a backward graph without layout
-    optimisation (the forward's as configured): the backward runs on the layouts the
-    forward hands it, whatever the plan recomputes.
-
-    ``decide_layout_opt`` runs per graph, on ``aten.convolution`` nodes: a backward that
-    recomputes a convolution took layout optimisation for itself, one that recomputes
-    none (b=1's) did not, so recomputing changed how every ``convolution_backward`` ran.
-    Lowered channels-last, oneDNN's depthwise backward on an AVX-512 CPU copies its weight
-    about 257 times: timm's MobileNetV3 peaked at twice b=1's below b=0.3 (``python
-    bench/peak.py --model mobilenetv3``). Kept as handed over, every plan's backward runs
-    its convolutions as b=1's does."""
-
-    def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Any:
-        if not kwargs.get("is_backward"):
-            return inner_compile(gm, example_inputs, **kwargs)
-        with T.inductor_config.patch(layout_optimization=False):
-            return inner_compile(gm, example_inputs, **kwargs)
-
-    return compile_graph
 
 
 def copied_inputs(fw: fx.GraphModule, num_fwd_outputs: int, compiler: str) -> dict[str, int]:

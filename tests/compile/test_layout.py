@@ -94,35 +94,14 @@ def _measure(model, x, y, budget_, layout_optimization: bool = True):
         pytest.param("separable", marks=pytest.mark.full),
     ],
 )
-def test_conv_models_save_what_their_plans_say_under_inductor(family, monkeypatch):
-    """Also: each backward is compiled without layout optimisation, the forward with it
-    (budget.compile.layout.backward_keeps_layouts), a backward recomputing a convolution
-    (b=0.5 here) as much as one recomputing none."""
-    from budget.compile import compiled_peak
-
-    seen = []
-    capture = compiled_peak.CodeCapture.__call__
-
-    def spy(self, gm, example_inputs, **kwargs):  # type: ignore[no-untyped-def]
-        seen.append((bool(kwargs.get("is_backward")), T.inductor_config.layout_optimization))
-        return capture(self, gm, example_inputs, **kwargs)
-
-    monkeypatch.setattr(compiled_peak.CodeCapture, "__call__", spy)
+def test_conv_models_save_what_their_plans_say_under_inductor(family):
     model, x, y = _family(family)
     for b in (1.0, 0.5):
-        seen.clear()
-        # another test's compile of this graph would be an AOTAutograd hit: no compile seen
-        with T.functorch_config.patch(enable_autograd_cache=False):
-            plan, measured = _measure(model, x, y, b)
+        plan, measured = _measure(model, x, y, b)
         assert measured == plan.saved_bytes <= plan.target_bytes, (family, b)
         # the layout copies exist here (oneDNN on CPU) and are part of what is saved
         assert 0 < plan.copied_input_bytes <= plan.saved_bytes
         assert plan.min_bytes >= plan.copied_input_bytes
-        # (is_backward, layout_optimization) of every graph compiled: forwards on, backwards off
-        assert set(seen) == {(False, True), (True, False)}, seen
-        redone = {d.op for d in plan.decisions if d.decision == "recompute"}
-        if family == "resnet":
-            assert ("aten.convolution.default" in redone) == (b < 1), redone
 
 
 def test_a_size_budget_holds_with_the_copies_in_it(one_compile):
