@@ -70,8 +70,18 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-# The packages whose code makes plans (the CLI, eager mode and the models do not).
-PLANNING_CODE = ("core", "solvers", "estimators", "compile")
+# The code that makes plans: what training's compiles import (the CLI, eager mode and
+# the models do not make plans; tests/compile/test_warmstart.py checks the list).
+PLANNING_CODE = (
+    "config.py",
+    "errors.py",
+    "core",
+    "solvers",
+    "estimators",
+    "planning",
+    "runtime",
+    "compile",
+)
 
 
 @functools.cache
@@ -80,8 +90,9 @@ def code_hash() -> str:
     caches, even without a version bump."""
     root = Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
-    for package in PLANNING_CODE:
-        for path in sorted((root / package).rglob("*.py")):
+    for name in PLANNING_CODE:
+        paths = sorted((root / name).rglob("*.py")) if (root / name).is_dir() else [root / name]
+        for path in paths:
             h.update(path.relative_to(root).as_posix().encode() + b"\0")
             h.update(path.read_bytes() + b"\0")
     return h.hexdigest()[:16]

@@ -212,6 +212,25 @@ def test_the_settings_key_names_the_version_the_code_and_the_host():
     assert offload.uuid() != key  # a plan that may offload is another plan
 
 
+def test_the_code_hash_covers_every_module_a_training_compile_imports():
+    """A change to any code a training compile runs must miss the plan cache: every budget
+    module that importing the backend loads (in a fresh process) is in PLANNING_CODE."""
+    code = (
+        "import sys, budget.compile.backend; "
+        "print(' '.join(m for m in sys.modules if m.startswith('budget.')))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    root = Path(budget.__file__).parent
+    hashed = {root / name for name in plan_cache.PLANNING_CODE}
+    for name in loaded:
+        path = root.joinpath(*name.split(".")[1:])
+        if name == "budget._version":
+            continue  # the version is in the key itself
+        assert any(path in (h, h.with_suffix("")) or h in path.parents for h in hashed), name
+
+
 def test_each_peak_target_of_a_compiled_peak_search_has_its_own_key():
     """The compiled-peak check (compile/peak_check.py) compiles one graph for several
     graphs' targets under one peak budget: each attempt's plans differ, so torch's caches
