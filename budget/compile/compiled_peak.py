@@ -12,7 +12,9 @@ kernels), for CPU and CUDA alike, says exactly what is allocated and when:
 ``empty_strided_cpu`` or ``empty_strided_cuda`` for each buffer, ``del`` when it dies,
 reuse by renaming, views by ``reinterpret_tensor`` and ``alloc_from_pool``, and calls of
 extern kernels (matmuls into buffers, fallback ATen ops that allocate their outputs:
-attention on CUDA). This module runs that code with every generated kernel (C++ or
+attention on CUDA), whose outputs' strides its ``assert_size_stride`` states (the meta
+run gives them to its tensors: a meta function may lay an output out otherwise than the
+device's kernel, and a later call's workspace depends on its operands' layout). This module runs that code with every generated kernel (C++ or
 Triton, called or launched with ``.run(..., stream=stream0)``) replaced by a no-op and
 every tensor on the ``meta`` device: the allocations and frees happen as they would, in
 the same order (CPython frees a tensor when its last reference goes, as in the real
@@ -222,6 +224,23 @@ def _reinterpret(t: torch.Tensor, size: Sequence[int], stride: Sequence[int], of
     return torch.as_strided(t, size, stride, offset)
 
 
+def _take_asserted_strides(t: Any, size: Sequence[int], stride: Sequence[int], *_: Any) -> None:
+    """``assert_size_stride``: the strides Inductor asserts a tensor has, given to the meta
+    tensor standing for it. An extern kernel's meta function can lay its output out
+    otherwise than the device's kernel does (a CPU convolution given a channels-last weight
+    returns channels-last output from oneDNN, contiguous from its meta function), and the
+    code's later calls, with their workspace, depend on their operands' layout. The real
+    run asserts these strides, so they are the ones it has; a tensor whose sizes differ,
+    or whose storage the strides would overrun, is left as it is."""
+    if not isinstance(t, torch.Tensor) or t.device.type != "meta" or list(t.shape) != list(size):
+        return
+    if list(t.stride()) == list(stride) or t.numel() == 0:
+        return
+    extent = t.storage_offset() + 1 + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
+    if extent * t.element_size() <= t.untyped_storage().nbytes():
+        t.as_strided_(size, stride)
+
+
 # What the module's own names are replaced by once it has loaded (it assigns some of them,
 # empty_strided_cuda = torch._C._dynamo.guards._empty_strided_cuda: these win).
 _OVERRIDES: dict[str, Any] = {
@@ -229,7 +248,7 @@ _OVERRIDES: dict[str, Any] = {
     "device": lambda *_, **__: torch.device("meta"),  # device(type='cuda', index=0)
     "get_raw_stream": lambda *_: 0,
     "reinterpret_tensor": _reinterpret,
-    "assert_size_stride": _noop,
+    "assert_size_stride": _take_asserted_strides,
     "assert_alignment": _noop,
     "run_intermediate_hooks": _noop,
     "start_graph": _noop,

@@ -141,6 +141,40 @@ def test_a_graph_before_a_graph_break_does_not_hold_its_outputs():
     assert compiled_peak(fw, bw, outputs_held=False) == compiled_peak(fw, bw) - 4
 
 
+# An extern kernel's output as the device's kernel lays it out: the wrapper asserts the
+# strides, and the code's next call depends on them (here a copy where they are not
+# contiguous; in a convnet, how much a convolution's backward copies inside itself).
+ASSERTED = """
+import torch
+empty_strided_cpu = torch._C._dynamo.guards._empty_strided_cpu
+
+class Runner:
+    def __init__(self, partitions):
+        self.partitions = partitions
+
+    def call(self, args):
+        x, = args
+        args.clear()
+        buf0 = torch.mm(x, x)  # 1 KiB; contiguous from its meta function
+        assert_size_stride(buf0, (16, 16), (1, 16), 'torch.ops.aten.mm.default')
+        assert_size_stride(x, (8, 32), (32, 1), 'input')  # not x's sizes: left as it is
+        buf1 = buf0.contiguous()  # a 1 KiB copy: buf0 is laid out transposed
+        del buf0
+        return (buf1, )
+
+runner = Runner(partitions=[])
+call = runner.call
+"""
+
+
+def test_an_extern_kernels_output_has_the_strides_the_code_asserts():
+    """The meta tensor standing for ``buf0`` takes the strides Inductor asserts (those the
+    real run has), so ``.contiguous()`` copies it: 1 KiB + its 1 KiB copy. With the meta
+    function's contiguous strides the copy would not be made (1 KiB)."""
+    fw = CompiledGraph(ASSERTED, ["x"], ["loss"], {"x": torch.empty(16, 16)})
+    assert compiled_peak(fw, None) == 2 * KiB
+
+
 def test_code_it_cannot_run_is_an_error_saying_so():
     fw = CompiledGraph("x = 1\n", ["x"], [None], {"x": torch.empty(1)})
     with pytest.raises(CompiledCodeError, match="no Python call"):
