@@ -37,6 +37,7 @@ from ..planning.options import resolve_settings
 from . import kernels, plan_cache, ranks, step_budget
 from .compiled_peak import CodeCapture
 from .inductor_hooks import InductorPartitioner, run_uncompiled
+from .layout import backward_keeps_layouts
 from .partition import budget_partition
 from .peak_check import Attempt, fit_compiled_peak, hold_b1_peak, training_check
 
@@ -260,7 +261,8 @@ def _compile_cached(
         # the backward compiled now, not at the first backward: the compiled peak needs both
         capture = CodeCapture()
         with functorch_config.patch(force_non_lazy_backward_lowering=True):
-            compiled = compile_fx(gm, example_inputs, inner_compile=capture, **kw)
+            inner = backward_keeps_layouts(capture)
+            compiled = compile_fx(gm, example_inputs, inner_compile=inner, **kw)
         if len(be.log.plans) == first + 1:
             peak = capture.peak(
                 partitioner.num_fwd_outputs,

@@ -31,7 +31,8 @@ the plan's activations exactly; the convolutions run in the inputs' layout).
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Callable, Sequence, Set
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -88,6 +89,31 @@ def runs_channels_last(gm: fx.GraphModule, compiler: str) -> bool:
     if compiler != "inductor" or not T.inductor_config.layout_optimization:
         return False
     return has_convolution(gm) and bool(T.GraphLowering.decide_layout_opt(gm, is_inference=False))
+
+
+def backward_keeps_layouts(inner_compile: Callable[..., Any]) -> Callable[..., Any]:
+    """An Inductor ``inner_compile`` that compiles a CPU backward graph without layout
+    optimisation (the forward, and any CUDA graph, as configured): the backward runs on
+    the layouts the forward hands it, whatever the plan recomputes.
+
+    ``decide_layout_opt`` runs per graph, on ``aten.convolution`` nodes: a backward that
+    recomputes a convolution took layout optimisation for itself, one that recomputes
+    none (b=1's) did not, so recomputing changed how every ``convolution_backward`` ran.
+    Lowered channels-last, oneDNN's depthwise backward on an AVX-512 CPU copies its weight
+    many times over, and depthwise convnets peaked above b=1 wherever a plan recomputed a
+    convolution (``python bench/peak.py --model mobilenetv3``). Kept as handed over, every
+    plan's backward runs its convolutions as b=1's does. CUDA graphs keep torch's choice:
+    cuDNN's channels-last kernels are its fast path, and no CUDA step has shown the
+    problem."""
+
+    def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Any:
+        on_cuda = any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs)
+        if not kwargs.get("is_backward") or on_cuda:
+            return inner_compile(gm, example_inputs, **kwargs)
+        with T.inductor_config.patch(layout_optimization=False):
+            return inner_compile(gm, example_inputs, **kwargs)
+
+    return compile_graph
 
 
 def copied_inputs(fw: fx.GraphModule, num_fwd_outputs: int, compiler: str) -> dict[str, int]:

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 import budget
 from budget.models import get_builtin
 from budget.runtime import _torch_private as T
-from budget.runtime.measure import saved_bytes
+from budget.runtime.measure import measure_peak, saved_bytes
 
 pytestmark = pytest.mark.slow
 
@@ -81,8 +81,9 @@ def _measure(model, x, y, budget_, layout_optimization: bool = True):
         step = torch.compile(_step(model), backend=be)
         exclude = list(model.parameters()) + list(model.buffers())
         measured = saved_bytes(step, x, y, exclude=exclude).saved_bytes
+        peak = measure_peak(step, x, y)
     (plan,) = be.plans
-    return plan, measured
+    return plan, measured, peak
 
 
 # the ViT-style patch embedding and the depthwise block (64 and 51 s in CI) with -m full
@@ -94,14 +95,37 @@ def _measure(model, x, y, budget_, layout_optimization: bool = True):
         pytest.param("separable", marks=pytest.mark.full),
     ],
 )
-def test_conv_models_save_what_their_plans_say_under_inductor(family):
+def test_conv_models_save_what_their_plans_say_under_inductor(family, monkeypatch):
+    """Also: each backward is compiled without layout optimisation, the forward with it
+    (budget.compile.layout.backward_keeps_layouts), a backward recomputing a convolution
+    (b=0.5 here) as much as one recomputing none."""
+    from budget.compile import compiled_peak
+
+    seen = []
+    capture = compiled_peak.CodeCapture.__call__
+
+    def spy(self, gm, example_inputs, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append((bool(kwargs.get("is_backward")), T.inductor_config.layout_optimization))
+        return capture(self, gm, example_inputs, **kwargs)
+
+    monkeypatch.setattr(compiled_peak.CodeCapture, "__call__", spy)
     model, x, y = _family(family)
     for b in (1.0, 0.5):
-        plan, measured = _measure(model, x, y, b)
+        seen.clear()
+        # another test's compile of this graph would be an AOTAutograd hit: no compile seen
+        with T.functorch_config.patch(enable_autograd_cache=False):
+            plan, measured, peak = _measure(model, x, y, b)
         assert measured == plan.saved_bytes <= plan.target_bytes, (family, b)
+        # the code's peak, run on meta tensors with the layouts the real run asserts
+        assert plan.compiled_peak_bytes == peak, (family, b)
         # the layout copies exist here (oneDNN on CPU) and are part of what is saved
         assert 0 < plan.copied_input_bytes <= plan.saved_bytes
         assert plan.min_bytes >= plan.copied_input_bytes
+        # (is_backward, layout_optimization) of every graph compiled: forwards on, backwards off
+        assert set(seen) == {(False, True), (True, False)}, seen
+        redone = {d.op for d in plan.decisions if d.decision == "recompute"}
+        if family == "resnet":
+            assert ("aten.convolution.default" in redone) == (b < 1), redone
 
 
 def test_a_size_budget_holds_with_the_copies_in_it(one_compile):
@@ -112,7 +136,7 @@ def test_a_size_budget_holds_with_the_copies_in_it(one_compile):
     high = budget.plan(_step(model), x, y, memory_budget=1.0)
     assert 0 < low.copied_input_bytes == high.copied_input_bytes <= low.saved_bytes
     target = (low.saved_bytes + high.saved_bytes) // 2
-    plan, measured = _measure(model, x, y, f"{target}B")
+    plan, measured, _ = _measure(model, x, y, f"{target}B")
     assert plan.target_bytes == target
     assert plan.min_bytes == low.saved_bytes  # the compile knows the previews' floor
     assert measured == plan.saved_bytes <= target
@@ -125,8 +149,8 @@ def test_a_size_budget_holds_with_the_copies_in_it(one_compile):
 
 def test_without_layout_optimisation_there_are_no_copies_to_count():
     model, x, y = _family("resnet")
-    with_copies, _ = _measure(model, x, y, 1.0)
-    plan, measured = _measure(model, x, y, 1.0, layout_optimization=False)
+    with_copies, _, _ = _measure(model, x, y, 1.0)
+    plan, measured, _ = _measure(model, x, y, 1.0, layout_optimization=False)
     assert plan.copied_input_bytes == 0
     assert measured == plan.saved_bytes
     assert plan.saved_bytes == with_copies.saved_bytes - with_copies.copied_input_bytes
