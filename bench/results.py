@@ -87,7 +87,8 @@ def add_markdown(bench: str, path: Path, commit: str | None, part: str | None = 
         raise SystemExit(f"{path}: no markdown table in it (run the bench with --markdown)")
     meta = {
         "bench": bench,
-        "device_name": cpu_model(),
+        # the vector unit torch uses: oneDNN picks its kernels (and their copies) by it
+        "device_name": f"{cpu_model()}, {torch.backends.cpu.get_cpu_capability()}",
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "commit": commit or _commit(),
