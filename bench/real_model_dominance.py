@@ -2,9 +2,11 @@
 
 For each model (tests/helpers/real_models.py: transformers, timm and torchvision models
 from small configs) and fraction, one training step compiled with ``budget.backend(b)``
-and one with torch's own partitioner at ``activation_memory_budget=b``, both run op by
-op (budget's ``compiler="eager"``; torch's ``aot_eager_decomp_partition``, the reference
-the real-model tests use). Each step's peak is measured (``measure_peak``: torch.profiler's
+and one with torch's own partitioner at ``activation_memory_budget=b``, with the same
+compiler: ``--compiler eager`` (the default) runs both op by op (budget's
+``compiler="eager"``; torch's ``aot_eager_decomp_partition``, the reference the real-model
+tests use), ``--compiler inductor`` compiles both with Inductor (budget's default;
+``torch.compile``'s). Each step's peak is measured (``measure_peak``: torch.profiler's
 memory events over one warmed-up step) as a share of budget's b=1 step, and its backward
 FLOPs counted (``FlopCounterMode``). A plan is dominated where torch's peaks lower with no
 more backward FLOPs; ``ABOVE`` marks a plan peaking over budget's b=1 plan. The figures are
@@ -12,6 +14,7 @@ measurements, not the planner's predictions.
 
     python bench/real_model_dominance.py --markdown /tmp/dominance.md
     python bench/real_model_dominance.py --models llama,t5 --fractions 0.5,0.2
+    python bench/real_model_dominance.py --compiler inductor --markdown /tmp/inductor.md
 """
 
 from __future__ import annotations
@@ -29,28 +32,29 @@ import budget  # noqa: E402
 from budget.runtime._torch_private import functorch_config  # noqa: E402
 from budget.runtime.measure import backward_flops, measure_peak  # noqa: E402
 
-TORCH_BACKEND = "aot_eager_decomp_partition"
+# torch's partitioner under each of budget's compilers
+TORCH_BACKENDS = {"eager": "aot_eager_decomp_partition", "inductor": "inductor"}
 
 
-def measured(name: str, b: float, ours: bool) -> tuple[int, int]:
+def measured(name: str, b: float, ours: bool, compiler: str) -> tuple[int, int]:
     """(peak bytes, backward FLOPs) of one step of ``name`` planned at ``b``."""
     m = make(name)
     torch._dynamo.reset()
     if ours:
-        step = torch.compile(m.step, backend=budget.backend(b, compiler="eager"))
+        step = torch.compile(m.step, backend=budget.backend(b, compiler=compiler))
         return measure_peak(step, *m.args), backward_flops(step(*m.args))
     with functorch_config.patch(activation_memory_budget=b):
-        step = torch.compile(m.step, backend=TORCH_BACKEND)
+        step = torch.compile(m.step, backend=TORCH_BACKENDS[compiler])
         return measure_peak(step, *m.args), backward_flops(step(*m.args))
 
 
-def row(name: str, fractions: list[float]) -> tuple[str, int]:
+def row(name: str, fractions: list[float], compiler: str) -> tuple[str, int]:
     """The model's table row and how many of its plans are dominated or above b=1."""
-    top, _ = measured(name, 1.0, ours=True)
+    top, _ = measured(name, 1.0, True, compiler)
     cells, bad = [], 0
     for b in fractions:
-        peak, flops = measured(name, b, ours=True)
-        their_peak, their_flops = measured(name, b, ours=False)
+        peak, flops = measured(name, b, True, compiler)
+        their_peak, their_flops = measured(name, b, False, compiler)
         flags = []
         if peak > top:
             flags.append("ABOVE")
@@ -68,6 +72,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(FACTORIES), help="comma-separated")
     parser.add_argument("--fractions", default="0.5,0.2,0", help="comma-separated, below 1")
+    parser.add_argument("--compiler", choices=sorted(TORCH_BACKENDS), default="eager")
     parser.add_argument("--markdown", type=Path, help="also write the table here")
     args = parser.parse_args()
     models = args.models.split(",")
@@ -78,7 +83,7 @@ def main() -> int:
     if not all(0 <= f < 1 for f in fractions):
         parser.error(f"--fractions: each in [0, 1); got {args.fractions}")
     lines = [
-        f"`python bench/real_model_dominance.py {' '.join(sys.argv[1:])}`: compiler eager. "
+        f"`python bench/real_model_dominance.py {' '.join(sys.argv[1:])}`: compiler {args.compiler}. "
         "Each cell: budget's peak / torch's peak (shares of budget's b=1 peak) / budget's "
         "backward FLOPs over torch's.",
         "",
@@ -88,7 +93,7 @@ def main() -> int:
     print("\n".join(lines), flush=True)
     bad = 0
     for name in models:
-        line, n = row(name, fractions)
+        line, n = row(name, fractions, args.compiler)
         bad += n
         lines.append(line)
         print(line, flush=True)
