@@ -74,8 +74,10 @@ class BudgetBackend:
         # runs, repeated graphs included
         self.preview_runs: list[int | None] = []
         # previews of a step peak budget: caps on what graphs save, by plan index, that
-        # leave later graphs room (budget.compile.step_budget.divide)
+        # leave later graphs room (budget.compile.step_budget), and what eager code run
+        # before each graph saves, from an earlier run of the step (held beside it)
         self.saved_caps: dict[int, int] = {}
+        self.eager_before: dict[int, int] = {}
 
     @property
     def compiler(self) -> str:
@@ -101,7 +103,7 @@ class BudgetBackend:
         # drops them as the step returns: they are not held through the backward
         ended = graph_break(gm)
         # a peak budget is the step's: this graph gets what the graphs before it leave
-        held = step_budget.held_before(self.log.plans)
+        held = step_budget.held_before(self.log.plans) + self.eager_before.get(made, 0)
         outside = held
         while True:
             mark = self.log.mark()
@@ -137,7 +139,7 @@ class BudgetBackend:
             # where its inputs are the step's own, the user holds them anyway: none kept
             kept = self.log.plans[i].kept_input_bytes if later else 0
             # training: each earlier graph once; a preview counts the runs (preview.py)
-            held = step_budget.held_before(self.log.plans[:i])
+            held = step_budget.held_before(self.log.plans[:i]) + self.eager_before.get(i, 0)
             self.log.update(i, graph_break=ended, kept_input_bytes=kept, held_bytes=held)
 
     def _compile(self, job: GraphJob) -> Any:

@@ -13,11 +13,12 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..core.plan import Plan
+from ..core.plan import Plan, step_peak
 from ..core.plan_files import PlanSource
 from ..core.problem import Problem
-from ..core.sizes import parse_budget
+from ..core.sizes import MemoryBudget, parse_budget
 from ..errors import BudgetTooSmallError, StepBudgetError
+from ..planning.peak_grid import grid_budgets
 from . import step_budget
 from .backend import BudgetBackend
 from .backend import backend as make_backend
@@ -29,7 +30,7 @@ def _trace(
     example_args: tuple[Any, ...],
     example_kwargs: dict[str, Any],
     *,
-    sweep: Sequence[float | str] | None = None,
+    sweep: Sequence[float | str | MemoryBudget] | None = None,
     progress: Callable[[int, int, int], None] | None = None,
     with_peak_budget: bool = True,
     **backend_options: Any,
@@ -41,12 +42,12 @@ def _trace(
 
     made: list[BudgetBackend] = []  # each backend the step was planned with, last last
 
-    def fresh(caps: dict[int, int]) -> BudgetBackend:
+    def fresh(caps: dict[int, int], eager: dict[int, int]) -> BudgetBackend:
         be = make_backend(**backend_options)
         if not with_peak_budget:  # sweeps and problems: the peak is shown, never a bound
             be.settings = dataclasses.replace(be.settings, peak_bytes=None)
         be.preview = True
-        be.saved_caps = caps
+        be.saved_caps, be.eager_before = caps, eager
         be.log.progress = progress
         if sweep is not None:
             budgets = tuple(parse_budget(b) for b in sweep)
@@ -56,19 +57,22 @@ def _trace(
         made.append(be)
         return be
 
-    def run(caps: dict[int, int]) -> tuple[BudgetBackend, str]:
-        be = fresh(caps)
+    def run(caps: dict[int, int], eager: dict[int, int]) -> tuple[BudgetBackend, str]:
+        be = fresh(caps, eager)
         try:
             run_on_fake(be, fn, example_args, example_kwargs)
         except Exception as e:
             if type(e).__name__ not in DATA_DEPENDENT:
                 raise
-            be = fresh(caps)
+            be = fresh(caps, eager)
             run_on_examples(be, fn, example_args, example_kwargs, e)
             return be, EXAMPLES
         return be, FAKE
 
-    be, ran_on = _divided(run, lambda: made[-1])
+    def joint(planned: BudgetBackend) -> tuple[dict[int, int], dict[int, int]] | None:
+        return _joint_division(fn, example_args, example_kwargs, planned, backend_options)
+
+    be, ran_on = _divided(run, lambda: made[-1], joint)
     if not be.plans:
         raise ValueError(
             "no training graph was captured: nothing in the step requires grad "
@@ -84,32 +88,93 @@ EXAMPLES = "the example inputs"
 DIVIDE_ROUNDS = 4  # previews of a step peak budget: the step planned at most this often
 
 
+Run = Callable[[dict[int, int], dict[int, int]], tuple[BudgetBackend, str]]
+
+
 def _divided(
-    run: Callable[[dict[int, int]], tuple[BudgetBackend, str]],
+    run: Run,
     last: Callable[[], BudgetBackend],
+    joint: Callable[[BudgetBackend], tuple[dict[int, int], dict[int, int]] | None],
 ) -> tuple[BudgetBackend, str]:
-    """``run(caps)`` (``last()``: the backend it planned with) with no caps, and where a
-    later graph cannot fit a step peak budget beside what the graphs before it keep, again
-    with those capped to leave it room (:func:`budget.compile.step_budget.divide`), up to
-    ``DIVIDE_ROUNDS`` runs. Where a capped graph is refused in turn, or the caps stop
-    changing, the first refusal stands: it names what planning graph by graph reached."""
-    caps: dict[int, int] = {}
-    first: StepBudgetError | None = None
-    for _ in range(DIVIDE_ROUNDS):
+    """``run(caps, eager)`` (``last()``: the backend it planned with) with no caps, and
+    where a later graph cannot fit a step peak budget beside what the graphs before it
+    keep, or the step's predicted peak with eager code's saves (known once it has run) is
+    over it: again at the joint division ``joint(backend)`` gives (caps on what the graphs
+    save, eager code's saves before each graph), then, where that does not hold, with the
+    graphs before the refused one capped in proportion to what they save
+    (:func:`budget.compile.step_budget.divide`), up to ``DIVIDE_ROUNDS`` runs in all.
+    Where nothing holds, the first refusal stands: it names what planning graph by graph
+    reached."""
+    try:
+        done = run({}, {})
+        first = _over(last())
+        if first is None:
+            return done
+    except StepBudgetError as e:
+        first = e
+    planned = last()
+    division = joint(planned)
+    if division is not None:
         try:
-            return run(caps)
-        except StepBudgetError as e:
-            first = first or e
-            new = step_budget.divide(caps, last().plans, e)
-            if new is None or new == caps or (caps and e.graph <= max(caps)):
-                raise first from None
-            caps = new
+            done = run(*division)
+            if _over(last()) is None:
+                return done
         except BudgetTooSmallError:
-            if first is None:
-                raise
-            raise first from None
-    assert first is not None
-    raise first
+            pass  # the graphs' plans met what the sweep's predictions did not
+    caps, e, plans = {}, first, planned.plans
+    for _ in range(DIVIDE_ROUNDS - 2):
+        new = step_budget.divide(caps, plans, e)
+        if new is None or new == caps or (caps and e.graph <= max(caps)):
+            break
+        caps = new
+        try:
+            done = run(caps, {})
+            over = _over(last())
+            if over is None:
+                return done
+            e, plans = over, last().plans
+        except StepBudgetError as err:
+            e, plans = err, last().plans
+        except BudgetTooSmallError:
+            break
+    raise first from None
+
+
+def _over(be: BudgetBackend) -> StepBudgetError | None:
+    """The error for a step whose predicted peak, eager code's saves counted, is over its
+    peak budget (None: within it, or no budget)."""
+    if be.settings.peak_bytes is None:
+        return None
+    found = step_peak(be.plans)
+    if found is None or found[0] <= be.settings.peak_bytes:
+        return None
+    return step_budget.over_budget(be.settings, found[0] - be.settings.peak_bytes, found[1], True)
+
+
+def _joint_division(
+    fn: Callable[..., Any],
+    example_args: tuple[Any, ...],
+    example_kwargs: dict[str, Any],
+    planned: BudgetBackend,
+    backend_options: dict[str, Any],
+) -> tuple[dict[int, int], dict[int, int]] | None:
+    """The joint division of ``planned``'s step peak budget
+    (:func:`budget.compile.step_budget.joint_division`): the step previewed once more on
+    fake tensors (or its example inputs) with no peak budget, each graph planned at the
+    memory budget and at the peak grid's fractions below it. None without a peak budget,
+    with plans given (``plan=``), or where the division does not apply."""
+    peak = planned.settings.peak_bytes
+    if peak is None or backend_options.get("plan") is not None:
+        return None
+    swept = _trace(
+        fn,
+        example_args,
+        example_kwargs,
+        sweep=grid_budgets(planned.settings.budget),
+        with_peak_budget=False,
+        **backend_options,
+    )
+    return step_budget.joint_division(peak, swept.log.sweeps, swept.plans, swept.preview_runs)
 
 
 def compiled_plans(
@@ -126,14 +191,17 @@ def compiled_plans(
     budget is divided across the graphs as a preview divides it (:func:`_divided`)."""
     made: list[BudgetBackend] = []
 
-    def run(caps: dict[int, int]) -> tuple[BudgetBackend, str]:
+    def run(caps: dict[int, int], eager: dict[int, int]) -> tuple[BudgetBackend, str]:
         be = make_backend(**backend_options)
-        be.counting, be.saved_caps = True, caps
+        be.counting, be.saved_caps, be.eager_before = True, caps, eager
         made.append(be)
         run_for_real(be, fn, example_args, example_kwargs)
         return be, ""
 
-    return _divided(run, lambda: made[-1])[0].plans
+    def joint(planned: BudgetBackend) -> tuple[dict[int, int], dict[int, int]] | None:
+        return _joint_division(fn, example_args, example_kwargs, planned, backend_options)
+
+    return _divided(run, lambda: made[-1], joint)[0].plans
 
 
 def plans(

@@ -9,14 +9,19 @@ the budget, once more for that less its kept inputs too (:func:`excess`, the bac
 retry). A graph that cannot fit its share is refused with the share explained
 (:func:`refusal`, a :class:`~budget.errors.StepBudgetError` saying how much less the
 graphs before it would have to keep). Eager code's saves between graphs are not seen in
-training (a preview counts them), so they are not in the share.
+training; a preview counts them, and in its joint division holds them in the share.
 
 Planned one graph at a time, an earlier graph takes the cheapest plan that fits the whole
 budget, and may keep so much that a later graph no longer fits beside it. A preview sees
-every graph, so where a later graph is refused it plans the step again with the graphs
-before it capped (``PlanSettings.saved_cap_bytes``) to leave that graph room
-(:func:`divide`); so does ``budget solve --compile``, on training's own compiles. Training,
-which meets its graphs one at a time, applies such plans (``plan=``).
+every graph, so where a later graph is refused (or eager code's saves, known once the step
+has run, put it over) it plans the step again with the graphs before it capped
+(``PlanSettings.saved_cap_bytes``): first at the joint split of every graph's plans at
+the peak grid's memory budgets (:func:`joint_division`, the least recompute over the step
+among them, :mod:`budget.planning.step_split`), with eager code's saves held beside the
+graphs they come before; where that does not hold, each earlier graph gives up a share of
+the shortfall in proportion to what it saves (:func:`divide`). So does ``budget solve
+--compile``, on training's own compiles. Training, which meets its graphs one at a time,
+applies such plans (``plan=``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from ..core.plan import Plan
 from ..core.settings import PlanSettings
 from ..core.sizes import format_bytes
 from ..errors import BudgetTooSmallError, StepBudgetError
+from ..planning.step_split import Candidate, split
 
 
 def held_before(plans: Sequence[Plan]) -> int:
@@ -138,3 +144,48 @@ def divide(
         give = -(-e.short_bytes * p.saved_bytes // total)  # rounded up: the sum covers it
         new[i] = min(new.get(i, p.saved_bytes), max(0, p.saved_bytes - give))
     return new
+
+
+def joint_division(
+    peak_budget: int,
+    sweeps: Sequence[Sequence[Plan]],
+    plans: Sequence[Plan],
+    runs: Sequence[int | None],
+) -> tuple[dict[int, int], dict[int, int]] | None:
+    """Caps on what each graph but the last saves, and what eager code saves before each
+    graph, from a preview of the step with no peak budget (``plans``, one per graph, their
+    ``held_bytes`` counting eager code's saves; ``sweeps``: each graph's plans at the memory
+    budget and the peak grid's fractions below it; ``runs``: the plan of each graph run, in
+    run order): the joint split of the sweeps' plans under ``peak_budget``. None where a
+    graph runs more than once or out of order, a peak is unknown, or no split fits."""
+    if len(plans) < 2 or len(sweeps) != len(plans):
+        return None
+    if [i for i in runs if i is not None] != list(range(len(plans))):
+        return None
+    eager, before = {}, 0
+    kept = []
+    for k, p in enumerate(plans):
+        if p.held_bytes is None:
+            return None
+        eager[k] = p.held_bytes - held_before(plans[:k])  # eager code's, before graph k
+        kept.append(p.kept_input_bytes + eager[k] - before)  # held from graph k on
+        before = eager[k]
+    graphs = []
+    for sweep in sweeps:
+        own = [
+            p.compiled_peak_bytes if p.compiled_peak_bytes is not None else p.peak_bytes
+            for p in sweep
+        ]
+        if any(x is None for x in own):
+            return None
+        graphs.append(
+            [
+                Candidate(p.saved_bytes, x or 0, p.total_recompute_cost)
+                for p, x in zip(sweep, own, strict=True)
+            ]
+        )
+    chosen = split(graphs, kept, peak_budget)
+    if chosen is None:
+        return None
+    caps = {k: sweeps[k][i].saved_bytes for k, i in enumerate(chosen[:-1])}
+    return caps, {k: e for k, e in eager.items() if e}

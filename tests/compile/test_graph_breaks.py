@@ -331,6 +331,59 @@ def test_a_preview_divides_a_step_budget_training_meets_graph_by_graph_only_abov
     assert measure_peak(torch.compile(model, backend=be), x) == found[0]
 
 
+class ThreeGraphs(torch.nn.Module):
+    """Three GELU stacks with graph breaks between them: while the third runs, the step
+    holds what the first two save."""
+
+    def __init__(self, d: int = 128) -> None:
+        super().__init__()
+
+        def stack(n: int) -> torch.nn.Module:
+            return torch.nn.Sequential(
+                *[torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.GELU()) for _ in range(n)]
+            )
+
+        self.a, self.b, self.c = stack(3), stack(2), stack(3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x).sin()
+        torch._dynamo.graph_break()
+        h = self.b(h).cos()
+        torch._dynamo.graph_break()
+        return self.c(h).pow(2).mean()
+
+
+def test_a_step_budget_is_divided_jointly_for_less_recompute(monkeypatch):
+    """Eager compiler, three graphs, 0.5 of the b=1 step's measured peak: the preview
+    chooses what each earlier graph saves from every graph's plans together (the least
+    recompute whose step peak fits), for less recompute than capping them in proportion
+    to what they save, and training on its plans meets the budget as measured, at the
+    step peak the preview predicts."""
+    from budget.compile import preview
+
+    torch.manual_seed(0)
+    model, x = ThreeGraphs(), torch.randn(512, 128)
+    full = measure_peak(torch.compile(model, backend=budget.backend(1.0, compiler="eager")), x)
+    target = int(0.5 * full)
+
+    def planned() -> tuple[list, int]:
+        torch._dynamo.reset()
+        plans = budget.plans(model, x, peak_memory_budget=f"{target}B", compiler="eager")
+        found = budget.step_peak(plans)
+        assert found is not None and found[0] <= target
+        return plans, found[0]
+
+    joint, predicted = planned()
+    with monkeypatch.context() as m:  # the division in proportion alone
+        m.setattr(preview, "_joint_division", lambda *args: None)
+        proportional, _ = planned()
+    cost = [sum(p.total_recompute_cost for p in ps) for ps in (joint, proportional)]
+    assert cost[0] < cost[1], cost
+    torch._dynamo.reset()
+    be = budget.backend(plan=joint, compiler="eager")
+    assert measure_peak(torch.compile(model, backend=be), x) == predicted
+
+
 def test_under_inductor_a_step_budget_training_refuses_solve_compile_divides():
     """Inductor at 0.9 of the b=1 step's measured peak: training, planning the first graph
     for the whole budget, keeps all its saves, and what is left is under the second graph's

@@ -1,5 +1,6 @@
 """budget.compile.preview's division of a step peak budget (``_divided``), on hand-made
-runs: each run plans the step with the caps given, or refuses as a graph would."""
+runs: each run plans the step with the caps given, or refuses as a graph would. The
+joint division is given by hand (``joint``), or none (the proportional one alone)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,15 @@ class Runs:
     def __init__(self, saved: list[int], room: dict[int, int], floor: int = 0) -> None:
         self.saved, self.room, self.floor = saved, room, floor
         self.caps: list[dict[int, int]] = []  # the caps of each run, in order
-        self.backend = SimpleNamespace(plans=[])
+        self.backend = self._backend()
 
-    def __call__(self, caps: dict[int, int]) -> tuple[object, str]:
+    @staticmethod
+    def _backend() -> SimpleNamespace:  # no peak budget of its own: no step peak checked
+        return SimpleNamespace(plans=[], settings=SimpleNamespace(peak_bytes=None))
+
+    def __call__(self, caps: dict[int, int], eager: dict[int, int]) -> tuple[object, str]:
         self.caps.append(dict(caps))
-        self.backend = SimpleNamespace(plans=[])
+        self.backend = self._backend()
         held = 0
         for i, s in enumerate(self.saved):
             if i in self.room and held > self.room[i]:
@@ -39,9 +44,13 @@ class Runs:
         return self.backend
 
 
+def _no_joint(_: object) -> None:
+    return None
+
+
 def test_a_refused_later_graph_is_given_room_by_capping_the_ones_before_it():
     runs = Runs([300 * KiB, 100 * KiB, 50 * KiB], room={2: 360 * KiB})
-    be, _ = _divided(runs, runs.last)
+    be, _ = _divided(runs, runs.last, _no_joint)
     assert runs.caps == [{}, {0: 270 * KiB, 1: 90 * KiB}]
     assert [p.saved_bytes for p in be.plans] == [270 * KiB, 90 * KiB, 50 * KiB]
 
@@ -49,7 +58,7 @@ def test_a_refused_later_graph_is_given_room_by_capping_the_ones_before_it():
 def test_where_a_capped_graph_cannot_fit_its_cap_the_first_refusal_stands():
     runs = Runs([300 * KiB, 100 * KiB], room={1: 100 * KiB}, floor=150 * KiB)
     with pytest.raises(StepBudgetError, match="refused") as e:
-        _divided(runs, runs.last)
+        _divided(runs, runs.last, _no_joint)
     assert e.value.graph == 1 and e.value.short_bytes == 200 * KiB  # the first, uncapped
     assert len(runs.caps) == 2
 
@@ -57,7 +66,7 @@ def test_where_a_capped_graph_cannot_fit_its_cap_the_first_refusal_stands():
 def test_a_refusal_of_the_first_graph_is_its_own():
     runs = Runs([300 * KiB], room={}, floor=400 * KiB)
     with pytest.raises(BudgetTooSmallError, match="graph 1 cannot save"):
-        _divided(runs, runs.last)
+        _divided(runs, runs.last, _no_joint)
     assert runs.caps == [{}]
 
 
@@ -66,5 +75,44 @@ def test_the_division_stops_where_the_caps_stop_changing():
     after one run."""
     runs = Runs([0, 100 * KiB], room={1: -1})
     with pytest.raises(StepBudgetError):
-        _divided(runs, runs.last)
+        _divided(runs, runs.last, _no_joint)
     assert runs.caps == [{}]
+
+
+def test_the_joint_division_comes_first_and_the_proportional_one_where_it_does_not_hold():
+    """The joint caps (here: all of the first graph's room given up by the first) are
+    tried before any proportional ones; where the step is refused on them, the
+    proportional division of the first refusal follows."""
+    runs = Runs([300 * KiB, 100 * KiB, 50 * KiB], room={2: 360 * KiB})
+    be, _ = _divided(runs, runs.last, lambda _: ({0: 260 * KiB}, {}))
+    assert runs.caps == [{}, {0: 260 * KiB}]
+    assert [p.saved_bytes for p in be.plans] == [260 * KiB, 100 * KiB, 50 * KiB]
+    runs = Runs([300 * KiB, 100 * KiB, 50 * KiB], room={2: 360 * KiB})
+    be, _ = _divided(runs, runs.last, lambda _: ({1: 90 * KiB}, {}))
+    assert runs.caps[1] == {1: 90 * KiB}  # 390 KiB kept: refused again
+    assert runs.caps[2:] == [{0: 270 * KiB, 1: 90 * KiB}]  # the first refusal's shares
+    assert [p.saved_bytes for p in be.plans] == [270 * KiB, 90 * KiB, 50 * KiB]
+
+
+def test_a_step_planned_within_its_budget_until_eager_codes_saves_are_counted_is_divided():
+    """The first run plans each graph within its share, but eager code's 100 KiB saved
+    before the second graph (known once the step ran: its ``held_bytes``) puts the step's
+    predicted peak 1 KiB over: the joint division's run follows, and stands."""
+    budget_ = SimpleNamespace(peak_bytes=1000 * KiB)
+    made: list[SimpleNamespace] = []
+
+    def run(caps: dict[int, int], eager: dict[int, int]) -> tuple[object, str]:
+        first = caps.get(0, 300 * KiB)
+        plans = [
+            make_plan(saved_bytes=first, peak_bytes=500 * KiB, held_bytes=0),
+            make_plan(saved_bytes=0, peak_bytes=601 * KiB, held_bytes=first + 100 * KiB),
+        ]
+        made.append(SimpleNamespace(plans=plans, settings=budget_, caps=caps, eager=eager))
+        return made[-1], "fake tensors"
+
+    be, _ = _divided(run, lambda: made[-1], lambda _: ({0: 200 * KiB}, {1: 100 * KiB}))
+    assert [(b.caps, b.eager) for b in made] == [({}, {}), ({0: 200 * KiB}, {1: 100 * KiB})]
+    assert be is made[-1]
+    made.clear()  # without it, the graph before gives up the 1 KiB the step is over
+    be, _ = _divided(run, lambda: made[-1], _no_joint)
+    assert [b.caps for b in made] == [{}, {0: 299 * KiB}]

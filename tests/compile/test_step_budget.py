@@ -8,7 +8,14 @@ from dataclasses import replace
 import pytest
 from helpers.plans import KiB, make_plan
 
-from budget.compile.step_budget import divide, excess, over_budget, refusal, share
+from budget.compile.step_budget import (
+    divide,
+    excess,
+    joint_division,
+    over_budget,
+    refusal,
+    share,
+)
 from budget.core.settings import PlanSettings
 from budget.core.sizes import parse_budget
 from budget.errors import BudgetTooSmallError, StepBudgetError
@@ -93,3 +100,34 @@ def test_the_graphs_before_a_refused_one_give_up_what_it_is_short_in_proportion(
     assert divide({}, plans, _short(0, 10)) is None  # the first graph: nothing before it
     assert divide({}, plans, _short(2, None)) is None  # short by an unknown amount
     assert divide({}, [make_plan(saved_bytes=0)] * 2, _short(1, 10)) is None
+
+
+def _graph(saved: int, peak: int, cost: float, **kw):
+    return make_plan(saved_bytes=saved, peak_bytes=peak, recompute_cost=cost, **kw)
+
+
+def test_the_joint_division_holds_eager_codes_saves_beside_the_graphs_they_precede():
+    """Two graphs, a 1000 KiB budget. Eager code saves 100 KiB before the second graph
+    (its held_bytes: the first's 300 saved + 100), which keeps 50 KiB of its inputs. The
+    first graph's candidates save 300 (free) or 100 (cost 1); the second peaks at 600
+    (free) or 400 (cost 5). Keeping 300 leaves 1000 - 300 - 100 - 50 = 550: only the 400
+    peak (5 in all); saving 100 leaves 750: the free 600 (1 in all). The cap is the first
+    graph's 100 KiB, and eager code's 100 KiB is held before the second graph."""
+    first = [_graph(300 * KiB, 500 * KiB, 0.0), _graph(100 * KiB, 500 * KiB, 1.0)]
+    second = [_graph(0, 600 * KiB, 0.0), _graph(0, 400 * KiB, 5.0)]
+    plans = [
+        _graph(300 * KiB, 500 * KiB, 0.0, held_bytes=0),
+        _graph(0, 600 * KiB, 0.0, held_bytes=400 * KiB, kept_input_bytes=50 * KiB),
+    ]
+    sweeps = [first, second]
+    assert joint_division(1000 * KiB, sweeps, plans, [0, 1]) == (
+        {0: 100 * KiB},
+        {1: 100 * KiB},
+    )
+    # 849 KiB: the first graph's 100 and the second's 400-peak plan (100+100+50+400 = 650)
+    # fit, its 600-peak plan does not (850)
+    assert joint_division(849 * KiB, sweeps, plans, [0, 1]) == ({0: 100 * KiB}, {1: 100 * KiB})
+    assert joint_division(499 * KiB, sweeps, plans, [0, 1]) is None  # the first graph alone
+    # a graph run twice, or one graph: not divided jointly
+    assert joint_division(1000 * KiB, sweeps, plans, [0, 1, 1]) is None
+    assert joint_division(1000 * KiB, sweeps[:1], plans[:1], [0]) is None
