@@ -10,6 +10,7 @@ preview is the plan training would get. Graph breaks give one plan per graph.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -69,9 +70,7 @@ def _trace(
             return be, EXAMPLES
         return be, FAKE
 
-    def joint(planned: BudgetBackend) -> tuple[dict[int, int], dict[int, int]] | None:
-        return _joint_division(fn, example_args, example_kwargs, planned, backend_options)
-
+    joint = functools.partial(_joint_division, fn, example_args, example_kwargs, backend_options)
     be, ran_on = _divided(run, lambda: made[-1], joint)
     if not be.plans:
         raise ValueError(
@@ -102,7 +101,8 @@ def _divided(
     over it: again at the joint division ``joint(backend)`` gives (caps on what the graphs
     save, eager code's saves before each graph), then, where that does not hold, with the
     graphs before the refused one capped in proportion to what they save
-    (:func:`budget.compile.step_budget.divide`), up to ``DIVIDE_ROUNDS`` runs in all.
+    (:func:`budget.compile.step_budget.divide`), up to ``DIVIDE_ROUNDS`` runs in all (the
+    joint division's own preview aside).
     Where nothing holds, the first refusal stands: it names what planning graph by graph
     reached."""
     try:
@@ -155,8 +155,8 @@ def _joint_division(
     fn: Callable[..., Any],
     example_args: tuple[Any, ...],
     example_kwargs: dict[str, Any],
-    planned: BudgetBackend,
     backend_options: dict[str, Any],
+    planned: BudgetBackend,
 ) -> tuple[dict[int, int], dict[int, int]] | None:
     """The joint division of ``planned``'s step peak budget
     (:func:`budget.compile.step_budget.joint_division`): the step previewed once more on
@@ -198,9 +198,7 @@ def compiled_plans(
         run_for_real(be, fn, example_args, example_kwargs)
         return be, ""
 
-    def joint(planned: BudgetBackend) -> tuple[dict[int, int], dict[int, int]] | None:
-        return _joint_division(fn, example_args, example_kwargs, planned, backend_options)
-
+    joint = functools.partial(_joint_division, fn, example_args, example_kwargs, backend_options)
     return _divided(run, lambda: made[-1], joint)[0].plans
 
 

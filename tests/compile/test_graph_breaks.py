@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers.graph_breaks import BreakInTheMiddle, ThreeGraphs
 
 import budget
 from budget.runtime.measure import measure_peak, saved_bytes
@@ -246,21 +247,6 @@ def test_under_inductor_the_compiled_steps_peak_is_predicted():
     assert found is not None and abs(found[0] - measured) <= 0.02 * measured, (found, measured)
 
 
-class BreakInTheMiddle(torch.nn.Module):
-    """Two GELU stacks with a graph break between them and no eager computation: the
-    second graph runs while the first's saves wait for the backward."""
-
-    def __init__(self, d: int = 128) -> None:
-        super().__init__()
-        self.a = torch.nn.Sequential(*[torch.nn.Linear(d, d) for _ in range(3)], torch.nn.GELU())
-        self.b = torch.nn.Sequential(*[torch.nn.Linear(d, d) for _ in range(3)], torch.nn.GELU())
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.a(x).sin()
-        torch._dynamo.graph_break()
-        return self.b(h).cos().pow(2).mean()
-
-
 def _break_in_the_middle(compiler: str = "inductor"):
     """The model, its input and the b=1 step's measured peak under ``compiler``."""
     torch.manual_seed(0)
@@ -329,28 +315,6 @@ def test_a_preview_divides_a_step_budget_training_meets_graph_by_graph_only_abov
     torch._dynamo.reset()
     be = budget.backend(plan=plans, compiler="eager")
     assert measure_peak(torch.compile(model, backend=be), x) == found[0]
-
-
-class ThreeGraphs(torch.nn.Module):
-    """Three GELU stacks with graph breaks between them: while the third runs, the step
-    holds what the first two save."""
-
-    def __init__(self, d: int = 128) -> None:
-        super().__init__()
-
-        def stack(n: int) -> torch.nn.Module:
-            return torch.nn.Sequential(
-                *[torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.GELU()) for _ in range(n)]
-            )
-
-        self.a, self.b, self.c = stack(3), stack(2), stack(3)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.a(x).sin()
-        torch._dynamo.graph_break()
-        h = self.b(h).cos()
-        torch._dynamo.graph_break()
-        return self.c(h).pow(2).mean()
 
 
 def test_a_step_budget_is_divided_jointly_for_less_recompute(monkeypatch):
