@@ -35,8 +35,11 @@ import budget
 from budget.compile import plan_cache
 
 torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
-x = torch.randn(8, 16)
+# deep enough that its plans at 0.5 and 0.6 are predicted well under b=1's peak: one
+# compile each (a plan near b=1's has the b=1 plan compiled too: hold_b1_peak)
+layers = [m for _ in range(6) for m in (nn.Tanh(), nn.Linear(64, 64))]
+model = nn.Sequential(nn.Linear(16, 64), *layers, nn.Tanh(), nn.Linear(64, 4))
+x = torch.randn(256, 16)
 seen = []
 be = budget.backend(float(sys.argv[1]), solver=sys.argv[2], on_plan=seen.append)
 torch.compile(lambda x: model(x).square().sum(), backend=be)(x).backward()
@@ -111,10 +114,10 @@ def test_a_second_process_hits_torchs_caches_and_reads_its_plans(tmp_path):
     assert warm["plans"][0]["compiled_peak"] == cold["plans"][0]["compiled_peak"]  # cached
 
     # A setting that changes the plan misses torch's caches and budget's: a fresh plan.
-    other = _child(tmp_path, 0.3)
+    other = _child(tmp_path, 0.6)
     assert _aot(other) == (0, 1) and other["stats"]["hits"] == 0
     (plan,) = other["plans"]
-    assert plan["budget"] == 0.3 and "solve" in plan["timings"]
+    assert plan["budget"] == 0.6 and "solve" in plan["timings"]
     assert plan["saved"] != cold["plans"][0]["saved"]
 
     # A stale entry (written by another budget version) is not read: torch still hits, so
@@ -344,8 +347,11 @@ import budget
 rank = int(os.environ["RANK"])
 dist.init_process_group("gloo", init_method="env://")
 torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
-x = torch.randn(8, 16)
+# deep enough that its plans at 0.5 and 0.6 are predicted well under b=1's peak: one
+# compile each (a plan near b=1's has the b=1 plan compiled too: hold_b1_peak)
+layers = [m for _ in range(6) for m in (nn.Tanh(), nn.Linear(64, 64))]
+model = nn.Sequential(nn.Linear(16, 64), *layers, nn.Tanh(), nn.Linear(64, 4))
+x = torch.randn(256, 16)
 # the ranks plan with different estimators: only rank 0's plan can be on both
 be = budget.backend(0.3, estimator=["flops", "unit"][rank])
 torch.compile(lambda x: model(x).square().sum(), backend=be)(x).backward()
