@@ -120,7 +120,7 @@ def _divided(
             if _over(last()) is None:
                 return done
         except BudgetTooSmallError:
-            pass  # the graphs' plans met what the sweep's predictions did not
+            pass  # a graph's search found no plan within its cap: divide in proportion
     caps, e, plans = {}, first, planned.plans
     for _ in range(DIVIDE_ROUNDS - 2):
         new = step_budget.divide(caps, plans, e)
