@@ -93,16 +93,17 @@ Run = Callable[[dict[int, int], dict[int, int]], tuple[BudgetBackend, str]]
 def _divided(
     run: Run,
     last: Callable[[], BudgetBackend],
-    joint: Callable[[BudgetBackend], tuple[dict[int, int], dict[int, int]] | None],
+    joint: Callable[[BudgetBackend], tuple[dict[int, int] | None, dict[int, int]] | None],
 ) -> tuple[BudgetBackend, str]:
     """``run(caps, eager)`` (``last()``: the backend it planned with) with no caps, and
     where a later graph cannot fit a step peak budget beside what the graphs before it
     keep, or the step's predicted peak with eager code's saves (known once it has run) is
     over it: again at the joint division ``joint(backend)`` gives (caps on what the graphs
-    save, eager code's saves before each graph), then, where that does not hold, with the
-    graphs before the refused one capped in proportion to what they save
-    (:func:`budget.compile.step_budget.divide`), up to ``DIVIDE_ROUNDS`` runs in all (the
-    joint division's own preview aside).
+    save, or None where it found none; eager code's saves before each graph), then, where
+    that does not hold, with the graphs before the refused one capped in proportion to
+    what they save (:func:`budget.compile.step_budget.divide`) and eager code's saves
+    held as in the joint division, up to ``DIVIDE_ROUNDS`` runs in all (the joint
+    division's own preview aside).
     Where nothing holds, the first refusal stands: it names what planning graph by graph
     reached."""
     try:
@@ -114,9 +115,10 @@ def _divided(
         first = e
     planned = last()
     division = joint(planned)
-    if division is not None:
+    eager = division[1] if division is not None else {}
+    if division is not None and division[0] is not None:
         try:
-            done = run(*division)
+            done = run(division[0], eager)
             if _over(last()) is None:
                 return done
         except BudgetTooSmallError:
@@ -128,7 +130,7 @@ def _divided(
             break
         caps = new
         try:
-            done = run(caps, {})
+            done = run(caps, eager)
             over = _over(last())
             if over is None:
                 return done
@@ -157,7 +159,7 @@ def _joint_division(
     example_kwargs: dict[str, Any],
     backend_options: dict[str, Any],
     planned: BudgetBackend,
-) -> tuple[dict[int, int], dict[int, int]] | None:
+) -> tuple[dict[int, int] | None, dict[int, int]] | None:
     """The joint division of ``planned``'s step peak budget
     (:func:`budget.compile.step_budget.joint_division`): the step previewed once more on
     fake tensors (or its example inputs) with no peak budget, each graph planned at the

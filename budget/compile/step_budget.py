@@ -146,46 +146,51 @@ def divide(
     return new
 
 
+def eager_saves(plans: Sequence[Plan], runs: Sequence[int | None]) -> dict[int, int] | None:
+    """What eager code has saved by the start of each graph (bytes, from the step's start),
+    from a preview of the whole step (``plans``, one per graph, their ``held_bytes``
+    counting eager code's saves; ``runs``: the plan of each graph run, in run order). None
+    where a graph runs more than once or out of order, or what one holds is unknown."""
+    if [i for i in runs if i is not None] != list(range(len(plans))):
+        return None
+    eager = {}
+    for k, p in enumerate(plans):
+        if p.held_bytes is None:
+            return None
+        eager[k] = p.held_bytes - held_before(plans[:k])
+    return eager
+
+
 def joint_division(
     peak_budget: int,
     sweeps: Sequence[Sequence[Plan]],
     plans: Sequence[Plan],
     runs: Sequence[int | None],
-) -> tuple[dict[int, int], dict[int, int]] | None:
+) -> tuple[dict[int, int] | None, dict[int, int]] | None:
     """Caps on what each graph but the last saves, and what eager code saves before each
-    graph, from a preview of the step with no peak budget (``plans``, one per graph, their
-    ``held_bytes`` counting eager code's saves; ``sweeps``: each graph's plans at the memory
-    budget and the peak grid's fractions below it; ``runs``: the plan of each graph run, in
-    run order): the joint split of the sweeps' plans under ``peak_budget``. None where a
-    graph runs more than once or out of order, a peak is unknown, or no split fits."""
-    if len(plans) < 2 or len(sweeps) != len(plans):
+    graph (:func:`eager_saves`), from a preview of the step with no peak budget (``plans``,
+    ``runs``; ``sweeps``: each graph's plans at the memory budget and the peak grid's
+    fractions below it): the joint split of the sweeps' plans under ``peak_budget``. The
+    caps are None where a peak is unknown or no split fits; the whole is None where eager
+    code's saves are unknown, or the step has one graph."""
+    eager = eager_saves(plans, runs)
+    if len(plans) < 2 or len(sweeps) != len(plans) or eager is None:
         return None
-    if [i for i in runs if i is not None] != list(range(len(plans))):
-        return None
-    eager, before = {}, 0
-    kept = []
+    held = {k: e for k, e in eager.items() if e}
+    kept, before = [], 0
     for k, p in enumerate(plans):
-        if p.held_bytes is None:
-            return None
-        eager[k] = p.held_bytes - held_before(plans[:k])  # eager code's, before graph k
         kept.append(p.kept_input_bytes + eager[k] - before)  # held from graph k on
         before = eager[k]
     graphs = []
     for sweep in sweeps:
-        own = [
-            p.compiled_peak_bytes if p.compiled_peak_bytes is not None else p.peak_bytes
-            for p in sweep
-        ]
-        if any(x is None for x in own):
-            return None
-        graphs.append(
-            [
-                Candidate(p.saved_bytes, x or 0, p.total_recompute_cost)
-                for p, x in zip(sweep, own, strict=True)
-            ]
-        )
+        candidates = []
+        for p in sweep:
+            own = p.compiled_peak_bytes if p.compiled_peak_bytes is not None else p.peak_bytes
+            if own is None:
+                return None, held
+            candidates.append(Candidate(p.saved_bytes, own, p.total_recompute_cost))
+        graphs.append(candidates)
     chosen = split(graphs, kept, peak_budget)
     if chosen is None:
-        return None
-    caps = {k: sweeps[k][i].saved_bytes for k, i in enumerate(chosen[:-1])}
-    return caps, {k: e for k, e in eager.items() if e}
+        return None, held
+    return {k: sweeps[k][i].saved_bytes for k, i in enumerate(chosen[:-1])}, held

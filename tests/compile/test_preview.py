@@ -20,6 +20,7 @@ class Runs:
     def __init__(self, saved: list[int], room: dict[int, int], floor: int = 0) -> None:
         self.saved, self.room, self.floor = saved, room, floor
         self.caps: list[dict[int, int]] = []  # the caps of each run, in order
+        self.eager: list[dict[int, int]] = []  # eager code's saves held in each run
         self.backend = self._backend()
 
     @staticmethod
@@ -28,6 +29,7 @@ class Runs:
 
     def __call__(self, caps: dict[int, int], eager: dict[int, int]) -> tuple[object, str]:
         self.caps.append(dict(caps))
+        self.eager.append(dict(eager))
         self.backend = self._backend()
         held = 0
         for i, s in enumerate(self.saved):
@@ -92,6 +94,20 @@ def test_the_joint_division_comes_first_and_the_proportional_one_where_it_does_n
     assert runs.caps[1] == {1: 90 * KiB}  # 390 KiB kept: refused again
     assert runs.caps[2:] == [{0: 270 * KiB, 1: 90 * KiB}]  # the first refusal's shares
     assert [p.saved_bytes for p in be.plans] == [270 * KiB, 90 * KiB, 50 * KiB]
+
+
+def test_the_proportional_division_holds_eager_codes_saves_as_the_joint_one_does():
+    """Eager code's saves are the step's whatever the caps: where the joint division's caps
+    are refused, or it found none, the proportional runs hold the saves it found."""
+    saves = {2: 10 * KiB}
+    runs = Runs([300 * KiB, 100 * KiB, 50 * KiB], room={2: 360 * KiB})
+    _divided(runs, runs.last, lambda _: ({1: 90 * KiB}, saves))
+    assert runs.caps == [{}, {1: 90 * KiB}, {0: 270 * KiB, 1: 90 * KiB}]
+    assert runs.eager == [{}, saves, saves]
+    runs = Runs([300 * KiB, 100 * KiB, 50 * KiB], room={2: 360 * KiB})
+    _divided(runs, runs.last, lambda _: (None, saves))  # no caps: the proportional ones
+    assert runs.caps == [{}, {0: 270 * KiB, 1: 90 * KiB}]
+    assert runs.eager == [{}, saves]
 
 
 def test_a_step_planned_within_its_budget_until_eager_codes_saves_are_counted_is_divided():

@@ -10,6 +10,7 @@ from helpers.plans import KiB, make_plan
 
 from budget.compile.step_budget import (
     divide,
+    eager_saves,
     excess,
     joint_division,
     over_budget,
@@ -127,7 +128,28 @@ def test_the_joint_division_holds_eager_codes_saves_beside_the_graphs_they_prece
     # 849 KiB: the first graph's 100 and the second's 400-peak plan (100+100+50+400 = 650)
     # fit, its 600-peak plan does not (850)
     assert joint_division(849 * KiB, sweeps, plans, [0, 1]) == ({0: 100 * KiB}, {1: 100 * KiB})
-    assert joint_division(499 * KiB, sweeps, plans, [0, 1]) is None  # the first graph alone
+    # the first graph alone is over: no caps, but eager code's saves are still known
+    assert joint_division(499 * KiB, sweeps, plans, [0, 1]) == (None, {1: 100 * KiB})
+    unknown = [plans[0], _graph(0, None, 0.0, held_bytes=400 * KiB)]
+    assert joint_division(1000 * KiB, [first, [_graph(0, None, 0.0)]], unknown, [0, 1]) == (
+        None,
+        {1: 100 * KiB},
+    )
     # a graph run twice, or one graph: not divided jointly
     assert joint_division(1000 * KiB, sweeps, plans, [0, 1, 1]) is None
     assert joint_division(1000 * KiB, sweeps[:1], plans[:1], [0]) is None
+    assert joint_division(1000 * KiB, sweeps, [plans[0], _graph(0, 0, 0.0)], [0, 1]) is None
+
+
+def test_eager_codes_saves_are_what_each_graph_holds_beyond_the_graphs_before_it():
+    """held_bytes of the second graph: the first's 300 saved + 20 kept inputs + 100
+    saved by eager code; of the third: + the second's 50 + 30 more by eager code."""
+    plans = [
+        _graph(300 * KiB, 0, 0.0, held_bytes=0, kept_input_bytes=20 * KiB),
+        _graph(50 * KiB, 0, 0.0, held_bytes=420 * KiB),
+        _graph(0, 0, 0.0, held_bytes=500 * KiB),
+    ]
+    assert eager_saves(plans, [0, 1, 2]) == {0: 0, 1: 100 * KiB, 2: 130 * KiB}
+    assert eager_saves(plans, [0, None, 1, 2]) == {0: 0, 1: 100 * KiB, 2: 130 * KiB}
+    assert eager_saves(plans, [0, 2, 1]) is None  # out of order
+    assert eager_saves(plans[:1] + [_graph(0, 0, 0.0)], [0, 1]) is None  # held unknown
