@@ -40,6 +40,7 @@ import torch.fx as fx
 from ..runtime import _torch_private as T
 
 CONVOLUTION = torch.ops.aten.convolution.default
+CONVOLUTION_BACKWARD = torch.ops.aten.convolution_backward.default
 
 
 def _copied(placeholder: fx.Node, preferred: Set[fx.Node]) -> bool:
@@ -114,6 +115,70 @@ def backward_keeps_layouts(inner_compile: Callable[..., Any]) -> Callable[..., A
             return inner_compile(gm, example_inputs, **kwargs)
 
     return compile_graph
+
+
+def handed_channels_last(
+    fw: fx.GraphModule, copied: Set[str], channels_last: bool
+) -> frozenset[str] | None:
+    """The forward's values Inductor hands the backward channels-last where the backward
+    keeps the layouts it is handed (:func:`backward_keeps_layouts`: a CPU graph whose
+    forward runs channels-last): the 4-D values it prefers channels-last and the layout
+    copies (``copied``). None where the backward lays out its convolutions as the forward
+    does (``channels_last``: both or neither channels-last; a CUDA graph)."""
+    if not channels_last or _on_cuda(fw):
+        return None
+    preferred = T.nodes_prefer_channels_last(fw.graph)
+    return frozenset(
+        n.name
+        for n in fw.graph.nodes
+        if n.name in copied or (n in preferred and _dense_4d(n.meta.get("val")))
+    )
+
+
+def backward_layouts(bw: fx.GraphModule, handed: Set[str]) -> dict[fx.Node, bool]:
+    """The layout each of the backward's convolutions (recomputed, and
+    ``convolution_backward``) runs in when the backward keeps the layouts it is handed
+    (``handed``: :func:`handed_channels_last`): True channels-last, False contiguous;
+    a convolution not named runs on the layouts of its graph's values.
+
+    oneDNN runs a convolution channels-last where its input or its weight is, and one the
+    backward recomputes on a channels-last input makes its output channels-last. Inductor
+    lays a depthwise ``convolution_backward``'s input out anew, not channels-last (read
+    off its code: a transposing copy before the call), and oneDNN then runs it
+    without the channels-last depthwise path's weight copies."""
+    last: set[fx.Node] = {n for n in bw.graph.nodes if n.op == "placeholder" and n.name in handed}
+    layouts: dict[fx.Node, bool] = {}
+    for n in bw.graph.nodes:
+        if n.target is CONVOLUTION:
+            x, w = n.args[0], n.args[1]
+        elif n.target is CONVOLUTION_BACKWARD:
+            x, w = n.args[1], n.args[2]
+            if _depthwise(n):
+                layouts[n] = False
+                continue
+        else:
+            continue
+        if x in last or w in last:
+            layouts[n] = True
+            if n.target is CONVOLUTION:
+                last.add(n)
+    return layouts
+
+
+def _depthwise(n: fx.Node) -> bool:
+    x = n.args[1].meta.get("val") if isinstance(n.args[1], fx.Node) else None
+    groups = n.args[9] if len(n.args) > 9 else 1
+    return isinstance(x, torch.Tensor) and x.dim() == 4 and groups > 1 and groups == x.shape[1]
+
+
+def _dense_4d(val: object) -> bool:
+    return isinstance(val, torch.Tensor) and val.dim() == 4
+
+
+def _on_cuda(gm: fx.GraphModule) -> bool:
+    return any(
+        isinstance(v := n.meta.get("val"), torch.Tensor) and v.is_cuda for n in gm.graph.nodes
+    )
 
 
 def copied_inputs(fw: fx.GraphModule, num_fwd_outputs: int, compiler: str) -> dict[str, int]:

@@ -37,12 +37,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import torch
 import torch.fx as fx
 
 from ..core.plan import LivePoint
-from ..estimators.memory import workspace_bytes
+from ..estimators.memory import tensor_bytes, workspace_bytes
 from ..runtime._torch_private import input_mutation_outputs, tangent_held
 from ..runtime.values import storage_of, tensors
+from .layout import backward_layouts
 
 
 @dataclass
@@ -67,7 +69,7 @@ class Memo:
     new one), its kernel's workspace (shapes only, which no rewiring changes)."""
 
     storages: dict[fx.Node, tuple[object, list[tuple[int, int]]]] = field(default_factory=dict)
-    workspace: dict[tuple[fx.Node, bool], int] = field(default_factory=dict)
+    workspace: dict[tuple[fx.Node, bool | None], int] = field(default_factory=dict)
     # a node's (any tensor on an accelerator, raw storages in host memory), per value
     devices: dict[fx.Node, tuple[object, bool, list[int]]] = field(default_factory=dict)
 
@@ -137,6 +139,7 @@ def predict_peak(
     outputs_held: bool = True,
     copied: frozenset[str] = frozenset(),
     channels_last: bool = False,
+    handed_channels_last: frozenset[str] | None = None,
     memo: Memo | None = None,
     measure_workspace: bool = True,
     inductor: bool = False,
@@ -152,7 +155,10 @@ def predict_peak(
     resident, allocated at the forward's start, freed after the backward's last read.
     ``channels_last``: the compiler runs every convolution channels-last whatever the
     graph's layouts (Inductor's layout optimisation), which changes their workspace.
-    ``memo``: what is read off each node, kept between calls (the rescheduler predicts the
+    ``handed_channels_last``: where the backward keeps the layouts it is handed (CPU
+    Inductor), the forward's values it is handed channels-last
+    (:func:`budget.compile.layout.handed_channels_last`); its convolutions then run
+    channels-last only where those reach them. ``memo``: what is read off each node, kept between calls (the rescheduler predicts the
     same graphs again and again; a node whose value it replaces is read again: :class:`Memo`).
     ``measure_workspace``: CPU kernels' workspace measured on this host, else by rule.
     ``inductor``: Inductor generates the code (its own prims are lowered into it, with no
@@ -179,6 +185,16 @@ def predict_peak(
         for k in keys(n, "forward")
     }
     last = _last_steps(steps, keys, num_user_outputs if outputs_held else 0)
+    bw_layouts = (
+        None
+        if bw is None or handed_channels_last is None
+        else backward_layouts(bw, handed_channels_last)
+    )
+
+    def layout(node: fx.Node, phase: str) -> bool | None:
+        if phase == "forward" or bw_layouts is None:
+            return channels_last or None
+        return bw_layouts.get(node)
 
     live: dict[Key, int] = {}
     timeline: list[LivePoint] = []
@@ -199,7 +215,7 @@ def predict_peak(
             kind = "recompute" if phase == "backward" and node.name in recomputed else phase
             timeline.append(LivePoint(node.name, kind, current))  # type: ignore[arg-type]
         live_after.append(current)
-        at = current + _workspace(node, channels_last, memo, measure_workspace, inductor)
+        at = current + _workspace(node, layout(node, phase), memo, measure_workspace, inductor)
         if at > peak:
             peak, peak_step = at, i
         for k in freed_at.get(i, []):
@@ -249,25 +265,42 @@ def _last_steps(
 
 def _workspace(
     node: fx.Node,
-    channels_last: bool,
+    layout: bool | None,
     memo: Memo | None = None,
     measure: bool = True,
     inductor: bool = False,
 ) -> int:
-    """What ``node``'s kernel allocates and frees inside itself (CPU convolutions)."""
+    """What ``node``'s kernel allocates and frees inside itself (CPU convolutions), run
+    channels-last (``layout`` True), on its values' own layouts (None), or (False: a
+    ``convolution_backward`` whose input Inductor lays out anew,
+    :func:`budget.compile.layout.backward_layouts`) contiguous, the copy of its input
+    made for the call counted with it."""
     if node.op != "call_function":
         return 0
-    if memo is not None and (node, channels_last) in memo.workspace:
-        return memo.workspace[node, channels_last]
+    if memo is not None and (node, layout) in memo.workspace:
+        return memo.workspace[node, layout]
     args = [a.meta.get("val") if isinstance(a, fx.Node) else a for a in node.args]
-    out = workspace_bytes(
+    device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), None)
+    copy = 0
+    if layout is False:  # on a contiguous copy of its input, made for the call
+        args = [_contiguous(a) for a in args]
+        copy = tensor_bytes(args[1]) if isinstance(args[1], torch.Tensor) else 0
+    out = copy + workspace_bytes(
         node.target,
         args,
         node.meta.get("val"),
-        channels_last=channels_last or None,
+        channels_last=layout or None,
+        device=device,
         measure=measure,
         inductor=inductor,
     )
     if memo is not None:
-        memo.workspace[node, channels_last] = out
+        memo.workspace[node, layout] = out
     return out
+
+
+def _contiguous(val: object) -> object:
+    """A meta tensor of ``val``'s shape and dtype, contiguous (``val`` where no tensor)."""
+    if not isinstance(val, torch.Tensor):
+        return val
+    return torch.empty(val.shape, dtype=val.dtype, device="meta")

@@ -23,7 +23,7 @@ from ..core.settings import PlanSettings
 from ..errors import PlanMismatchError
 from ..runtime import _torch_private as T
 from .graph import kept_inputs
-from .layout import copied_inputs, has_convolution, runs_channels_last
+from .layout import copied_inputs, handed_channels_last, has_convolution, runs_channels_last
 from .peak import Memo, PeakPrediction, predict_peak
 from .schedule import Lowered, lower_peak, pin_order
 
@@ -85,6 +85,7 @@ class Partitions:
         copies = copied_inputs(fw, self.num_fwd_outputs, self.settings.compiler)
         kept = kept_inputs(fw, self.num_fwd_outputs, self.static_inputs)
         channels_last = runs_channels_last(fw, self.settings.compiler)
+        handed = handed_channels_last(fw, copies.keys(), channels_last)
 
         memo = Memo()  # each node's storages, until its value is replaced
 
@@ -97,6 +98,7 @@ class Partitions:
                 outputs_held=self.outputs_held,
                 copied=frozenset(copies),
                 channels_last=channels_last,
+                handed_channels_last=handed,
                 memo=memo,
                 measure_workspace=self.settings.measure_workspace,
                 inductor=self.settings.compiler == "inductor",

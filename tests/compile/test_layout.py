@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from helpers.steps import conv_scratch_allowance
 
 import budget
 from budget.models import get_builtin
@@ -193,3 +194,40 @@ def test_under_autocast_the_float32_inputs_of_the_casts_are_copied_and_counted(o
         p.numel() * 4 for p in model.parameters() if p.dim() == 4
     )
     assert 0 < plan.copied_input_bytes <= float32_images_and_weights
+
+
+class WideDepthwise(nn.Module):
+    """A MobileNet-style block whose 5x5 depthwise weight outweighs its activations (256
+    channels on 4x4 images): oneDNN's channels-last depthwise backward copies that weight
+    many times over (257 on an AVX-512 EPYC), its contiguous one does not."""
+
+    def __init__(self, width: int = 256) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, width, 1)
+        self.dw = nn.Conv2d(width, width, 5, padding=2, groups=width)
+        self.pw = nn.Conv2d(width, 32, 1)
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.pw(F.hardswish(self.dw(F.hardswish(self.stem(x)))))
+        return self.head(h.mean((2, 3)))
+
+
+@pytest.mark.parametrize("b", [1.0, 0.0])
+def test_a_previews_depthwise_backward_runs_in_the_layout_inductors_code_gives_it(b, one_compile):
+    """Inductor compiles a CPU backward without layout optimisation
+    (budget.compile.layout.backward_keeps_layouts): it lays a depthwise
+    ``convolution_backward``'s input out anew, not channels-last, and oneDNN runs it
+    contiguous. The graphs' prediction (budget.compile.layout.backward_layouts) follows:
+    it stays at or over the peak of the code Inductor generates (read back with the
+    layouts its code asserts), by no more than oneDNN's scratch allowance and what
+    Inductor's fusion spares, where it once priced the channels-last path's weight copies."""
+    torch.manual_seed(0)
+    model = WideDepthwise()
+    x, y = torch.randn(2, 3, 4, 4), torch.randint(0, 10, (2,))
+    (plan,) = budget.plans(_step(model), x, y, memory_budget=b, compile=True)
+    weight = model.dw.weight.numel() * 4
+    assert plan.compiled_peak_bytes is not None and plan.peak_bytes is not None
+    assert plan.compiled_peak_bytes <= plan.peak_bytes
+    assert plan.peak_bytes <= 1.25 * plan.compiled_peak_bytes + conv_scratch_allowance()
+    assert plan.peak_bytes - plan.compiled_peak_bytes < 16 * weight  # no weight copies
