@@ -82,6 +82,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         help=f"builtin:NAME ({', '.join(BUILTINS)}) or {CONTRACT} (default: {DEFAULT_TARGET})",
     )
     p.add_argument("--solver", default=None, help=f"(default: {config.solver})")
+    p.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     p.add_argument("--estimator", default=None, help=f"(default: {config.estimator})")
     p.add_argument(
         "--time-limit",
@@ -266,7 +267,6 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         help="what to print to stdout",
     )
     sweep.add_argument("--plot", metavar="FILE.png", help="also draw the frontier to a PNG")
-    sweep.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
 
 
 # --------------------------------------------------------------------------- options

@@ -93,20 +93,25 @@ def _solve(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     target = _target(args)
     loaded = time.perf_counter()
-    if args.compile:
-        plans = _planning(lambda: _compiled(target, memory_budget, peak, args))
-    else:
-        plans = _planning(
-            lambda: budget.plans(
-                target.step,
-                *target.args,
-                memory_budget=memory_budget,
-                peak_memory_budget=peak,
-                plan=args.plan,
-                peak_search=args.peak_search,
-                **_common(args),
+    bar = ProgressBar(1, quiet=args.quiet)
+    try:
+        if args.compile:
+            plans = _planning(lambda: _compiled(target, memory_budget, peak, args, bar.update))
+        else:
+            plans = _planning(
+                lambda: budget.plans(
+                    target.step,
+                    *target.args,
+                    memory_budget=memory_budget,
+                    peak_memory_budget=peak,
+                    plan=args.plan,
+                    peak_search=args.peak_search,
+                    progress=bar.update,
+                    **_common(args),
+                )
             )
-        )
+    finally:
+        bar.close()
     done = time.perf_counter()
     _write_solve_files(args, plans, target.description)
     if args.format == "json":
@@ -194,7 +199,11 @@ def _print_solve(
 
 
 def _compiled(
-    target: Any, memory_budget: Any, peak: str | None, args: argparse.Namespace
+    target: Any,
+    memory_budget: Any,
+    peak: str | None,
+    args: argparse.Namespace,
+    progress: Callable[[int, int, int], None],
 ) -> list[Any]:
     """The plans training makes: the step compiled by budget's backend (Inductor), its
     forward run once on the target's inputs (the backward is compiled with it), eager
@@ -205,6 +214,7 @@ def _compiled(
         target.step,
         tuple(target.args),
         {},
+        progress,
         memory_budget=memory_budget,
         peak_memory_budget=peak,
         plan=args.plan,

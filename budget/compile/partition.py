@@ -194,17 +194,24 @@ def _solve(
         # the first is applied (and predicted) by _finish, which puts it in place here
         log.sweeps.append([sweep[0], *(partitions.predicted(p) for p in sweep[1:])])
         return sweep[0]
+    progress = log.plan_progress()
+    if progress is not None:
+        progress(0, 1)
     if settings.peak_bytes is not None:
-        return plan_for_peak(partitions, problem, settings, timings)
-    plan = solve_problem(
-        problem,
-        settings.budget,
-        solver=settings.solver,
-        estimator=settings.estimator,
-        time_limit=settings.time_limit,
-        timings=timings,
-    )
-    return tie_break(partitions, problem, plan)
+        plan = plan_for_peak(partitions, problem, settings, timings)
+    else:
+        plan = solve_problem(
+            problem,
+            settings.budget,
+            solver=settings.solver,
+            estimator=settings.estimator,
+            time_limit=settings.time_limit,
+            timings=timings,
+        )
+        plan = tie_break(partitions, problem, plan)
+    if progress is not None:
+        progress(1, 1)
+    return plan
 
 
 def _remake(

@@ -70,7 +70,9 @@ def _trace(
             return be, EXAMPLES
         return be, FAKE
 
-    joint = functools.partial(_joint_division, fn, example_args, example_kwargs, backend_options)
+    joint = functools.partial(
+        _joint_division, fn, example_args, example_kwargs, backend_options, progress
+    )
     be, ran_on = _divided(run, lambda: made[-1], joint)
     if not be.plans:
         raise ValueError(
@@ -158,13 +160,15 @@ def _joint_division(
     example_args: tuple[Any, ...],
     example_kwargs: dict[str, Any],
     backend_options: dict[str, Any],
+    progress: Callable[[int, int, int], None] | None,
     planned: BudgetBackend,
 ) -> tuple[dict[int, int] | None, dict[int, int]] | None:
     """The joint division of ``planned``'s step peak budget
     (:func:`budget.compile.step_budget.joint_division`): the step previewed once more on
     fake tensors (or its example inputs) with no peak budget, each graph planned at the
-    memory budget and at the peak grid's fractions below it. None without a peak budget,
-    with plans given (``plan=``), or where the division does not apply."""
+    memory budget and at the peak grid's fractions below it (told to ``progress`` as a
+    sweep). None without a peak budget, with plans given (``plan=``), or where the
+    division does not apply."""
     peak = planned.settings.peak_bytes
     if peak is None or backend_options.get("plan") is not None:
         return None
@@ -173,6 +177,7 @@ def _joint_division(
         example_args,
         example_kwargs,
         sweep=grid_budgets(planned.settings.budget),
+        progress=progress,
         with_peak_budget=False,
         **backend_options,
     )
@@ -183,6 +188,7 @@ def compiled_plans(
     fn: Callable[..., Any],
     example_args: tuple[Any, ...],
     example_kwargs: dict[str, Any],
+    progress: Callable[[int, int, int], None] | None = None,
     **backend_options: Any,
 ) -> list[Plan]:
     """The plans training makes (``budget solve --compile``): ``fn`` compiled by the
@@ -196,11 +202,14 @@ def compiled_plans(
     def run(caps: dict[int, int], eager: dict[int, int]) -> tuple[BudgetBackend, str]:
         be = make_backend(**backend_options)
         be.counting, be.saved_caps, be.eager_before = True, caps, eager
+        be.log.progress = progress
         made.append(be)
         run_for_real(be, fn, example_args, example_kwargs)
         return be, ""
 
-    joint = functools.partial(_joint_division, fn, example_args, example_kwargs, backend_options)
+    joint = functools.partial(
+        _joint_division, fn, example_args, example_kwargs, backend_options, progress
+    )
     return _divided(run, lambda: made[-1], joint)[0].plans
 
 
@@ -217,6 +226,7 @@ def plans(
     peak_search: str | None = None,
     offload: bool | None = None,
     compile: bool = False,
+    progress: Callable[[int, int, int], None] | None = None,
     **example_kwargs: Any,
 ) -> list[Plan]:
     """The plans for every graph of ``fn(*example_args, **example_kwargs)``, in order,
@@ -228,6 +238,9 @@ def plans(
     step is not previewed on fake tensors but compiled as training compiles it and its
     forward run once on the example inputs (:func:`compiled_plans`): Inductor generates
     its code, and a peak budget is checked on that code, as in training.
+    ``progress(graph, done, total)`` is called as each graph's planning starts (0 of 1)
+    and ends (1 of 1), and, where a step peak budget is divided across graphs, as each
+    budget of the division's sweep is planned (e.g. to drive a progress bar).
     """
     options = dict(
         memory_budget=memory_budget,
@@ -241,8 +254,8 @@ def plans(
         offload=offload,
     )
     if compile:
-        return compiled_plans(fn, example_args, example_kwargs, **options)
-    return _trace(fn, example_args, example_kwargs, **options).plans
+        return compiled_plans(fn, example_args, example_kwargs, progress, **options)
+    return _trace(fn, example_args, example_kwargs, progress=progress, **options).plans
 
 
 def problems(

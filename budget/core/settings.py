@@ -83,7 +83,9 @@ class PlanLog:
     on_plan: Callable[[Plan], None] | None = None
     """Called with each plan as it is made."""
     progress: Callable[[int, int, int], None] | None = None
-    """Sweeps: ``progress(graph, done, total)``, graphs counted from 0."""
+    """``progress(graph, done, total)``, graphs counted from 0: a sweep tells each of its
+    budgets planned, a single budget 0 of 1 as a graph's planning starts and 1 of 1 once
+    it is planned."""
 
     def add_plan(self, plan: Plan) -> None:
         """A graph's plan, made; observers hear of it once its compile is done
@@ -116,9 +118,16 @@ class PlanLog:
 
     def sweep_progress(self) -> Callable[[int, int], None] | None:
         """``progress`` bound to the graph being swept now (the next entry of ``sweeps``)."""
+        return self._bound(len(self.sweeps))
+
+    def plan_progress(self) -> Callable[[int, int], None] | None:
+        """``progress`` bound to the graph being planned now (the next entry of ``plans``)."""
+        return self._bound(len(self.plans))
+
+    def _bound(self, graph: int) -> Callable[[int, int], None] | None:
         if self.progress is None:
             return None
-        graph, report = len(self.sweeps), self.progress
+        report = self.progress
 
         def bound(done: int, total: int) -> None:
             report(graph, done, total)

@@ -336,6 +336,15 @@ def test_sweep_progress_reaches_every_budget():
     assert calls == [(0, 0, 3), (0, 1, 3), (0, 2, 3), (0, 3, 3)]
 
 
+def test_plans_progress_tells_each_graph_as_it_starts_and_ends():
+    from budget.models import get_builtin
+
+    ex = get_builtin("mlp", batch=8, d_in=16, d=32, layers=2)
+    calls = []
+    budget.plans(ex.step, *ex.args, memory_budget=0.5, progress=lambda *a: calls.append(a))
+    assert calls == [(0, 0, 1), (0, 1, 1)]
+
+
 def test_progress_bar_on_a_terminal(monkeypatch, capsys):
     class Tty(io.StringIO):
         def isatty(self):
@@ -349,6 +358,12 @@ def test_progress_bar_on_a_terminal(monkeypatch, capsys):
     fake.seek(0)
     fake.truncate()
     assert main(["sweep", *MLP, "--budgets", "0,1", "--quiet"]) == 0
+    assert fake.getvalue() == ""
+    assert main(["solve", *MLP, "--format", "json"]) == 0  # solve: a bar per graph
+    assert "graph 1" in fake.getvalue() and "1/1" in fake.getvalue()
+    fake.seek(0)
+    fake.truncate()
+    assert main(["solve", *MLP, "--quiet"]) == 0
     assert fake.getvalue() == ""
 
 

@@ -330,14 +330,25 @@ def test_a_step_budget_is_divided_jointly_for_less_recompute(monkeypatch):
     full = measure_peak(torch.compile(model, backend=budget.backend(1.0, compiler="eager")), x)
     target = int(0.5 * full)
 
+    calls: list[tuple[int, int, int]] = []
+
     def planned() -> tuple[list, int]:
         torch._dynamo.reset()
-        plans = budget.plans(model, x, peak_memory_budget=f"{target}B", compiler="eager")
+        plans = budget.plans(
+            model,
+            x,
+            peak_memory_budget=f"{target}B",
+            compiler="eager",
+            progress=lambda *a: calls.append(a),
+        )
         found = budget.step_peak(plans)
         assert found is not None and found[0] <= target
         return plans, found[0]
 
     joint, predicted = planned()
+    # told: each graph's plan, as it starts and ends, and the joint division's sweep
+    assert {(g, 1, 1) for g in range(3)} <= set(calls)
+    assert any(total > 1 for _, _, total in calls)
     with monkeypatch.context() as m:  # the division in proportion alone
         m.setattr(preview, "_joint_division", lambda *args: None)
         proportional, _ = planned()
