@@ -4,6 +4,8 @@ Both fake runs of an eager step use it: the trace (:mod:`budget.eager.trace`) an
 peak prediction with a plan applied (:mod:`budget.eager.peak`). Parameters and buffers
 are replaced by fake copies for the duration (tied parameters stay tied, so nothing is
 left on a real one, not even a gradient), and the CPU RNG state is restored on exit.
+:class:`KernelGaps` runs, on fake tensors, the calls whose fake kernel refuses what the
+device's kernel takes.
 """
 
 from __future__ import annotations
@@ -46,3 +48,29 @@ def fake_step(model: nn.Module, args: tuple, kwargs: dict[str, Any]) -> Iterator
             yield FakeStep(mode, tuple(fake_args), dict(fake_kwargs), fake_state)
     finally:
         torch.set_rng_state(rng)
+
+
+class KernelGaps(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
+    """Entered just above a run's FakeTensorMode: the op calls whose fake kernel refuses
+    what the CPU's kernel runs get fake outputs of the CPU kernel's shape and dtype.
+
+    - ``aten._grouped_mm`` in float32 on the CPU (transformers' mixture-of-experts layers
+      call it so): torch's meta function accepts bfloat16 alone. Run in bfloat16 for the
+      shape, its output is made again in the operands' dtype (or ``out_dtype``).
+    """
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._grouped_mm.default and _float_on_cpu(args[:2]):
+            a, b = args[0], args[1]
+            out_dtype = kwargs.get("out_dtype") or a.dtype
+            low = func(a.to(torch.bfloat16), b.to(torch.bfloat16), *args[2:], **kwargs)
+            return torch.empty_strided(low.shape, low.stride(), dtype=out_dtype, device=a.device)
+        return func(*args, **kwargs)
+
+
+def _float_on_cpu(tensors: tuple) -> bool:
+    return all(
+        isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dtype != torch.bfloat16
+        for t in tensors
+    )

@@ -38,7 +38,7 @@ from torch.overrides import TorchFunctionMode
 from ..core.plan import LivePoint
 from ..estimators.live import LiveStorages
 from ..runtime import _torch_private as T
-from .fake import fake_step
+from .fake import KernelGaps, fake_step
 from .policy import fake_run
 from .reads import reads_as_traced
 from .trace import Trace
@@ -137,6 +137,7 @@ def simulate(
             torch.enable_grad(),
             mock.patch.object(torch, "get_rng_state", counted_rng_state),
             fake.mode,
+            KernelGaps(),
             reads_as_traced(trace.reads) if trace is not None else contextlib.nullcontext(),
             live,
             _SavedNumbers(live),

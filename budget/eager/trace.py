@@ -44,7 +44,7 @@ from torch.utils.checkpoint import SAC_IGNORED_OPS
 from ..errors import PreviewError
 from ..runtime import _torch_private as T
 from ..runtime.values import storage_of, written_args
-from .fake import fake_step
+from .fake import KernelGaps, fake_step
 from .reads import real_value, transformers_reads_values
 
 
@@ -359,6 +359,7 @@ def trace_step(
         stack.enter_context(torch.autograd.graph.saved_tensors_hooks(tracer.pack, lambda t: t))
         stack.enter_context(transformers_reads_values())
         stack.enter_context(fake.mode)
+        stack.enter_context(KernelGaps())
         stack.enter_context(_Recorder(tracer))
         try:
             step(*fake_args, **fake_kwargs)

@@ -21,7 +21,7 @@ from torch.utils.flop_counter import (
 )
 
 from ..runtime._torch_private import OpOverload, tree_map
-from ..runtime.flop_gaps import FLOP_GAPS
+from ..runtime.flop_gaps import FLOP_GAPS, NAMED_GAPS
 from ..runtime.values import compute_dtype, hint, shape, value_of
 from .base import DeviceEstimator, NodeCost
 from .memory import bytes_moved
@@ -31,7 +31,10 @@ aten = torch.ops.aten
 
 # What kind of work each priced op is (which peak rate applies); everything else is "other".
 _KINDS = {
-    **{p: "matmul" for p in (aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten._scaled_mm)},
+    **{
+        p: "matmul"
+        for p in (aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten._scaled_mm, aten._grouped_mm)
+    },
     **{
         p: "conv"
         for p in (
@@ -54,6 +57,8 @@ def op_kind(node: torch.fx.Node) -> str:
     packet = target.overloadpacket
     if packet in _KINDS:
         return _KINDS[packet]
+    if packet._qualified_op_name in NAMED_GAPS:  # other libraries' grouped matmuls
+        return "matmul"
     name = packet.__name__
     return "attention" if "attention" in name else "other"
 
@@ -72,7 +77,7 @@ def node_flops(node: torch.fx.Node) -> float:
     if node.op != "call_function" or not isinstance(node.target, OpOverload):
         return 0.0
     packet = node.target.overloadpacket
-    gap = FLOP_GAPS.get(packet)
+    gap = FLOP_GAPS.get(packet) or NAMED_GAPS.get(packet._qualified_op_name)
     formula = shape_wrapper(gap) if gap is not None else flop_registry.get(packet)
     if formula is None:
         return 0.0

@@ -19,10 +19,17 @@ packet. The ``flops`` estimator (:mod:`budget.estimators.flops`) and the measure
 - Embedding: the forward is a gather and computes nothing: 0 FLOPs (the ``roofline``
   estimator prices it by the bytes it moves); the dense backward adds every gradient row
   into the table: one FLOP per element of ``grad_output``.
+- Grouped matmuls (mixture-of-experts layers): ``aten._grouped_mm`` of ``(M, K)`` by
+  ``(K, N)``, grouped along any of them, ``2MKN`` (times the groups where both operands
+  are batched); transformers' own ``grouped_mm_fallback`` (its MoE layers under
+  ``torch.compile`` outside bfloat16), ``2SKN`` for ``(S, K)`` rows by ``E`` experts'
+  ``(K, N)``, its backward twice that (the input's gradient and the weights').
+  Registered by name (:func:`flop_gaps`): transformers defines them when it is imported.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -138,6 +145,19 @@ def _sdpa_bwd(g, q, k, v, *_, **__) -> int:  # type: ignore[no-untyped-def]
     return sdpa_backward_flop_count(g, q, k, v)
 
 
+def _grouped_mm(a, b, *_, **__) -> int:  # type: ignore[no-untyped-def]
+    batched = len(a) == 3 and len(b) == 3
+    return 2 * int(a[-2]) * int(a[-1]) * int(b[-1]) * (int(a[0]) if batched else 1)
+
+
+def _grouped_mm_fallback(x, weight, *_, **__) -> int:  # type: ignore[no-untyped-def]
+    return 2 * int(x[0]) * int(x[1]) * int(weight[2])
+
+
+def _grouped_mm_fallback_bwd(x, weight, *_, **__) -> int:  # type: ignore[no-untyped-def]
+    return 2 * _grouped_mm_fallback(x, weight)
+
+
 # Formulas on shapes (the form FlopCounterMode's ``custom_mapping`` takes), keyed by
 # overload packet, for the ops torch's counter prices at 0. See the module docstring.
 FLOP_GAPS: dict[Any, Callable[..., int]] = {
@@ -164,4 +184,21 @@ FLOP_GAPS: dict[Any, Callable[..., int]] = {
     aten.cudnn_batch_norm_backward: _cudnn_bn_bwd,
     aten.miopen_batch_norm_backward: _cudnn_bn_bwd,
     aten.embedding_dense_backward: _embedding_bwd,
+    aten._grouped_mm: _grouped_mm,
 }
+
+# Ops of other libraries, by qualified name: in FLOP_GAPS' form once they are registered.
+NAMED_GAPS: dict[str, Callable[..., int]] = {
+    "transformers::grouped_mm_fallback": _grouped_mm_fallback,
+    "transformers::grouped_mm_fallback_backward": _grouped_mm_fallback_bwd,
+}
+
+
+def flop_gaps() -> dict[Any, Callable[..., int]]:
+    """``FLOP_GAPS`` with the ops of ``NAMED_GAPS`` that are registered now."""
+    found = dict(FLOP_GAPS)
+    for name, formula in NAMED_GAPS.items():
+        namespace, op = name.split("::")
+        with contextlib.suppress(AttributeError, RuntimeError):  # its library not imported
+            found[getattr(getattr(torch.ops, namespace), op)] = formula
+    return found

@@ -11,7 +11,7 @@
 - recompute cost: FLOPs of ``backward()`` under ``FlopCounterMode``. torch's counter gives
   some real work 0 FLOPs (CPU flash attention, forward and backward; normalisations; the
   embedding backward); by default we fill those gaps with the estimators' own table
-  (``budget.runtime.flop_gaps.FLOP_GAPS``), so measured and estimated FLOPs agree and
+  (``budget.runtime.flop_gaps.flop_gaps()``), so measured and estimated FLOPs agree and
   recomputing attention is never free.
 """
 
@@ -27,7 +27,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ._torch_private import memory_events, tree_leaves
 from .collector import gc_paused
-from .flop_gaps import FLOP_GAPS
+from .flop_gaps import flop_gaps
 
 
 def _key(t: torch.Tensor) -> int:
@@ -79,8 +79,8 @@ def saved_bytes(
 def backward_flops(loss: torch.Tensor, *, fill_gaps: bool = True) -> int:
     """FLOPs counted by torch's FlopCounterMode during ``loss.backward()``.
 
-    ``fill_gaps=False`` gives torch's raw count, without any of ``FLOP_GAPS``."""
-    mapping = FLOP_GAPS if fill_gaps else {}
+    ``fill_gaps=False`` gives torch's raw count, without any of ``flop_gaps()``."""
+    mapping = flop_gaps() if fill_gaps else {}
     with FlopCounterMode(display=False, custom_mapping=mapping) as mode:
         loss.backward()
     return int(mode.get_total_flops())

@@ -34,6 +34,7 @@ UNSEEN = {
     ("llama", "eager"): 16,
     ("gpt2", "sdpa"): 48,
     ("llama", "sdpa"): 0,
+    ("mixtral", "sdpa"): 0,
 }
 
 
@@ -50,6 +51,21 @@ def _model(kind: str, attn: str = "eager"):
             attn_implementation=attn,
         )
         return tf.GPT2LMHeadModel(cfg).train()
+    if kind == "mixtral":  # experts through torch._grouped_mm, in float32 on the CPU
+        cfg = tf.MixtralConfig(
+            num_hidden_layers=2,
+            hidden_size=64,
+            intermediate_size=128,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            vocab_size=128,
+            max_position_embeddings=64,
+            use_cache=False,
+            attn_implementation=attn,
+        )
+        return tf.MixtralForCausalLM(cfg).train()
     cfg = tf.LlamaConfig(
         num_hidden_layers=2,
         hidden_size=64,
@@ -64,8 +80,16 @@ def _model(kind: str, attn: str = "eager"):
     return tf.LlamaForCausalLM(cfg).train()
 
 
-@pytest.mark.parametrize("attn", ["eager", "sdpa"])
-@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+@pytest.mark.parametrize(
+    "kind,attn",
+    [
+        ("gpt2", "eager"),
+        ("gpt2", "sdpa"),
+        ("llama", "eager"),
+        ("llama", "sdpa"),
+        ("mixtral", "sdpa"),
+    ],
+)
 def test_plans_bytes_flops_and_gradients(kind, attn):
     model = _model(kind, attn)
     ref = copy.deepcopy(model)
@@ -79,6 +103,8 @@ def test_plans_bytes_flops_and_gradients(kind, attn):
     for b in (0.5, 0.0):
         plan = budget.apply(model, ids, labels=ids, memory_budget=b)  # the model's own loss
         layers = "transformer.h" if kind == "gpt2" else "model.layers"
+        if kind == "mixtral":  # the experts' matmuls are priced: recomputing them is not free
+            assert plan.recompute_flops > 0
         assert plan.checkpointed == [f"{layers}.0", f"{layers}.1"]
         torch.manual_seed(0)
         m = measure_eager(step(model))
@@ -117,8 +143,16 @@ def test_sdpa_mask_follows_the_real_attention_mask(padded):
     budget.unapply(model)
 
 
-@pytest.mark.parametrize("attn", ["eager", "sdpa"])
-@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+@pytest.mark.parametrize(
+    "kind,attn",
+    [
+        ("gpt2", "eager"),
+        ("gpt2", "sdpa"),
+        ("llama", "eager"),
+        ("llama", "sdpa"),
+        ("mixtral", "sdpa"),
+    ],
+)
 def test_predicted_peak_and_no_trace_left_on_tied_weights(kind, attn):
     """The peak of the step with the plan applied, run on fake tensors, is the measured
     one to the byte (the scalar tensors above, UNSEEN to the saved-tensor hooks, are

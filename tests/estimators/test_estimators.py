@@ -246,6 +246,51 @@ def test_measured_flops_use_the_same_gaps():
     assert backward_flops(y.sum()) == 13 * x.numel()
 
 
+def _per_group_matmul_flops(x, w, ends, *, backward: bool) -> int:
+    """The oracle: the same products as one torch.mm per group, counted by torch's own
+    counter (no gaps filled), forward or forward and backward."""
+    x, w = x.detach().requires_grad_(), w.detach().requires_grad_()
+    with FlopCounterMode(display=False) as mode:
+        start, outs = 0, []
+        for e, end in enumerate(ends):
+            outs.append(x[start:end] @ w[e])
+            start = end
+        if backward:
+            y = torch.cat(outs)
+            (y * torch.ones_like(y)).sum().backward()
+    return mode.get_total_flops()
+
+
+def test_grouped_matmuls_cost_the_matmuls_they_group():
+    """A mixture-of-experts layer's grouped matmul (aten._grouped_mm; torch's counter
+    prices it at 0) costs what one matmul per expert costs, forward and backward, in the
+    estimator and in the measurement; so does transformers' own fallback op."""
+    from budget.runtime.flop_gaps import flop_gaps
+
+    S, K, N, E, ends = 12, 8, 8, 3, [4, 9, 12]
+    x, w = torch.randn(S, K), torch.randn(E, K, N)
+    offs = torch.tensor(ends, dtype=torch.int32)
+    node = op_node(
+        aten._grouped_mm.default,
+        meta(S, K, dtype=torch.bfloat16),
+        meta(E, K, N, dtype=torch.bfloat16),
+        offs=meta(E, dtype=torch.int32),
+    )
+    assert node_flops(node) == _per_group_matmul_flops(x, w, ends, backward=False)
+    xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+    with FlopCounterMode(display=False, custom_mapping=flop_gaps()) as mode:
+        y = torch._grouped_mm(xg, wg, offs=offs)
+        (y * torch.ones_like(y)).sum().backward()
+    assert mode.get_total_flops() == _per_group_matmul_flops(x, w, ends, backward=True)
+    moe = pytest.importorskip("transformers.integrations.moe")
+    assert moe is not None  # transformers registers its op on import
+    xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+    with FlopCounterMode(display=False, custom_mapping=flop_gaps()) as mode:
+        y = torch.ops.transformers.grouped_mm_fallback(xg, wg, offs)
+        (y * torch.ones_like(y)).sum().backward()
+    assert mode.get_total_flops() == _per_group_matmul_flops(x, w, ends, backward=True)
+
+
 def test_pointwise_and_reductions_count_zero_flops_but_move_bytes():
     x = meta(512, 512)
     cos = op_node(aten.cos.default, x)
