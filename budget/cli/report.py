@@ -66,9 +66,9 @@ def solve_report(
     if not compiled and any(_previewed_under_inductor(p) for p in plans):
         parts.append(
             "peaks are predicted from the graphs; Inductor fuses and reorders them, so its\n"
-            "code peaks elsewhere (the prediction is 9-22% over the built-in GPT's, 14%\n"
-            "under T5's): --compile gives the peak of the generated code, which training\n"
-            "checks a peak budget on"
+            "code peaks elsewhere (most often lower, on some models a little higher):\n"
+            "--compile gives the peak of the generated code, which training checks a peak\n"
+            "budget on"
         )
     if timings:
         items = [f"{k} {format_seconds(v)}" for k, v in timings.items()]

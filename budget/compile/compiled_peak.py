@@ -3,9 +3,8 @@
 :mod:`budget.compile.peak` predicts a step's peak from the partitioned graphs, in their
 order. Inductor does not run them in that order: its scheduler fuses nodes from different
 places of a graph into one kernel (all their outputs allocated together) and reorders
-kernels, and it reuses buffers. On small transformers that put the measured peak above
-the graph model's (T5 by 16%, bench/real_model_peaks.py), so a peak budget checked on
-the graphs alone could be missed.
+kernels. Where that puts the measured peak above the graph model's (BERT:
+bench/real_model_peaks.py), a peak budget checked on the graphs alone could be missed.
 
 Inductor's Python wrapper code (``CompiledFxGraph.source_code``, the Python that runs the
 kernels), for CPU and CUDA alike, says exactly what is allocated and when:

@@ -2,8 +2,8 @@
 
 The peak search (:func:`budget.compile.peak_plan.plan_for_peak`) picks plans by the
 graphs' predicted peak (:mod:`budget.compile.peak`). Inductor fuses and reorders those
-graphs, so the step peaks elsewhere: 8-18% under the prediction on the built-in GPT, 16%
-over it on T5. Each compile therefore reads the peak of its generated code
+graphs, so the step peaks elsewhere: under the prediction on most models, a little over
+it on some (bench/real_model_peaks.py). Each compile therefore reads the peak of its generated code
 (:mod:`budget.compile.compiled_peak`, ``plan.compiled_peak_bytes``), and
 :func:`fit_compiled_peak` plans and compiles again where that peak misses the budget, or
 leaves more than ``PEAK_SLACK`` of it unused (recompute left on the table), at most
