@@ -11,6 +11,11 @@ plan is never applied to calls it was not made for. Each forward starts counting
 that raised. Where torch asks the policy again while it recomputes (torch before 2.13,
 ``ctx.is_recompute``), the recomputation is counted apart from the forward it replays.
 
+A recomputation runs BatchNorm again; in training its outputs depend on the batch alone,
+but the op also updates the running statistics in place (not in its schema): there the
+op is given copies of them (:class:`StatsAside`), so they are updated once per step, by
+the forward.
+
 Under ``torch.compile`` (AOTAutograd traces the region with its own, functionalized ops)
 the calls differ from eager's; there the plan's cached ops are matched by op and
 occurrence (the j-th ``addmm`` of the region) and tagged ``MUST_SAVE``, everything else
@@ -25,6 +30,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+import torch
 from torch.utils.checkpoint import (
     CheckpointPolicy,
     SelectiveCheckpointContext,
@@ -62,7 +68,48 @@ class RegionPolicy:
         # output of every in-place op, whose counter goes up after the op returns: the
         # plan never caches a value that is written after it is cached (trace), so the
         # check is off and in-place ops (BatchNorm's num_batches_tracked.add_) can be cached.
-        return create_selective_checkpoint_contexts(_Pass(self), allow_cache_entry_mutation=True)
+        forward, recompute = create_selective_checkpoint_contexts(
+            _Pass(self), allow_cache_entry_mutation=True
+        )
+        if torch.compiler.is_compiling():  # functional ops: a recomputed BatchNorm writes nothing
+            return forward, recompute
+        return forward, _Stacked(StatsAside(), recompute)
+
+
+# Ops that update BatchNorm running statistics in place without saying so in their
+# schema: the position of their training flag (running mean and variance: arguments 3, 4).
+RUNNING_STATS = {
+    "aten::native_batch_norm": 5,
+    "aten::cudnn_batch_norm": 5,
+    "aten::miopen_batch_norm": 5,
+}
+
+
+class StatsAside(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
+    """Below selective checkpointing's recompute mode (so it sees only the ops run again):
+    a BatchNorm in training is given copies of its running statistics."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        pos = RUNNING_STATS.get(func._schema.name)
+        if pos is not None and len(args) > pos and args[pos] and args[3] is not None:
+            args = (*args[:3], args[3].clone(), args[4].clone(), *args[5:])
+        return func(*args, **kwargs)
+
+
+class _Stacked:
+    """Context managers entered in order (the last on top), left in reverse."""
+
+    def __init__(self, *contexts: Any) -> None:
+        self.contexts = contexts
+        self.stack = contextlib.ExitStack()
+
+    def __enter__(self) -> None:
+        for c in self.contexts:
+            self.stack.enter_context(c)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stack.__exit__(*exc)
 
 
 _local = threading.local()
@@ -86,7 +133,7 @@ def _tracing(func: Any, args: tuple, kwargs: dict) -> bool:
     functional tensors, some without the proxy mode torch's own test looks for)."""
     if getattr(_local, "fake_run", False):
         return False
-    if T.sac_is_compiling(func, args, kwargs):
+    if T.sac_is_compiling(func, args, kwargs) or T.fake_mode_active():
         return True
     kinds = (T.FakeTensor, T.FunctionalTensor)
     return any(isinstance(t, kinds) for t in T.tree_leaves((args, kwargs)))

@@ -18,8 +18,10 @@ problem is built for a set ``checkpointed`` of candidate regions (indices into
 - in a checkpointed region, random ops are always recomputed (the restored RNG state
   replays their draws; a cached random op would shift the draws of the random ops after
   it), values written in place later are never cached (torch refuses to return a mutated
-  cache entry), and ops that write a tensor from outside the region, or that update
-  BatchNorm running statistics, are never recomputed (the write would happen twice).
+  cache entry), and ops that write a tensor from outside the region are never
+  recomputed (the write would happen twice). BatchNorm may be: its recomputation updates
+  copies of the running statistics (:mod:`budget.eager.policy`), and its outputs in
+  training depend on the batch alone.
 
 With offload planned (``CostCache.link``), the values :func:`budget.eager.offload.movable`
 allows carry offload terms.
@@ -48,23 +50,7 @@ from ..runtime.values import on_host, storage_of
 from .offload import movable
 from .trace import Trace
 
-_aten = torch.ops.aten
-# Ops that update BatchNorm running statistics in place without saying so in their schema.
-_RUNNING_STATS = {
-    _aten.native_batch_norm.default: 5,  # training flag position
-    _aten.cudnn_batch_norm.default: 5,
-    _aten.miopen_batch_norm.default: 5,
-}
-
 RNG_OP = "checkpoint.rng_state"
-
-
-def _updates_running_stats(node: fx.Node) -> bool:
-    pos = _RUNNING_STATS.get(node.target)  # type: ignore[call-overload]
-    if pos is None:
-        return False
-    has_stats = len(node.args) > 3 and node.args[3] is not None
-    return bool(has_stats and len(node.args) > pos and node.args[pos])
 
 
 class CostCache:
@@ -239,8 +225,6 @@ def _cacheable(op: fx.Node, trace: Trace) -> tuple[bool, str]:
 
 def _why_not_recompute(node: fx.Node, op: fx.Node, trace: Trace, region: int) -> str:
     """Why ``node`` (of op ``op``, in checkpointed ``region``) must not be run again."""
-    if _updates_running_stats(op):
-        return "updates BatchNorm running statistics"
     if is_mutating(op):
         for a in op.all_input_nodes:
             src = a.args[0] if a.target is operator.getitem else a

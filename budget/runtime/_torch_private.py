@@ -283,6 +283,11 @@ def frame_code() -> Any:
     return codes[0] if codes else None
 
 
+def fake_mode_active() -> bool:
+    """Whether a FakeTensorMode is on the dispatch stack (compile-time tracing runs ops)."""
+    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
+
+
 def in_compiled_step() -> bool:
     """Whether this Python code runs inside a ``torch.compile``'d function (after a graph
     break, in eager Python: the frames it calls are compiled as they start)."""
@@ -331,6 +336,7 @@ __all__ = [
     "torch_saved_set",
     "compiled_versions",
     "in_compiled_step",
+    "fake_mode_active",
     "forget_compiled",
     "frame_code",
     "input_mutation_outputs",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from helpers.steps import grads_of
@@ -57,3 +59,32 @@ def test_the_plans_saves_reach_the_compiled_partitioner():
     be = budget.backend(1.0, compiler="eager")
     torch.compile(ex.step, backend=be)(*ex.args).backward()
     assert "tagged MUST_SAVE" not in be.log.problems[0].reason
+
+
+def test_checkpointed_batchnorm_compiles_and_updates_its_statistics_once():
+    """A ResNet-style block (BatchNorm, then an in-place ReLU) checkpointed by the plan:
+    dynamo runs the region on fake tensors, asking the policy about ops that take no
+    tensor (``empty``), which are tracing's all the same; compiled, the step's gradients
+    and running statistics are the unplanned model's."""
+    torch.manual_seed(0)
+    block = [
+        torch.nn.Sequential(
+            torch.nn.Conv2d(8, 8, 3, padding=1, bias=False),
+            torch.nn.BatchNorm2d(8),
+            torch.nn.ReLU(inplace=True),
+            torch.nn.Conv2d(8, 8, 3, padding=1),
+        )
+        for _ in range(2)
+    ]
+    model = torch.nn.Sequential(*block).train()
+    ref = copy.deepcopy(model)
+    x = torch.randn(2, 8, 8, 8)
+    plan = budget.apply(model, x, memory_budget=0.0, loss_fn=lambda out: out.square().mean())
+    assert plan.checkpointed == ["0", "1"]
+    compiled = torch.compile(lambda x: model(x).square().mean(), backend="aot_eager")
+    compiled(x).backward()
+    ref(x).square().mean().backward()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+    for b, c in zip(model.buffers(), ref.buffers(), strict=True):
+        torch.testing.assert_close(b, c, rtol=1e-6, atol=1e-7)
