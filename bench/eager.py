@@ -14,10 +14,11 @@ then budget.apply is given the bytes each baseline really kept (as a size) and m
 the same way. Reported: bytes kept after the forward (budget.eager.measure.retained_bytes:
 what backward needs, the loss aside), recompute FLOPs (backward FLOPs minus the unmodified
 model's), and the ratios budget / baseline (FLOPs at no more memory). Gradients of every
-budget plan are checked against the unmodified model's.
+budget plan are checked against the unmodified model's, and one step's buffers (BatchNorm's
+running statistics) against one step of the unmodified model, for budget and (a), (b).
 
     python bench/eager.py                # built-in GPT and MLP, transformers GPT-2 and Llama
-    python bench/eager.py --models gpt   # one of: gpt, mlp, hf-gpt2, hf-llama
+    python bench/eager.py --models gpt   # one of: gpt, mlp, hf-gpt2, hf-llama, tv-resnet18
 """
 
 from __future__ import annotations
@@ -120,6 +121,22 @@ def _hf(kind: str) -> Callable[[], tuple]:
     return make
 
 
+def _torchvision_resnet18() -> tuple:
+    """torchvision's ResNet-18 (BatchNorm, then in-place ReLUs), 4 x 64x64, 10 classes."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from helpers.real_models import import_torchvision
+
+    torch.manual_seed(0)
+    model = import_torchvision().models.resnet18(num_classes=10).train()
+    gen = torch.Generator().manual_seed(1)
+    x, y = torch.randn(4, 3, 64, 64, generator=gen), torch.randint(10, (4,), generator=gen)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(model(x), y)
+
+    return model, step, (x, y)
+
+
 CASES = {
     "gpt": Case(
         "gpt", _builtin(gpt, layers=4, d=128, heads=4, seq=128, batch=4, vocab=512, dropout=0.1)
@@ -127,6 +144,7 @@ CASES = {
     "mlp": Case("mlp", _builtin(mlp, batch=64, d_in=256, d=1024, layers=4)),
     "hf-gpt2": Case("hf-gpt2", _hf("gpt2")),
     "hf-llama": Case("hf-llama", _hf("llama")),
+    "tv-resnet18": Case("tv-resnet18", _torchvision_resnet18),
 }
 
 
@@ -156,6 +174,40 @@ def _grads(model: nn.Module, step: Callable[..., Any], args: tuple) -> list[torc
     return out
 
 
+def _stats_once(case: Case, prepare: Callable[[nn.Module, Callable, tuple], Any]) -> str:
+    """Whether one step of a fresh model, ``prepare``d, leaves its buffers (BatchNorm's
+    running statistics, its step count) as one step of the unmodified model does: "-"
+    where the model has none."""
+    bufs = []
+    for ready in (lambda *_: None, prepare):
+        model, step, args = case.make()
+        ready(model, step, args)
+        torch.manual_seed(7)
+        step(*args).backward()
+        bufs.append([b.clone() for b in model.buffers()])
+    ref, got = bufs
+    if not ref:
+        return "-"
+    return str(all(torch.equal(a, b) for a, b in zip(got, ref, strict=True)))
+
+
+def _full_ac(model: nn.Module, *_: Any) -> None:
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        apply_activation_checkpointing,
+    )
+
+    block_ids = {id(m) for m in select_candidates(model).values()}
+    apply_activation_checkpointing(model, check_fn=lambda m: id(m) in block_ids)
+
+
+def _sac_matmuls(model: nn.Module, *_: Any) -> None:
+    _wrap_all(
+        model,
+        list(select_candidates(model).values()),
+        functools.partial(create_selective_checkpoint_contexts, MATMULS),
+    )
+
+
 def _same_grads(grads: list[torch.Tensor], ref: list[torch.Tensor]) -> bool:
     return len(grads) == len(ref) and all(
         torch.allclose(g, w, rtol=1e-5, atol=1e-6) for g, w in zip(grads, ref, strict=True)
@@ -168,25 +220,13 @@ def run_case(case: Case) -> list[dict[str, Any]]:
     base_bytes, base_flops, base_peak = _measure(step, args)
     blocks = list(select_candidates(model).values())
     baselines: dict[str, tuple[int, int, int] | str] = {}
-
-    model, step, args = case.make()
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-        apply_activation_checkpointing,
-    )
-
-    block_ids = {id(m) for m in select_candidates(model).values()}
-    apply_activation_checkpointing(model, check_fn=lambda m: id(m) in block_ids)
-    b, f, pk = _measure(step, args)
-    baselines["full AC (every block)"] = (b, f - base_flops, pk)
-
-    model, step, args = case.make()
-    _wrap_all(
-        model,
-        list(select_candidates(model).values()),
-        functools.partial(create_selective_checkpoint_contexts, MATMULS),
-    )
-    b, f, pk = _measure(step, args)
-    baselines["SAC save matmuls"] = (b, f - base_flops, pk)
+    stats: dict[str, str] = {}  # whether a step leaves the buffers as the unmodified one's
+    for name, prepare in (("full AC (every block)", _full_ac), ("SAC save matmuls", _sac_matmuls)):
+        model, step, args = case.make()
+        prepare(model)
+        b, f, pk = _measure(step, args)
+        baselines[name] = (b, f - base_flops, pk)
+        stats[name] = _stats_once(case, prepare)
 
     kept = {name: r[0] for name, r in baselines.items() if not isinstance(r, str)}
     sac_rows, details = _sac_ilp(case, (base_bytes, base_flops), kept, ref_grads)
@@ -202,6 +242,10 @@ def run_case(case: Case) -> list[dict[str, Any]]:
         plan = budget.apply(model, *args, step=step, memory_budget=f"{max(kept, 0)}B")
         ours_bytes, ours_flops, _ = _measure(step, args)
         same = _same_grads(_grads(model, step, args), ref_grads)
+        size = f"{max(kept, 0)}B"
+        ours_stats = _stats_once(
+            case, lambda m, st, a, size=size: budget.apply(m, *a, step=st, memory_budget=size)
+        )
         # the same baseline's measured peak, given to budget as a peak memory budget
         model, step, args = case.make()
         try:
@@ -227,6 +271,7 @@ def run_case(case: Case) -> list[dict[str, Any]]:
                 "our_flops": ours_flops - base_flops,
                 "plan_flops": plan.recompute_flops,
                 "grads_equal": same,
+                "stats": f"{stats.get(name, '-')} / {ours_stats}",
                 "blocks": f"{len(plan.checkpointed)}/{len(blocks)}",
                 "detail": details.get(name, ""),
                 "base_peak": base_peak,
@@ -555,16 +600,16 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(2)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, CPU")
     print(
-        "| model | baseline | unmodified MiB | baseline MiB | budget MiB (plan) | baseline recompute GFLOP | budget recompute GFLOP (plan) | FLOP ratio | blocks checkpointed | grads equal |"
+        "| model | baseline | unmodified MiB | baseline MiB | budget MiB (plan) | baseline recompute GFLOP | budget recompute GFLOP (plan) | FLOP ratio | blocks checkpointed | grads equal | buffers as unmodified (baseline / budget) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     details = []
     rows_all = []
     for name in opts.models.split(","):
         for row in run_case(CASES[name.strip()]):
             rows_all.append(row)
             if "note" in row:
-                print(f"| {row['model']} | {row['baseline']} | {row['note']} |||||||")
+                print(f"| {row['model']} | {row['baseline']} | {row['note']} ||||||||")
                 continue
             if row["detail"]:
                 details.append(f"- {row['model']}, {row['baseline']}: {row['detail']}")
@@ -573,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {row['model']} | {row['baseline']} | {_mib(row['base_bytes'])} | "
                 f"{_mib(row['their_bytes'])} | {_mib(row['our_bytes'])} ({_mib(row['plan_bytes'])}) | "
                 f"{row['their_flops'] / 1e9:.4f} | {row['our_flops'] / 1e9:.4f} ({row['plan_flops'] / 1e9:.4f}) | "
-                f"{ratio:.3f} | {row['blocks']} | {row['grads_equal']} |"
+                f"{ratio:.3f} | {row['blocks']} | {row['grads_equal']} | {row['stats']} |"
             )
     _peak_table(rows_all)
     if details:

@@ -248,7 +248,8 @@ def test_batchnorm_before_an_inplace_relu_is_recomputed_its_statistics_updated_o
     cached (the ReLU writes it), so a checkpointed block recomputes BatchNorm, on copies of
     its running statistics (budget.eager.policy.StatsAside). Every block is checkpointed;
     over two steps the gradients are the unplanned model's, the running statistics are
-    updated once a step, as without checkpointing, and the predicted peak is measured."""
+    updated once a step, as without checkpointing, and the predicted peak and bytes kept
+    are measured."""
     from budget.runtime.measure import measure_peak
 
     torch.manual_seed(0)
@@ -273,3 +274,6 @@ def test_batchnorm_before_an_inplace_relu_is_recomputed_its_statistics_updated_o
             torch.testing.assert_close(b, c, rtol=0, atol=0)  # statistics updated once
     model.zero_grad(set_to_none=True)
     assert measure_peak(lambda: model(x).square().mean()) == plan.peak_bytes
+    # block 0's output (BatchNorm's, written by the ReLU) is block 1's input: kept alone,
+    # without BatchNorm's statistics, which the recomputation makes again
+    assert measure_eager(lambda: model(x).square().mean()).retained_bytes == plan.saved_bytes
