@@ -256,3 +256,34 @@ def test_under_inductor_berts_b0_code_peaks_no_higher_than_b1s():
         assert plan.compiled_peak_bytes is not None
         peaks[b] = plan.compiled_peak_bytes
     assert peaks[0.0] <= peaks[1.0], peaks
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ALL)
+def test_apply_keeps_what_it_plans_and_changes_no_gradient_or_statistic(name):
+    """budget.apply at b=0 on every real model, eager (no compile): the bytes the step
+    keeps after its forward are the plan's (and the few 0-dim tensors of Python scalars
+    autograd keeps unseen by saved-tensor hooks: tests/eager/test_transformers.py); one
+    step's gradients are the unplanned model's and its buffers (BatchNorm's running
+    statistics) too: recomputing a ResNet's BatchNorm updates them once."""
+    from budget.eager.measure import measure_eager
+
+    m, ref = make(name), make(name)  # the same weights and inputs
+    for r in (m, ref):
+        if hasattr(r.model, "config"):
+            r.model.config.use_cache = False  # as transformers trains under checkpointing
+    plan = budget.apply(m.model, *m.args, step=m.step, memory_budget=0.0)
+    assert plan.checkpointed, name
+    for r in (m, ref):
+        torch.manual_seed(3)
+        r.step(*r.args).backward()
+    for (pname, p), q in zip(m.model.named_parameters(), ref.model.parameters(), strict=True):
+        if q.grad is None:
+            assert p.grad is None, pname
+            continue
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4, msg=f"{name} {pname}")
+    for (bname, b), c in zip(m.model.named_buffers(), ref.model.buffers(), strict=True):
+        torch.testing.assert_close(b, c, rtol=0, atol=0, msg=f"{name} {bname}")
+    m.model.zero_grad(set_to_none=True)
+    kept = measure_eager(m.step, *m.args).retained_bytes
+    assert plan.saved_bytes <= kept <= plan.saved_bytes + 256, (name, kept, plan.saved_bytes)

@@ -92,7 +92,7 @@ def build_problem(
     nodes: list[fx.Node | None] = [*trace.inputs, *values]
     index = {n: i for i, n in enumerate(nodes) if n is not None}
     rows = ProblemBuilder()
-    storage = _storages(trace, ckpt, held, rows)
+    storage = _storages(trace, ckpt, rows)
     for n in nodes:
         assert n is not None
         _add_node(rows, n, storage(n), trace, ckpt, held, costs)
@@ -122,28 +122,24 @@ def _held(trace: Trace, ckpt: set[int]) -> set[fx.Node]:
     return held
 
 
-def _storages(
-    trace: Trace, ckpt: set[int], held: set[fx.Node], rows: ProblemBuilder
-) -> Callable[[object], int]:
+def _storages(trace: Trace, ckpt: set[int], rows: ProblemBuilder) -> Callable[[object], int]:
     """A value's storage group in ``rows`` (-1: none): per real storage, but an op with
     several outputs in a checkpointed region is cached whole, so its new output storages
-    form one group; a storage kept whatever the plan (``held``: a region's input, a save
-    outside the regions) stays out of it, as that keeps it alone (a ResNet block's output,
-    BatchNorm's written by the in-place ReLU, without BatchNorm's statistics). Storages of
-    the step's inputs, and off the step's device, count 0."""
-    kept = {st[0] for n in held if (st := storage_of(n.meta.get("val"))) is not None}
+    form one group; not an op whose output is written in place later, which is never
+    cached (:func:`_cacheable`): its outputs count alone (a ResNet block's output,
+    BatchNorm's written by the in-place ReLU and kept as the next block's input, without
+    BatchNorm's statistics). Storages of the step's inputs, and off the step's device,
+    count 0."""
     group: dict[int, int] = {}
     for op in trace.ops:
         outs = op.meta.get("val")
         r = trace.region_of.get(op)
         if not isinstance(outs, (tuple, list)) or r is None or r not in ckpt:
             continue
+        if op in trace.mutated_after:
+            continue
         ins = {storage_of(a.meta.get("val")) for a in op.all_input_nodes}
-        keys = [
-            st[0]
-            for o in outs
-            if (st := storage_of(o)) is not None and st not in ins and st[0] not in kept
-        ]
+        keys = [st[0] for o in outs if (st := storage_of(o)) is not None and st not in ins]
         for k in keys[1:]:
             group[k] = keys[0]
     made = set(trace.constants)
