@@ -78,10 +78,13 @@ class RegionPolicy:
 
 # Ops that update BatchNorm running statistics in place without saying so in their
 # schema: the position of their training flag (running mean and variance: arguments 3, 4).
-RUNNING_STATS = {
+# (None: always in training.)
+RUNNING_STATS: dict[str, int | None] = {
     "aten::native_batch_norm": 5,
+    "aten::_native_batch_norm_legit": 5,
     "aten::cudnn_batch_norm": 5,
     "aten::miopen_batch_norm": 5,
+    "aten::_batch_norm_with_update": None,
 }
 
 
@@ -91,10 +94,18 @@ class StatsAside(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
-        pos = RUNNING_STATS.get(func._schema.name)
-        if pos is not None and len(args) > pos and args[pos] and args[3] is not None:
+        name = func._schema.name
+        if name in RUNNING_STATS and _updates_stats(args, RUNNING_STATS[name]):
             args = (*args[:3], args[3].clone(), args[4].clone(), *args[5:])
         return func(*args, **kwargs)
+
+
+def _updates_stats(args: tuple, training: int | None) -> bool:
+    """Whether a BatchNorm call with ``args`` updates running statistics (arguments 3 and
+    4, tensors; ``training``: the position of its training flag, None where it has none)."""
+    if len(args) < 5 or not all(isinstance(t, torch.Tensor) for t in args[3:5]):
+        return False  # no statistics given (an overload without them)
+    return training is None or (len(args) > training and bool(args[training]))
 
 
 class _Stacked:

@@ -36,3 +36,32 @@ def test_another_op_in_the_recomputation_is_refused():
     _ask(p, False)
     with pytest.raises(PlanMismatchError, match="relu"):
         _ask(p, True, [aten.relu.default])
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x, w, b, rm, rv: aten.native_batch_norm.default(x, w, b, rm, rv, True, 0.1, 1e-5),
+        lambda x, w, b, rm, rv: aten._native_batch_norm_legit.default(
+            x, w, b, rm, rv, True, 0.1, 1e-5
+        ),
+        lambda x, w, b, rm, rv: aten._batch_norm_with_update.default(x, w, b, rm, rv, 0.1, 1e-5),
+    ],
+    ids=["native", "legit", "with_update"],
+)
+def test_a_recomputed_batchnorm_leaves_the_running_statistics_alone(call):
+    """StatsAside (under the recompute context) gives BatchNorm copies of its running
+    statistics: the outputs are the same, the statistics untouched; without it, the same
+    call updates them (which a recomputation would do a second time)."""
+    from budget.eager.policy import StatsAside
+
+    x, w, b = torch.randn(4, 3, 5, 5), torch.randn(3), torch.randn(3)
+    rm, rv = torch.zeros(3), torch.ones(3)
+    with StatsAside():
+        aside = call(x, w, b, rm, rv)
+    assert torch.equal(rm, torch.zeros(3)) and torch.equal(rv, torch.ones(3))
+    plain = call(x, w, b, rm, rv)
+    assert not torch.equal(rm, torch.zeros(3))  # the op does update them
+    torch.testing.assert_close(aside[0], plain[0], rtol=0, atol=0)
+    with StatsAside():  # an overload with no statistics passes through
+        aten._native_batch_norm_legit.no_stats(x, w, b, True, 0.1, 1e-5)
