@@ -99,6 +99,7 @@ OWN = {
     "boykov_kolmogorov_cuts",
     "compiled_versions",
     "in_compiled_step",
+    "fake_mode_active",
     "forget_compiled",
     "frame_code",
     "input_mutation_outputs",
