@@ -38,6 +38,10 @@ UNSEEN = {
 }
 
 
+KINDS = [("gpt2", "eager"), ("gpt2", "sdpa"), ("llama", "eager"), ("llama", "sdpa")]
+KINDS.append(("mixtral", "sdpa"))  # experts through torch._grouped_mm
+
+
 def _model(kind: str, attn: str = "eager"):
     torch.manual_seed(0)
     if kind == "gpt2":
@@ -51,22 +55,7 @@ def _model(kind: str, attn: str = "eager"):
             attn_implementation=attn,
         )
         return tf.GPT2LMHeadModel(cfg).train()
-    if kind == "mixtral":  # experts through torch._grouped_mm, in float32 on the CPU
-        cfg = tf.MixtralConfig(
-            num_hidden_layers=2,
-            hidden_size=64,
-            intermediate_size=128,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            num_local_experts=4,
-            num_experts_per_tok=2,
-            vocab_size=128,
-            max_position_embeddings=64,
-            use_cache=False,
-            attn_implementation=attn,
-        )
-        return tf.MixtralForCausalLM(cfg).train()
-    cfg = tf.LlamaConfig(
+    llama = dict(
         num_hidden_layers=2,
         hidden_size=64,
         intermediate_size=128,
@@ -77,19 +66,13 @@ def _model(kind: str, attn: str = "eager"):
         use_cache=False,
         attn_implementation=attn,
     )
-    return tf.LlamaForCausalLM(cfg).train()
+    if kind == "mixtral":  # Llama's layers, with experts: torch._grouped_mm in float32
+        cfg = tf.MixtralConfig(**llama, num_local_experts=4, num_experts_per_tok=2)
+        return tf.MixtralForCausalLM(cfg).train()
+    return tf.LlamaForCausalLM(tf.LlamaConfig(**llama)).train()
 
 
-@pytest.mark.parametrize(
-    "kind,attn",
-    [
-        ("gpt2", "eager"),
-        ("gpt2", "sdpa"),
-        ("llama", "eager"),
-        ("llama", "sdpa"),
-        ("mixtral", "sdpa"),
-    ],
-)
+@pytest.mark.parametrize("kind,attn", KINDS)
 def test_plans_bytes_flops_and_gradients(kind, attn):
     model = _model(kind, attn)
     ref = copy.deepcopy(model)
@@ -143,16 +126,7 @@ def test_sdpa_mask_follows_the_real_attention_mask(padded):
     budget.unapply(model)
 
 
-@pytest.mark.parametrize(
-    "kind,attn",
-    [
-        ("gpt2", "eager"),
-        ("gpt2", "sdpa"),
-        ("llama", "eager"),
-        ("llama", "sdpa"),
-        ("mixtral", "sdpa"),
-    ],
-)
+@pytest.mark.parametrize("kind,attn", KINDS)
 def test_predicted_peak_and_no_trace_left_on_tied_weights(kind, attn):
     """The peak of the step with the plan applied, run on fake tensors, is the measured
     one to the byte (the scalar tensors above, UNSEEN to the saved-tensor hooks, are
