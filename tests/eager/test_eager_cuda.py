@@ -55,3 +55,38 @@ def test_measured_peak_counts_blocks_at_or_above_the_bytes_requested():
     requested = measure_peak(ex.step, *args, requested=True)
     allocated = measure_peak(ex.step, *args)
     assert 0 < requested <= allocated
+
+
+def test_apply_on_cuda_recomputes_cudnn_batchnorm_with_its_statistics_updated_once():
+    """ResNet blocks on CUDA (cuDNN's BatchNorm, then an in-place ReLU): checkpointed, they
+    recompute BatchNorm on copies of its running statistics (budget.eager.policy):
+    gradients and statistics after a step as the unplanned model's, bytes kept as planned."""
+    import copy
+
+    torch.manual_seed(0)
+
+    def block() -> torch.nn.Module:
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(16, 16, 3, padding=1, bias=False),
+            torch.nn.BatchNorm2d(16),
+            torch.nn.ReLU(inplace=True),
+            torch.nn.Conv2d(16, 16, 3, padding=1),
+        )
+
+    model = torch.nn.Sequential(block(), block()).cuda().train()
+    ref = copy.deepcopy(model)
+    x = torch.randn(4, 16, 16, 16, device="cuda")
+
+    def loss(m: torch.nn.Module) -> torch.Tensor:
+        return m(x).square().mean()
+
+    plan = budget.apply(model, x, memory_budget=0.0, loss_fn=lambda out: out.square().mean())
+    assert plan.checkpointed == ["0", "1"]
+    for m in (model, ref):
+        loss(m).backward()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    for b, c in zip(model.buffers(), ref.buffers(), strict=True):
+        torch.testing.assert_close(b, c, rtol=1e-5, atol=1e-6)  # updated once, not twice
+    model.zero_grad(set_to_none=True)
+    assert measure_eager(lambda: loss(model)).retained_bytes == plan.saved_bytes
