@@ -93,25 +93,20 @@ def _solve(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     target = _target(args)
     loaded = time.perf_counter()
-    bar = ProgressBar(1, quiet=args.quiet)
-    try:
-        if args.compile:
-            plans = _planning(lambda: _compiled(target, memory_budget, peak, args, bar.update))
-        else:
-            plans = _planning(
-                lambda: budget.plans(
-                    target.step,
-                    *target.args,
-                    memory_budget=memory_budget,
-                    peak_memory_budget=peak,
-                    plan=args.plan,
-                    peak_search=args.peak_search,
-                    progress=bar.update,
-                    **_common(args),
-                )
+    with ProgressBar(1, quiet=args.quiet) as bar:
+        plans = _planning(
+            lambda: budget.plans(  # compile=True: the plans training makes (Inductor's code)
+                target.step,
+                *target.args,
+                memory_budget=memory_budget,
+                peak_memory_budget=peak,
+                plan=args.plan,
+                peak_search=args.peak_search,
+                compile=args.compile,
+                progress=bar.update,
+                **_common(args),
             )
-    finally:
-        bar.close()
+        )
     done = time.perf_counter()
     _write_solve_files(args, plans, target.description)
     if args.format == "json":
@@ -198,31 +193,6 @@ def _print_solve(
         print(f"\ntimeline: {args.timeline}")
 
 
-def _compiled(
-    target: Any,
-    memory_budget: Any,
-    peak: str | None,
-    args: argparse.Namespace,
-    progress: Callable[[int, int, int], None],
-) -> list[Any]:
-    """The plans training makes: the step compiled by budget's backend (Inductor), its
-    forward run once on the target's inputs (the backward is compiled with it), eager
-    code's saves counted (:func:`budget.compile.preview.compiled_plans`)."""
-    from ..compile.preview import compiled_plans
-
-    return compiled_plans(
-        target.step,
-        tuple(target.args),
-        {},
-        progress,
-        memory_budget=memory_budget,
-        peak_memory_budget=peak,
-        plan=args.plan,
-        peak_search=args.peak_search,
-        **_common(args),
-    )
-
-
 def _solve_eager(args: argparse.Namespace) -> int:
     """``budget solve --eager``: the eager plan (modules to checkpoint, per-op policy)."""
     from .report import eager_solve_report
@@ -303,15 +273,12 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.plot:
         check_png(args.plot, "--plot")
     target = _target(args)
-    bar = ProgressBar(len(budgets), quiet=args.quiet)
-    try:
+    with ProgressBar(len(budgets), quiet=args.quiet) as bar:
         found = _planning(
             lambda: budget.sweep(
                 target.step, *target.args, budgets=budgets, progress=bar.update, **_common(args)
             )
         )
-    finally:
-        bar.close()
     sweeps = found if found and isinstance(found[0], list) else [found]
     if args.plot:
         from .plots import save_sweep_plot

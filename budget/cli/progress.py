@@ -32,3 +32,9 @@ class ProgressBar:
 
     def close(self) -> None:
         self.bar.close()
+
+    def __enter__(self) -> ProgressBar:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()

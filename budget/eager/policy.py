@@ -73,7 +73,7 @@ class RegionPolicy:
         )
         if torch.compiler.is_compiling():  # functional ops: a recomputed BatchNorm writes nothing
             return forward, recompute
-        return forward, _Stacked(StatsAside(), recompute)
+        return forward, _stats_aside(recompute)
 
 
 # Ops that update BatchNorm running statistics in place without saying so in their
@@ -108,19 +108,11 @@ def _updates_stats(args: tuple, training: int | None) -> bool:
     return training is None or (len(args) > training and bool(args[training]))
 
 
-class _Stacked:
-    """Context managers entered in order (the last on top), left in reverse."""
-
-    def __init__(self, *contexts: Any) -> None:
-        self.contexts = contexts
-        self.stack = contextlib.ExitStack()
-
-    def __enter__(self) -> None:
-        for c in self.contexts:
-            self.stack.enter_context(c)
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stack.__exit__(*exc)
+@contextlib.contextmanager
+def _stats_aside(recompute: Any) -> Iterator[None]:
+    """``recompute`` (selective checkpointing's recompute mode) above :class:`StatsAside`."""
+    with StatsAside(), recompute:
+        yield
 
 
 _local = threading.local()
