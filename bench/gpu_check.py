@@ -25,6 +25,8 @@ that passed on a GPU before come after the ones that have not):
 - ``pytest``: ``pytest -m cuda`` (CUDA only);
 - ``peak``: peak budgets at 0.8 and 0.6 of the b=1 step's measured peak: met as measured,
   or refused naming the lowest reachable peak;
+- ``reuse``: the bf16 GPT at b=1 and 0.2 with Inductor's buffer reuse on
+  (``budget.config.buffer_reuse``): step time and peak beside the ``gpt`` rows;
 - ``estimators``: ``estimator="profile"`` against ``"flops"`` at b=0.5, and the device
   table's bf16 matmul rate and memory bandwidth against a probe of this device;
 - ``convnet``: a ResNet-50 (torchvision; the built-in ResNet when ``--tiny``),
@@ -61,6 +63,7 @@ from gpu_blocks import (  # noqa: E402
     block_gpt,
     block_peak,
     block_pytest,
+    block_reuse,
 )
 from gpu_context import Check, torch_211  # noqa: E402
 from gpu_eager import block_eager, block_offload  # noqa: E402
@@ -72,6 +75,7 @@ BLOCKS = {
     "offload": block_offload,
     "pytest": block_pytest,
     "peak": block_peak,
+    "reuse": block_reuse,
     "estimators": block_estimators,
     "convnet": block_convnet,
     "gpt-fp32": lambda c: block_gpt(c, ["fp32"]),

@@ -25,6 +25,7 @@ _DEFAULTS: dict[str, Any] = {
     "peak_search": "grid",
     "conv_workspace": "measure",
     "offload": False,
+    "buffer_reuse": False,
 }
 
 # How the peak models price a CPU convolution's workspace (budget.config.conv_workspace):
@@ -70,9 +71,9 @@ def validate_option(name: str, value: Any) -> Any:
                 f"got {value!r}"
             )
         return value
-    if name == "offload":
+    if name in ("offload", "buffer_reuse"):
         if not isinstance(value, bool):
-            raise ValueError(f"offload must be True or False; got {value!r}")
+            raise ValueError(f"{name} must be True or False; got {value!r}")
         return value
     raise AttributeError(f"budget.config has no option {name!r}; options: {sorted(_DEFAULTS)}")
 

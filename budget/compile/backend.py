@@ -274,10 +274,11 @@ def _compile_cached(
             be.log.update(first, compiled_peak_bytes=peak)
         return compiled
 
-    # No buffer reuse: Inductor would keep a dead buffer allocated until a later one of
-    # its size takes it over, holding memory the plan frees (a fraction's plan could then
-    # peak above the b=1 plan's). Fresh allocations come from the allocator's free blocks.
-    patches = {"custom_partitioner_fn": partitioner, "allow_buffer_reuse": False}
+    # No buffer reuse unless asked (PlanSettings.buffer_reuse): Inductor would keep a dead
+    # buffer allocated until a later one of its size takes it over, holding memory the plan
+    # frees. Fresh allocations come from the allocator's free blocks.
+    reuse = be.settings.buffer_reuse
+    patches = {"custom_partitioner_fn": partitioner, "allow_buffer_reuse": reuse}
     if not plan_cache.enabled():
         with functorch_config.patch(enable_autograd_cache=False):
             return compile_and_read_peak(gm, example_inputs, config_patches=patches)

@@ -120,7 +120,7 @@ def settings_key(settings: PlanSettings) -> str:
         f"budget-{__version__}-{code_hash()}-{s.budget.to_json()}-{s.peak_bytes}-"
         f"{s.search_peak_bytes}-{s.saved_cap_bytes}-{s.peak_search}-{s.solver}-"
         f"{s.estimator}-{s.time_limit!r}-{s.compiler}-{fixed}-[{sweep}]-offload={s.offload}-"
-        f"{_host(s.estimator, s.conv_workspace)}"
+        f"reuse={s.buffer_reuse}-{_host(s.estimator, s.conv_workspace)}"
     )
 
 

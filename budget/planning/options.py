@@ -56,4 +56,5 @@ def resolve_settings(
         compiler=compiler,
         book=PlanBook.load(plan) if compiler and plan is not None else None,  # type: ignore[arg-type]
         conv_workspace=config.conv_workspace,
+        buffer_reuse=config.buffer_reuse,
     )

@@ -213,6 +213,9 @@ def test_the_settings_key_names_the_version_the_code_and_the_host():
         assert InductorPartitioner(budget.backend(0.5, **kw)).uuid() != key
     offload = InductorPartitioner(budget.backend(0.5, estimator="roofline", offload=True))
     assert offload.uuid() != key  # a plan that may offload is another plan
+    with budget.config.patch(buffer_reuse=True):  # other code, another compiled peak
+        reuse = InductorPartitioner(budget.backend(0.5, estimator="roofline"))
+    assert reuse.uuid() != key and "reuse=True" in reuse.uuid()
 
 
 def test_the_code_hash_covers_every_module_a_training_compile_imports():
