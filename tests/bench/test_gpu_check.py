@@ -28,7 +28,7 @@ def test_the_gpu_checks_code_runs_at_toy_sizes_and_what_is_deterministic_holds(t
     finally:
         sys.path.remove(str(BENCH))
     argv = ["--device", "cpu", "--tiny", "--compiler", "eager", "--out", str(tmp_path)]
-    gpu_check.main([*argv, "--blocks", "gpt,peak,eager,offload,estimators,convnet"])
+    gpu_check.main([*argv, "--blocks", "gpt,peak,reuse,eager,offload,estimators,convnet"])
     data = json.loads((tmp_path / "gpu_check.json").read_text())
     assert (tmp_path / "gpu_check.md").read_text().startswith("### GPU check")
 
@@ -36,6 +36,7 @@ def test_the_gpu_checks_code_runs_at_toy_sizes_and_what_is_deterministic_holds(t
     assert {r["block"] for r in data["rows"]} == {
         "gpt",
         "peak",
+        "reuse",
         "eager",
         "offload",
         "estimators",
@@ -54,4 +55,5 @@ def test_the_gpu_checks_code_runs_at_toy_sizes_and_what_is_deterministic_holds(t
     names = {c["name"] for c in data["checks"]}
     assert "gpt bf16 b=0.5: saved = predicted" in names
     assert "eager: peak within 3% of predicted" in names
+    assert "reuse b=1: saved = predicted" in names
     assert "eager offload: kept = predicted" in names
