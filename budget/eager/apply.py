@@ -100,11 +100,16 @@ def plan(
     def predict(p: EagerPlan) -> EagerPlan:
         """``p`` with the peak of the step it makes (run on fake tensors)."""
         install(model, p)
+        named = dict(model.named_modules())
+        once = [r for r, t in zip(p.regions, trace.regions, strict=True) if t.calls == 1]
+        marks = [named[r.module] for r in once]
         try:
-            found = _simulate(model, run, example_inputs, example_kwargs, trace, settings)
+            found = _simulate(model, run, example_inputs, example_kwargs, trace, settings, marks)
         finally:
             unapply(model)
-        return replace(p, peak_bytes=found.peak_bytes, timeline=found.timeline)
+        at = dict(zip((r.module for r in once), found.backward_at, strict=True))
+        regions = [replace(r, backward_at=at.get(r.module)) for r in p.regions]
+        return replace(p, peak_bytes=found.peak_bytes, timeline=found.timeline, regions=regions)
 
     opts = {
         "solver": settings.solver,
@@ -162,11 +167,18 @@ def _simulate(
     kwargs: dict[str, Any],
     trace: Trace,
     settings: PlanSettings,
+    marks: list[nn.Module] | None = None,
 ) -> EagerPeak:
     """The peak of the step as ``model`` is now (:func:`budget.eager.peak.simulate`)."""
     try:
         return simulate(
-            model, run, args, kwargs, trace, measure_workspace=settings.measure_workspace
+            model,
+            run,
+            args,
+            kwargs,
+            trace,
+            measure_workspace=settings.measure_workspace,
+            marks=marks,
         )
     except T.DataDependentOutputException as e:
         raise PreviewError(

@@ -50,6 +50,9 @@ class EagerPeak:
 
     peak_bytes: int
     timeline: list[LivePoint] = field(default_factory=list)  # live bytes after each op call
+    # per module of ``simulate(marks=...)``: the timeline index where its backward begins
+    # (the gradient of its output is made), None where that was not seen
+    backward_at: list[int | None] = field(default_factory=list)
 
 
 class _Live(LiveStorages):
@@ -61,6 +64,11 @@ class _Live(LiveStorages):
         self.backward = False
         self.timeline: list[LivePoint] = []
         self.calls: Counter[str] = Counter()
+        self.marks: dict[int, int] = {}
+
+    def mark(self, i: int) -> None:
+        """Module ``i``'s backward begins: the next timeline point is its first."""
+        self.marks.setdefault(i, len(self.timeline))
 
     def called(self, func: Any) -> None:
         name = func.overloadpacket.__name__
@@ -114,11 +122,14 @@ def simulate(
     trace: Trace | None = None,
     *,
     measure_workspace: bool = True,
+    marks: list[nn.Module] | None = None,
 ) -> EagerPeak:
     """The peak of ``run(*args, **kwargs).backward()`` as ``model`` is now (with or without
     a plan applied), on fake tensors. ``trace``: the step's trace, whose reads of tensor
     data (data-dependent Python) the run is given, so that it takes the same path.
-    ``measure_workspace``: CPU kernels' workspace measured on this host, else by rule."""
+    ``measure_workspace``: CPU kernels' workspace measured on this host, else by rule.
+    ``marks``: modules (each called once in the forward) whose backward's start to find
+    in the timeline (:attr:`EagerPeak.backward_at`)."""
     live = _Live(measure_workspace=measure_workspace)
     get_rng_state = torch.get_rng_state
 
@@ -141,10 +152,36 @@ def simulate(
             reads_as_traced(trace.reads) if trace is not None else contextlib.nullcontext(),
             live,
             _SavedNumbers(live),
+            _marked(marks or [], live),
         ):
             loss = run(*fake.args, **fake.kwargs)
             seed = torch.ones_like(loss)  # backward()'s own seed, made before it starts
             live.backward = True
             loss.backward(seed)
             del loss, seed
-    return EagerPeak(peak_bytes=live.peak, timeline=live.timeline)
+    at = [live.marks.get(i) for i in range(len(marks or []))]
+    return EagerPeak(peak_bytes=live.peak, timeline=live.timeline, backward_at=at)
+
+
+@contextlib.contextmanager
+def _marked(modules: list[nn.Module], live: _Live) -> Any:
+    """Marks each module's backward start in ``live``: a hook on the gradient of the first
+    output of its forward (not of a recomputation) that requires grad."""
+
+    def on_forward(i: int) -> Callable[..., None]:
+        def hook(_module: nn.Module, _args: Any, out: Any) -> None:
+            if live.backward:
+                return  # a recomputation's output: its gradient is never made
+            for t in T.tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.requires_grad:
+                    t.register_hook(lambda grad: live.mark(i))
+                    return
+
+        return hook
+
+    handles = [m.register_forward_hook(on_forward(i)) for i, m in enumerate(modules)]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()

@@ -35,6 +35,9 @@ class RegionChoice:
     recompute_cost: float = 0.0  # in the plan's cost unit
     recompute_flops: float = 0.0
     reason: str = ""  # why it is not a region ("" when it is one)
+    # where its backward begins in the plan's predicted timeline (the index of its first
+    # point there), None where not predicted or not seen
+    backward_at: int | None = None
 
     @property
     def saved_ops(self) -> int:

@@ -19,14 +19,14 @@ set of checkpointed regions; over sets of regions the search is greedy.
 A peak memory budget (:func:`plan_predicted`) is met as on the compiled path: the plans of
 the memory budget and of the fractions of ``PEAK_GRID`` below it, from the largest down
 (the cheapest first), each distinct plan's peak predicted (:mod:`budget.eager.peak`)
-until one fits. Eager
-checkpointing cannot recompute a value twice, so there is no rescheduling stage: a target
-under every grid plan's peak raises BudgetTooSmallError naming the lowest.
+until one fits; then cheaper plans under rows of the step's moments, calibrated on those
+predictions (:mod:`budget.eager.peak_rows`; not with offload). Eager checkpointing cannot
+recompute a value twice, so there is no rescheduling stage: a target under every plan's
+predicted peak raises BudgetTooSmallError naming the lowest.
 """
 
 from __future__ import annotations
 
-import operator
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -47,6 +47,7 @@ from ..planning.planner import budget_target, make_plan
 from ..planning.tie_break import lowest_peak, tie_tolerance
 from ..solvers import Solution, get_solver
 from .offload import save_choices
+from .peak_rows import RowSearch
 from .plan import EagerPlan, RegionChoice
 from .problem import CostCache, _cacheable, build_problem
 from .trace import Trace
@@ -180,24 +181,47 @@ def _for_peak(
     smaller target never costs less for a given set of checkpointed modules (the set
     itself is chosen greedily, so this is the grid's cheapest fit up to that choice)."""
     start = time.perf_counter()
-    limit: int | None = None  # the memory budget's own target
+    first: list[EagerPlan] = []  # the memory budget's own plan: its target is the limit
 
     def make(b: MemoryBudget) -> EagerPlan | None:
         """The plan at ``b``, None when it saves more than the memory budget allows."""
-        nonlocal limit
         p = plan_trace(trace, b, **opts)
-        limit = p.target_bytes if limit is None else limit
-        return p if p.saved_bytes <= limit else None
+        first[:] = first or [p]
+        return p if p.saved_bytes <= first[0].target_bytes else None
 
     grid = PeakGrid(peak_bytes, key=_key, predict=predict)  # type: ignore[arg-type]
     grid.walk(p for b in grid_budgets(budget) if (p := make(b)) is not None)
     if grid.missed is not None:  # between the cheapest fit and the last miss above it
         grid.refine(lambda target: make(MemoryBudget(nbytes=target)), grid.missed.target_bytes)
+    if first and not opts["offload"]:
+        _search_rows(trace, grid, budget, first[0], opts)
     best = grid.best(
         f"eager plans tried within memory budget {budget} (smaller candidate modules, "
         "modules=, may reach lower)"
     )
     return replace(best, timings={**best.timings, "peak search": time.perf_counter() - start})
+
+
+def _search_rows(
+    trace: Trace, grid: PeakGrid, budget: MemoryBudget, first: EagerPlan, opts: dict[str, Any]
+) -> None:
+    """The rows' stage of the peak search (:mod:`budget.eager.peak_rows`), over the plans
+    that checkpoint every candidate module."""
+    costs, excluded = opts["costs"], opts["excluded"] or {}
+    usable = _checkpointable(trace, costs, dict(excluded))
+    if not usable:
+        return
+    problem, nodes = _problem(trace, usable, costs)
+    common = {"budget": budget, "target_bytes": first.target_bytes, "estimator": first.estimator}
+    common |= {"min_bytes": first.min_bytes, "max_bytes": first.max_bytes}
+
+    def make(saved: list[int]) -> EagerPlan:
+        done = {"status": "feasible", "gap": None, "solver": "cpsat rows", "timings": {}}
+        plan = make_plan(problem, saved, **done, **common)
+        return _eager_plan(plan, trace, problem, nodes, usable, excluded, costs)
+
+    rows = RowSearch(trace, problem, nodes, usable, lambda p: _indices(problem, p.saved))
+    rows.run(grid, make, first.target_bytes, key=_key, time_limit=opts["time_limit"])
 
 
 def _tie_broken(
@@ -300,7 +324,7 @@ def _region_cost(
         sum(
             problem.cost[v]
             for v in closure
-            if (n := nodes[v]) is not None and trace.region_of.get(_op(n)) == r
+            if (n := nodes[v]) is not None and trace.region_of_value(n) == r
         )
     )
 
@@ -324,9 +348,7 @@ def _eager_plan(
     saved_nodes = {nodes[d] for d in _indices(problem, plan.saved)}
     by_name = {d.name: d for d in plan.decisions}
     region_by_name = {
-        n.name: trace.region_of.get(_op(n))
-        for n in nodes
-        if n is not None and n.op != "placeholder"
+        n.name: trace.region_of_value(n) for n in nodes if n is not None and n.op != "placeholder"
     }
     regions = []
     for r, region in enumerate(trace.regions):
@@ -369,7 +391,3 @@ def _eager_plan(
 def _indices(problem: Problem, names: Sequence[str]) -> list[int]:
     where = {n: i for i, n in enumerate(problem.names)}
     return [where[n] for n in names if n in where]
-
-
-def _op(node: fx.Node) -> fx.Node:
-    return node.args[0] if node.target is operator.getitem else node  # type: ignore[return-value]

@@ -95,6 +95,12 @@ class Trace:
     reads: list[tuple[str, Any]] = field(default_factory=list)  # (op, value) read from data
     outputs: list[fx.Node] = field(default_factory=list)  # what the model's forward returned
 
+    def region_of_value(self, node: fx.Node | None) -> int | None:
+        """The region the op making ``node`` ran in (an item of a tuple: its op's)."""
+        if node is None:
+            return None
+        return self.region_of.get(node.args[0] if node.target is operator.getitem else node)  # type: ignore[arg-type]
+
     def outputs_of(self, node: fx.Node) -> list[fx.Node]:
         """The value nodes of an op: itself, or its getitems when it has several outputs."""
         items = [u for u in node.users if u.target is operator.getitem]
