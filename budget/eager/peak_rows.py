@@ -131,9 +131,10 @@ class RowSearch:
         excluded: list[tuple[list[int], list[int]]] = []
         for _ in range(max_plans):
             left = time_limit - (time.perf_counter() - start)
-            if left <= 0 or not cal.rest:
-                return
-            model = RowModel(problem, cap_bytes, cal.rows(grid.peak_bytes))
+            rows = cal.rows(grid.peak_bytes)
+            if left <= 0 or not rows or min(room for _, room in rows) < 0:
+                return  # out of time, or a moment over the limit whatever is saved
+            model = RowModel(problem, cap_bytes, rows)
             for saved, recomputed in excluded:
                 model.exclude(saved, recomputed)
             if grid.fits:
