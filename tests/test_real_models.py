@@ -287,3 +287,35 @@ def test_apply_keeps_what_it_plans_and_changes_no_gradient_or_statistic(name):
     m.model.zero_grad(set_to_none=True)
     kept = measure_eager(m.step, *m.args).retained_bytes
     assert plan.saved_bytes <= kept <= plan.saved_bytes + 256, (name, kept, plan.saved_bytes)
+
+
+# by default the ones whose peak budget the rows' search meets with a cheaper plan than the
+# grid's, and a convnet; every model with -m full
+APPLY_PEAK_DEFAULT = ["gpt2", "mixtral", "timm:vit_tiny_patch16_224", "torchvision:resnet18"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name", [n if n in APPLY_PEAK_DEFAULT else pytest.param(n, marks=pytest.mark.full) for n in ALL]
+)
+def test_apply_meets_a_peak_budget_as_measured(name):
+    """budget.apply under a peak budget 30% of the way from b=0's predicted peak to b=1's,
+    eager: the plan (the grid's or the rows', budget.eager.peak_rows) is predicted within
+    the budget and the step peaks where predicted."""
+    import budget.eager
+
+    def fresh():
+        m = make(name)
+        if hasattr(m.model, "config"):
+            m.model.config.use_cache = False
+        return m
+
+    ends = []
+    for b in (0.0, 1.0):
+        m = fresh()
+        ends.append(budget.eager.plan(m.model, *m.args, step=m.step, memory_budget=b).peak_bytes)
+    limit = int(ends[0] + 0.3 * (ends[1] - ends[0]))
+    m = fresh()
+    plan = budget.apply(m.model, *m.args, step=m.step, peak_memory_budget=f"{limit}B")
+    assert plan.peak_bytes <= limit, (name, plan.peak_bytes, limit)
+    assert measure_peak(m.step, *m.args) == plan.peak_bytes, name
