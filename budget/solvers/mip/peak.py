@@ -33,6 +33,7 @@ from ...core.liveness import LivenessBound
 from ...core.problem import Problem
 from .cpsat import _build
 from .model import integer_costs
+from .rows import Enumerated
 
 SECOND_SOLVE_S = 1.0  # the tie-break's time: the lowest rows among the cheapest plans
 
@@ -46,7 +47,7 @@ class Next:
     exhausted: bool
 
 
-class PeakModel:
+class PeakModel(Enumerated):
     def __init__(
         self,
         problem: Problem,
@@ -285,17 +286,6 @@ class PeakModel:
         for x in xs:
             model.add_implication(x, a)
         return a
-
-    def cheaper_than(self, cost: float) -> None:
-        """Keep only plans whose recompute cost is below ``cost`` (problem units)."""
-        units = math.ceil(cost / self._units * (1 - 1e-12)) - 1
-        self.model.add(self.cost <= max(units, -1))
-
-    def exclude(self, saved: Sequence[int], recomputed: Sequence[int]) -> None:
-        """Rule out the plans that recompute ``recomputed`` and save ``saved`` or more."""
-        lits = [self.s[v].Not() for v in saved if v in self.s]
-        lits += [self.r[v].Not() for v in recomputed if v in self.r]
-        self.model.add_bool_or(lits)
 
     def next(self, time_limit: float) -> Next:
         """The cheapest plan left and, among those as cheap, the one whose highest row is

@@ -26,7 +26,30 @@ from .model import integer_costs
 Row = tuple[Sequence[int], int]  # (storage groups alive, bytes they may take)
 
 
-class RowModel:
+class Enumerated:
+    """A CP-SAT closure model asked for plans one by one: ``model``, the save and recompute
+    booleans ``s`` and ``r``, the objective ``cost`` in integer units of ``units``
+    problem cost units each."""
+
+    model: object
+    s: dict[int, object]
+    r: dict[int, object]
+    cost: object
+    _units: float
+
+    def cheaper_than(self, cost: float) -> None:
+        """Keep only plans whose recompute cost is below ``cost`` (problem units)."""
+        units = math.ceil(cost / self._units * (1 - 1e-12)) - 1
+        self.model.add(self.cost <= max(units, -1))  # type: ignore[attr-defined,operator]
+
+    def exclude(self, saved: Sequence[int], recomputed: Sequence[int]) -> None:
+        """Rule out the plans that recompute ``recomputed`` and save ``saved`` or more."""
+        lits = [self.s[v].Not() for v in saved if v in self.s]  # type: ignore[attr-defined]
+        lits += [self.r[v].Not() for v in recomputed if v in self.r]  # type: ignore[attr-defined]
+        self.model.add_bool_or(lits)  # type: ignore[attr-defined]
+
+
+class RowModel(Enumerated):
     def __init__(self, problem: Problem, cap_bytes: int | None, rows: Sequence[Row]) -> None:
         from ortools.sat.python import cp_model
 
@@ -42,17 +65,6 @@ class RowModel:
         self._units = float(problem.cost.max()) / float(w.max()) if w.any() else 1.0
         self.cost = sum(int(w[v]) * x for v, x in self.r.items() if w[v] > 0)
         model.minimize(self.cost)
-
-    def cheaper_than(self, cost: float) -> None:
-        """Keep only plans whose recompute cost is below ``cost`` (problem units)."""
-        units = math.ceil(cost / self._units * (1 - 1e-12)) - 1
-        self.model.add(self.cost <= max(units, -1))
-
-    def exclude(self, saved: Sequence[int], recomputed: Sequence[int]) -> None:
-        """Rule out the plans that recompute ``recomputed`` and save ``saved`` or more."""
-        lits = [self.s[v].Not() for v in saved if v in self.s]
-        lits += [self.r[v].Not() for v in recomputed if v in self.r]
-        self.model.add_bool_or(lits)
 
     def next(self, time_limit: float) -> list[int] | None:
         """The cheapest saved set left, or None (none is left, or none found in time)."""
