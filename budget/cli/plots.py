@@ -120,7 +120,8 @@ def save_timeline_plot(plans: Sequence[Plan], path: str | os.PathLike, title: st
     """Write each plan's live-bytes timeline to ``path`` as a PNG, one panel per graph:
     live MiB after every node, coloured by phase, with the predicted peak, the peak the
     plan was searched for (``peak_target_bytes``: the peak budget, or below it after the
-    compiled check's retries) and the compiled peak, where the plan has them."""
+    compiled check's retries) and the compiled peak, where the plan has them; for an eager
+    plan, where each candidate module's backward begins."""
     require_matplotlib()
     from matplotlib.figure import Figure
 
@@ -137,6 +138,10 @@ def save_timeline_plot(plans: Sequence[Plan], path: str | os.PathLike, title: st
             ax.scatter(xs, [live[i] for i in xs], s=4, color=colour, label=phase, zorder=2)
         if plan.peak_bytes is not None:
             ax.axhline(plan.peak_bytes / 2**20, color="black", linestyle=":", linewidth=0.8)
+        for region in getattr(plan, "regions", ()):  # an eager plan: each module's backward
+            if region.backward_at is not None:
+                ax.axvline(region.backward_at, color="0.8", linewidth=0.6, zorder=0)
+                ax.text(region.backward_at, 0, f" {region.module}", fontsize=6, rotation=90)
         for level, colour, style, label in (
             (plan.peak_target_bytes, "tab:green", "--", "planned for at most"),
             (plan.compiled_peak_bytes, "tab:red", "-.", "peak of the generated code"),

@@ -82,6 +82,9 @@ def test_solve_eager_peak_budget_and_timeline(capsys, tmp_path):
     plan = EagerPlan.from_json(capsys.readouterr().out)
     assert plan.peak_bytes <= target and plan.peak_target_bytes == target
     assert plan.recompute_cost < plans[1].recompute_cost  # not simply everything recomputed
+    starts = [plan.region(m).backward_at for m in ("blocks.0", "blocks.1")]
+    assert None not in starts and starts[1] < starts[0] < len(plan.timeline)  # last block first
+    assert plan.timeline[starts[1]].phase != "forward"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main([*argv, "table", *SIZES]) == 0
     assert "predicted (forward + backward), planned for at most" in capsys.readouterr().out
