@@ -175,11 +175,13 @@ def _for_peak(
 ) -> EagerPlan:
     """The eager plan with the least recompute whose predicted peak is at most
     ``peak_bytes``, among the plans at ``budget`` and at the fractions of ``PEAK_GRID``
-    below it (ties: the lower peak); ``opts``: :func:`plan_trace`'s options.
+    below it and those the rows find (ties: the lower peak); ``opts``: :func:`plan_trace`'s
+    options.
 
     The grid search of :mod:`budget.planning.peak_grid`, from the largest fraction down: a
     smaller target never costs less for a given set of checkpointed modules (the set
-    itself is chosen greedily, so this is the grid's cheapest fit up to that choice)."""
+    itself is chosen greedily, so this is the grid's cheapest fit up to that choice). Then
+    the rows' stage (:func:`_search_rows`), which can only add cheaper plans that fit."""
     start = time.perf_counter()
     first: list[EagerPlan] = []  # the memory budget's own plan: its target is the limit
 
