@@ -14,13 +14,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-PLAN_FORMAT_VERSION = 9
+PLAN_FORMAT_VERSION = 10
 # version 1: no peak_bytes, no timeline; version 2: no recomputed_again, again_cost/flops
 # version 3: no eager_saved_bytes; version 4: no compiled_peak_bytes; version 5: no
 # reference_peak_bytes; version 6: no tie_break, previewed_on, held_bytes; version 7: no
 # offload (offload_cost, offloaded_bytes, offload_transfer, the "offload" decision);
-# version 8: no reference_compiled_peak_bytes, training_check
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
+# version 8: no reference_compiled_peak_bytes, training_check; version 9: no
+# LivePoint.peak_bytes, no RegionChoice.backward_at (eager plans)
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 # "offload": saved, but kept in host memory between the forward and the backward
 Choice = Literal["save", "offload", "recompute", "input"]
 
@@ -44,6 +45,9 @@ class LivePoint:
     node: str
     phase: Literal["forward", "backward", "recompute"]
     live_bytes: int
+    # the most alive while it ran, where more (eager plans: a kernel's own workspace, and
+    # what was made since the point before), else None
+    peak_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,8 @@ def moments(plan: EagerPlan, rank: dict[str, int]) -> dict[int, int]:
     out: dict[int, int] = {}
     for (lo, key), (hi, _) in zip(bounds, bounds[1:], strict=False):
         if key is not None and hi > lo:
-            out[key] = max(out.get(key, 0), max(p.live_bytes for p in points[lo:hi]))
+            most = max(p.peak_bytes or p.live_bytes for p in points[lo:hi])
+            out[key] = max(out.get(key, 0), most)
     return out
 
 

@@ -8,10 +8,12 @@ import pytest
 import torch
 
 import budget
+import budget.eager
 import budget.eager.peak_rows as peak_rows
 from budget.core.plan import LivePoint
 from budget.eager.peak_rows import FORWARD, HEAD, moments, row_groups
 from budget.eager.plan import EagerPlan, RegionChoice
+from budget.models import get_builtin
 from budget.runtime.measure import measure_peak
 
 
@@ -30,13 +32,23 @@ def test_moments_split_the_timeline_at_each_modules_backward():
     timeline = [
         LivePoint(f"op{i}", ph, b) for i, (ph, b) in enumerate(zip(phases, live, strict=True))
     ]
+    timeline[7] = LivePoint("conv", "backward", 11, peak_bytes=40)  # its workspace counts
     regions = [  # the second module's backward comes first (at 5), the first's at 7
         RegionChoice("a", "M.a", True, backward_at=7),
         RegionChoice("b", "M.b", True, backward_at=5),
         RegionChoice("c", "M.c", False),  # not seen: no moment of its own
     ]
     got = moments(_plan(timeline, regions), {"a": 0, "b": 1, "c": 2})
-    assert got == {FORWARD: 9, HEAD: 20, 1: 30, 0: 11}
+    assert got == {FORWARD: 9, HEAD: 20, 1: 30, 0: 40}
+
+
+def test_an_eager_timeline_holds_the_steps_peak_workspace_included():
+    """The predicted timeline of a convnet (CPU convolutions' workspace counted inside
+    their calls) reaches the plan's peak at some op call, through ``peak_bytes``."""
+    ex = get_builtin("resnet")
+    plan = budget.eager.plan(ex.model, *ex.args, step=ex.step, memory_budget=0.5)
+    assert max(p.peak_bytes or p.live_bytes for p in plan.timeline) == plan.peak_bytes
+    assert plan.peak_bytes > max(p.live_bytes for p in plan.timeline)  # inside a call
 
 
 def test_a_modules_row_counts_what_was_made_before_it():
