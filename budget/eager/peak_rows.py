@@ -133,15 +133,15 @@ class RowSearch:
         for _ in range(max_plans):
             left = time_limit - (time.perf_counter() - start)
             rows = cal.rows(grid.peak_bytes)
-            if left <= 0 or not rows or min(room for _, room in rows) < 0:
-                return  # out of time, or a moment over the limit whatever is saved
+            if left <= 0 or not rows:
+                return
             model = RowModel(problem, cap_bytes, rows)
             for saved, recomputed in excluded:
                 model.exclude(saved, recomputed)
             if grid.fits:
                 model.cheaper_than(min(f.total_recompute_cost for f in grid.fits))
             found = model.next(left)
-            if found is None:
+            if found is None:  # none is left under the rows (or none was found in time)
                 return
             saved = problem.prune_unused(found)
             excluded.append((saved, problem.recompute_closure(saved)))

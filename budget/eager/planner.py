@@ -188,7 +188,8 @@ def _for_peak(
     def make(b: MemoryBudget) -> EagerPlan | None:
         """The plan at ``b``, None when it saves more than the memory budget allows."""
         p = plan_trace(trace, b, **opts)
-        first[:] = first or [p]
+        if not first:
+            first.append(p)
         return p if p.saved_bytes <= first[0].target_bytes else None
 
     grid = PeakGrid(peak_bytes, key=_key, predict=predict)  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from ...core.problem import Problem
 from .cpsat import _build
@@ -28,25 +29,25 @@ Row = tuple[Sequence[int], int]  # (storage groups alive, bytes they may take)
 
 class Enumerated:
     """A CP-SAT closure model asked for plans one by one: ``model``, the save and recompute
-    booleans ``s`` and ``r``, the objective ``cost`` in integer units of ``units``
-    problem cost units each."""
+    booleans ``s`` and ``r``, the objective ``cost`` in integer units of ``_units``
+    problem cost units each (OR-Tools objects: typed Any)."""
 
-    model: object
-    s: dict[int, object]
-    r: dict[int, object]
-    cost: object
+    model: Any
+    s: dict[int, Any]
+    r: dict[int, Any]
+    cost: Any
     _units: float
 
     def cheaper_than(self, cost: float) -> None:
         """Keep only plans whose recompute cost is below ``cost`` (problem units)."""
         units = math.ceil(cost / self._units * (1 - 1e-12)) - 1
-        self.model.add(self.cost <= max(units, -1))  # type: ignore[attr-defined,operator]
+        self.model.add(self.cost <= max(units, -1))
 
     def exclude(self, saved: Sequence[int], recomputed: Sequence[int]) -> None:
         """Rule out the plans that recompute ``recomputed`` and save ``saved`` or more."""
-        lits = [self.s[v].Not() for v in saved if v in self.s]  # type: ignore[attr-defined]
-        lits += [self.r[v].Not() for v in recomputed if v in self.r]  # type: ignore[attr-defined]
-        self.model.add_bool_or(lits)  # type: ignore[attr-defined]
+        lits = [self.s[v].Not() for v in saved if v in self.s]
+        lits += [self.r[v].Not() for v in recomputed if v in self.r]
+        self.model.add_bool_or(lits)
 
 
 class RowModel(Enumerated):
@@ -60,7 +61,9 @@ class RowModel(Enumerated):
         for groups, room in rows:
             terms = [int(problem.storage_bytes[g]) * y[g] for g in groups if g in y]
             if terms:
-                model.add(sum(terms) <= max(int(room), 0))
+                model.add(sum(terms) <= int(room))
+            elif room < 0:  # over the limit whatever is saved: no plan
+                model.add_bool_or([])
         w = integer_costs(problem)
         self._units = float(problem.cost.max()) / float(w.max()) if w.any() else 1.0
         self.cost = sum(int(w[v]) * x for v, x in self.r.items() if w[v] > 0)
