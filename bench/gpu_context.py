@@ -170,23 +170,25 @@ def torch_211() -> str:
       run those recomputations earlier);
     - 2.11's side-stream offload (stream ops, sunk waits, prefetched reloads; 2.13
       replaced it with ``ao.offload``/``ao.wait_tensor``) gave wrong gradients on the
-      offloading GPT: offload copies run on the compute stream there, so the offload rows
-      check bytes, peaks and gradients, and their step times are not the overlapped ones.
+      offloading GPT: offload copies run on the compute stream there, and budget is told
+      so (``budget.compile.offload.SIDE_STREAM``): it prices each copy in full.
     """
     major, minor = (int(x) for x in torch.__version__.split(".")[:2])
     if (major, minor) >= (2, 13):
         return ""
     import torch._functorch._activation_offloading.activation_offloading as ao
 
+    import budget.compile.offload as offload
     import budget.compile.split as split
 
     split.pin_order = lambda bw, again: 0
+    offload.SIDE_STREAM = False
     side_stream = ("put_offload_nodes_on_separate_stream", "activation_offload_sink_wait")
     for name in (*side_stream, "activation_reload_prefetch"):
         setattr(ao, name, lambda *a: None)
     return (
         f"torch {torch.__version__}: extra recomputations not pinned (control_deps); "
-        "offload copies on the compute stream (2.11's side-stream pass left out)"
+        "offload copies on the compute stream, priced so (2.11's side-stream pass left out)"
     )
 
 

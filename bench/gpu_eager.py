@@ -148,38 +148,72 @@ def eager_row(c: Check, label: str, ex: Example, step: Any, args: tuple, ref: An
 OFFLOAD_FRACTIONS = [0.2, 0.0]
 
 
+def _offload_row(
+    c: Check,
+    b: float,
+    ex: Example,
+    step: Any,
+    args: tuple,
+    ref: Any,
+    exposed: bool,
+    hidden: bool = False,
+) -> Row:
+    """One ``offload=True`` row at fraction ``b`` and its checks; ``exposed``: the copies
+    are priced in full (compute stream); ``hidden``: priced as hidden although they are
+    not (the row that runs the copies where budget rightly plans none)."""
+    estimator = "flops:h100" if c.device.type == "cpu" else "flops"
+    be = budget.backend(b, compiler=c.compiler, offload=True, estimator=estimator)
+    label = f"bf16 budget+offload b={b:g}" + (" priced as hidden" if hidden else "")
+    name = f"offload b={b:g}" + (" priced as hidden" if hidden else "")
+    cuda = c.device.type == "cuda"
+    o = c.run("offload", label, ex, step, args, ref, be, saved_on_device=cuda)
+    host = sum(p.offloaded_bytes for p in be.plans)
+    o.extra["offloaded_bytes"] = host
+    if not cuda:  # the host copies are this device's memory too
+        o.predicted_saved = (o.predicted_saved or 0) + host
+        o.target = (o.target or 0) + host
+    check_plan_row(c, o, name, TOLERANCE["bf16"], None)
+    count = sum(len(p.offloaded) for p in be.plans)
+    why = ""
+    if not count and c.tiny:
+        why = " (toy sizes: copying costs more than recomputing)"
+    elif not count and exposed:
+        why = " (copies on the compute stream cost more than recomputing)"
+    c.report.check(
+        f"{name}: offloads", count > 0 or c.tiny or exposed, f"{count} values, {mib(host)} MiB{why}"
+    )
+    return o
+
+
 def block_offload(c: Check) -> None:
     """budget with ``offload=True`` on the bf16 GPT at low fractions: device bytes and
     peak against predicted, gradients; then, at no higher measured peak, its step time
     against budget's recompute-only plans (the gpt block's rows) and against offloading
     every saved tensor (``save_on_cpu``, as torchtune does; eager, CUDA only). On a CPU
-    the plan is made for an H100 (``flops:h100``) and its copies stay in host memory."""
-    estimator = "flops:h100" if c.device.type == "cpu" else "flops"
+    the plan is made for an H100 (``flops:h100``) and its copies stay in host memory.
+
+    Where torch's offload copies run on the compute stream (torch 2.11:
+    ``budget.compile.offload.SIDE_STREAM`` off), budget prices them in full and may
+    rightly offload nothing; one more plan, priced as if compute hid the copies, then
+    runs them so the copies' bytes, peak and gradients are still checked (its step time
+    is not judged)."""
+    import budget.compile.offload as copies
+
     ex, step, args = c.gpt("bf16")
     ref = grads_of(ex.model, step, args)
+    exposed = not copies.SIDE_STREAM
     rows = []
     for b in OFFLOAD_FRACTIONS[-1:] if c.tiny else OFFLOAD_FRACTIONS:
         if not c.clock.fits(2):
             c.report.skip(f"offload b={b:g} and after (time)")
             break
-        be = budget.backend(b, compiler=c.compiler, offload=True, estimator=estimator)
-        label = f"bf16 budget+offload b={b:g}"
-        cuda = c.device.type == "cuda"
-        o = c.run("offload", label, ex, step, args, ref, be, saved_on_device=cuda)
-        host = sum(p.offloaded_bytes for p in be.plans)
-        o.extra["offloaded_bytes"] = host
-        if not cuda:  # the host copies are this device's memory too
-            o.predicted_saved = (o.predicted_saved or 0) + host
-            o.target = (o.target or 0) + host
-        check_plan_row(c, o, f"offload b={b:g}", TOLERANCE["bf16"], None)
-        count = sum(len(p.offloaded) for p in be.plans)
-        toy = " (toy sizes: copying costs more than recomputing)" if c.tiny and not count else ""
-        c.report.check(
-            f"offload b={b:g}: offloads",
-            count > 0 or c.tiny,
-            f"{count} values, {mib(host)} MiB{toy}",
-        )
-        rows.append(o)
+        rows.append(_offload_row(c, b, ex, step, args, ref, exposed=exposed))
+    if exposed and c.clock.fits(2):
+        copies.SIDE_STREAM = True
+        try:
+            _offload_row(c, 0.0, ex, step, args, ref, exposed=False, hidden=True)
+        finally:
+            copies.SIDE_STREAM = False
     every = None
     if c.device.type == "cuda" and c.clock.fits(1):
 
@@ -202,7 +236,7 @@ def block_offload(c: Check) -> None:
             best = min(recompute, key=lambda r: r.ms or math.inf)
             c.report.check(
                 f"{o.label}: step time <= the fastest recompute-only plan at its peak",
-                o.ms <= (best.ms or 0),
+                o.ms <= (best.ms or 0) * TIME_NOISE,
                 f"{o.ms:.1f} vs {best.ms:.1f} ms ({best.label}, peak {mib(best.peak)} MiB)",
                 timing=True,
             )

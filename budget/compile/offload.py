@@ -22,6 +22,18 @@ from ..planning.offload import host_link, price_offload
 from ..runtime import _torch_private as T
 from ..runtime.values import storage_of
 
+SIDE_STREAM = True
+"""Whether torch's offload pass runs a CUDA graph's copies on a side stream (its
+``activation_offload_separate_stream``, with the forward's waits sunk and the backward's
+reloads prefetched), where compute hides them. :func:`budget.compile.split.offload` drives
+the pass with it and :func:`terms_for` prices the copies by it: with it off, every copy is
+priced in full, as it then runs on the compute stream."""
+
+
+def side_stream() -> bool:
+    """:data:`SIDE_STREAM`, read when asked (so a patch of it counts everywhere)."""
+    return SIDE_STREAM
+
 
 def terms_for(
     problem: Problem,
@@ -31,12 +43,13 @@ def terms_for(
 ) -> OffloadTerms:
     """The offload terms of ``problem`` (built from ``nodes`` of a joint graph whose
     forward returns ``num_fwd_outputs`` user outputs first), priced for the estimator's
-    device; :class:`OffloadError` where offload cannot be planned (module docstring)."""
+    device (its copies overlapping compute as :data:`SIDE_STREAM` says);
+    :class:`OffloadError` where offload cannot be planned (module docstring)."""
     movable = _movable(nodes, num_fwd_outputs)
     tensor = next((n for n, ok in zip(nodes, movable, strict=True) if ok), None)
     if tensor is None:
         raise OffloadError("offload asked for, but no value of this graph can be offloaded")
-    return price_offload(problem, movable, host_link(estimator, tensor))
+    return price_offload(problem, movable, host_link(estimator, tensor), overlap=side_stream())
 
 
 def _movable(nodes: Sequence[fx.Node], num_fwd_outputs: int) -> list[bool]:

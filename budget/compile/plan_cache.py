@@ -58,6 +58,7 @@ import torch
 from .._version import __version__
 from ..core.plan import Plan
 from ..core.settings import PlanSettings
+from .offload import side_stream
 
 FORMAT = 1
 
@@ -116,10 +117,11 @@ def settings_key(settings: PlanSettings) -> str:
     book = [p.to_dict() for p in s.book.plans] if s.book else []
     fixed = _sha(json.dumps(book, sort_keys=True))[:16]
     sweep = ",".join(str(b.to_json()) for b in s.sweep)
+    side = f"/side={side_stream()}" if s.offload else ""  # how its copies are priced
     return (
         f"budget-{__version__}-{code_hash()}-{s.budget.to_json()}-{s.peak_bytes}-"
         f"{s.search_peak_bytes}-{s.saved_cap_bytes}-{s.peak_search}-{s.solver}-"
-        f"{s.estimator}-{s.time_limit!r}-{s.compiler}-{fixed}-[{sweep}]-offload={s.offload}-"
+        f"{s.estimator}-{s.time_limit!r}-{s.compiler}-{fixed}-[{sweep}]-offload={s.offload}{side}-"
         f"reuse={s.buffer_reuse}-{_host(s.estimator, s.conv_workspace)}"
     )
 

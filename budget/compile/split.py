@@ -24,6 +24,7 @@ from ..errors import PlanMismatchError
 from ..runtime import _torch_private as T
 from .graph import kept_inputs
 from .layout import copied_inputs, handed_channels_last, has_convolution, runs_channels_last
+from .offload import side_stream
 from .peak import Memo, PeakPrediction, predict_peak
 from .schedule import Lowered, lower_peak, pin_order
 
@@ -264,7 +265,8 @@ def offload(
     """Offload ``offloaded`` with torch's own pass (in place): the forward copies each to
     host memory after its last use there, the backward copies it back before its first
     use. On CUDA the copies run on a side stream, the forward's waits sunk and the
-    backward's reloads prefetched (torch's options for it); elsewhere they are plain
+    backward's reloads prefetched (torch's options for it; budget.compile.offload.SIDE_STREAM
+    turns them off); elsewhere they are plain
     copies. A value torch's pass will not move (a view, a model output, an input, a
     non-contiguous tensor) is refused by name, never left on the device in silence."""
     devices = {
@@ -275,7 +277,7 @@ def offload(
     for n in fw.graph.nodes:
         if n.name in offloaded:
             n.meta["should_offload"] = True
-    cuda = devices == {"cuda"}
+    cuda = devices == {"cuda"} and side_stream()
     with T.functorch_config.patch(
         activation_offload_separate_stream=cuda,
         activation_offload_sink_wait=cuda,

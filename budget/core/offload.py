@@ -86,6 +86,7 @@ def offload_terms(
     *,
     bandwidth: float,
     backward_factor: float = 2.0,
+    overlap: bool = True,
 ) -> OffloadTerms:
     """Offload terms of a Problem whose nodes are in forward order with ``cost`` in seconds.
 
@@ -94,7 +95,8 @@ def offload_terms(
     direction); ``backward_factor``: the backward's compute as a multiple of the forward's
     (about 2 for matmul-dominated steps). A value's offload can hide behind the forward
     compute made after it, its reload behind about ``backward_factor`` times as much of the
-    backward's.
+    backward's. ``overlap=False``: the copies run on the compute stream, so no compute
+    hides them and each offloaded value costs its two copies in full (windows and tails 0).
     """
     if bandwidth <= 0:
         raise ValueError(f"offload needs a host link bandwidth > 0 bytes/s, got {bandwidth}")
@@ -104,6 +106,8 @@ def offload_terms(
     tail = np.maximum(0.0, transfer - after) + np.maximum(0.0, transfer - backward_factor * after)
     ok = np.asarray(offloadable, dtype=bool) & (transfer > 0)
     total = float(cost.sum())
+    if not overlap:
+        tail, total = np.zeros_like(transfer), 0.0
     return OffloadTerms(
         transfer=np.where(ok, transfer, np.nan),
         tail=np.where(ok, tail, np.nan),

@@ -46,10 +46,13 @@ def host_link(estimator: str, node: fx.Node) -> float:
     return device.host_link
 
 
-def price_offload(problem: Problem, movable: Sequence[bool], bandwidth: float) -> OffloadTerms:
+def price_offload(
+    problem: Problem, movable: Sequence[bool], bandwidth: float, *, overlap: bool = True
+) -> OffloadTerms:
     """The offload terms of ``problem`` where the front end may move the ``movable``
     values: one value per storage (a storage shared by two values is moved once, by the
-    first movable one, which made it), never a graph input."""
+    first movable one, which made it), never a graph input. ``overlap``: whether the
+    front end's copies run beside compute (a side stream) or on its stream."""
     seen: set[int] = set()
     owner = np.zeros(problem.n, dtype=bool)
     for v in range(problem.n):
@@ -58,4 +61,4 @@ def price_offload(problem: Problem, movable: Sequence[bool], bandwidth: float) -
             seen.add(g)
             owner[v] = True
     sizes = np.asarray([problem.node_bytes(v) for v in range(problem.n)], dtype=np.float64)
-    return offload_terms(problem.cost, sizes, owner, bandwidth=bandwidth)
+    return offload_terms(problem.cost, sizes, owner, bandwidth=bandwidth, overlap=overlap)

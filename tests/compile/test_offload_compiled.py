@@ -132,3 +132,20 @@ def test_offload_on_the_host_cpu_is_refused_with_what_to_do():
         budget.plans(ex.step, *ex.args, compiler="eager", offload=True)
     with pytest.raises(budget.OffloadError, match="needs a time estimator"):
         budget.plans(ex.step, *ex.args, compiler="eager", offload=True, estimator="unit")
+
+
+def test_copies_without_a_side_stream_are_priced_in_full_and_lose_to_recomputing(monkeypatch):
+    # the wide MLP's copies hide behind compute on a side stream; on the compute stream
+    # each costs its two copies, more than recomputing the matmul that made it
+    import budget.compile.offload as offload
+
+    ex = wide_mlp()
+    opts = {"compiler": "eager", "memory_budget": 0.0, "estimator": "flops:h100"}
+    (hidden,) = budget.plans(ex.step, *ex.args, offload=True, **opts)
+    monkeypatch.setattr(offload, "SIDE_STREAM", False)
+    (exposed,) = budget.plans(ex.step, *ex.args, offload=True, **opts)
+    (without,) = budget.plans(ex.step, *ex.args, **opts)
+    assert hidden.offloaded and hidden.offload_cost == 0.0
+    assert exposed.offloaded == [] and exposed.total_recompute_cost == without.total_recompute_cost
+    saved = hidden.total_recompute_cost - without.total_recompute_cost  # negative: less recomputed
+    assert 2 * hidden.offload_transfer > -saved  # the copies would cost more, exposed

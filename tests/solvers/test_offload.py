@@ -131,3 +131,13 @@ def test_offload_terms_from_forward_costs():
     assert (t.forward_window, t.backward_window) == (10.0, 20.0)
     with pytest.raises(ValueError, match="bandwidth > 0"):
         offload_terms(np.zeros(1), np.zeros(1), np.ones(1, bool), bandwidth=0.0)
+
+
+def test_copies_on_the_compute_stream_are_priced_in_full():
+    cost, sizes, ok = np.array([1.0, 2.0, 3.0]), np.array([10.0, 20.0, 40.0]), np.ones(3, bool)
+    hidden = offload_terms(cost, sizes, ok, bandwidth=2.0)
+    exposed = offload_terms(cost, sizes, ok, bandwidth=2.0, overlap=False)
+    assert exposed.transfer.tolist() == hidden.transfer.tolist() == [5.0, 10.0, 20.0]
+    # each value's offload and reload, both in full: 2 * (5 + 20)
+    assert exposed.price([0, 2]) == 50.0 and exposed.price([1]) == 20.0
+    assert hidden.price([0]) == 0.0  # the forward's 5 s after it hide its 5 s copy
