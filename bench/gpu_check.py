@@ -19,9 +19,10 @@ that passed on a GPU before come after the ones that have not):
 - ``eager``: ``budget.apply`` on the same GPT (fp32), given the bytes torch's
   ``apply_activation_checkpointing`` on every block keeps: bytes kept, peak, step time;
   then ``budget.apply(offload=True)`` at b=0: device bytes, peak, gradients, step time;
-- ``offload``: ``offload=True`` at fractions 0.2 and 0 on the bf16 GPT: device bytes and
-  peak against predicted, gradients; step time against budget's recompute-only plans of
-  no lower measured peak and against ``save_on_cpu`` on every saved tensor (CUDA);
+- ``offload``: ``offload=True`` at fractions 0.2 and 0 on the bf16 GPT, and at the peak
+  the gpt block's lowest fraction above 0 measured: device bytes and peak against
+  predicted, gradients; step time against budget's recompute-only plans of no lower
+  measured peak and against ``save_on_cpu`` on every saved tensor (CUDA);
 - ``pytest``: ``pytest -m cuda`` (CUDA only);
 - ``peak``: peak budgets at 0.8 and 0.6 of the b=1 step's measured peak: met as measured,
   or refused naming the lowest reachable peak;

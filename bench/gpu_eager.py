@@ -149,24 +149,14 @@ OFFLOAD_FRACTIONS = [0.2, 0.0]
 
 
 def _offload_row(
-    c: Check,
-    b: float,
-    ex: Example,
-    step: Any,
-    args: tuple,
-    ref: Any,
-    exposed: bool,
-    hidden: bool = False,
+    c: Check, name: str, ex: Example, step: Any, args: tuple, ref: Any, exposed: bool, **where: Any
 ) -> Row:
-    """One ``offload=True`` row at fraction ``b`` and its checks; ``exposed``: the copies
-    are priced in full (compute stream); ``hidden``: priced as hidden although they are
-    not (the row that runs the copies where budget rightly plans none)."""
+    """One ``offload=True`` row (``where``: its budget, as ``budget.backend`` takes it) and
+    its checks; ``exposed``: the copies are priced in full (on the compute stream)."""
     estimator = "flops:h100" if c.device.type == "cpu" else "flops"
-    be = budget.backend(b, compiler=c.compiler, offload=True, estimator=estimator)
-    label = f"bf16 budget+offload b={b:g}" + (" priced as hidden" if hidden else "")
-    name = f"offload b={b:g}" + (" priced as hidden" if hidden else "")
+    be = budget.backend(compiler=c.compiler, offload=True, estimator=estimator, **where)
     cuda = c.device.type == "cuda"
-    o = c.run("offload", label, ex, step, args, ref, be, saved_on_device=cuda)
+    o = c.run("offload", f"bf16 budget+{name}", ex, step, args, ref, be, saved_on_device=cuda)
     host = sum(p.offloaded_bytes for p in be.plans)
     o.extra["offloaded_bytes"] = host
     if not cuda:  # the host copies are this device's memory too
@@ -185,11 +175,21 @@ def _offload_row(
     return o
 
 
+def _lowest_recompute_row(c: Check) -> Row | None:
+    """The gpt block's bf16 budget row at the lowest fraction above 0 (b=0's peak is no
+    lower on torch 2.11, whose Inductor runs unpinned recomputations early)."""
+    rows = {b: r for (d, who, b), r in c.gpt_rows.items() if d == "bf16" and who == "budget"}
+    low = min((b for b, r in rows.items() if b > 0 and r.peak and not r.error), default=None)
+    return None if low is None else rows[low]
+
+
 def block_offload(c: Check) -> None:
     """budget with ``offload=True`` on the bf16 GPT at low fractions: device bytes and
     peak against predicted, gradients; then, at no higher measured peak, its step time
     against budget's recompute-only plans (the gpt block's rows) and against offloading
-    every saved tensor (``save_on_cpu``, as torchtune does; eager, CUDA only). On a CPU
+    every saved tensor (``save_on_cpu``, as torchtune does; eager, CUDA only). One more
+    plan is given the measured peak of the gpt block's lowest-fraction plan above 0 as its
+    peak budget: offload against recomputation at the same peak. On a CPU
     the plan is made for an H100 (``flops:h100``) and its copies stay in host memory.
 
     Where torch's offload copies run on the compute stream (torch 2.11:
@@ -207,11 +207,24 @@ def block_offload(c: Check) -> None:
         if not c.clock.fits(2):
             c.report.skip(f"offload b={b:g} and after (time)")
             break
-        rows.append(_offload_row(c, b, ex, step, args, ref, exposed=exposed))
+        row = _offload_row(c, f"offload b={b:g}", ex, step, args, ref, exposed, memory_budget=b)
+        rows.append(row)
+    base = _lowest_recompute_row(c)
+    if base is not None and base.peak and c.clock.fits(2):  # the same peak, by construction
+        name = f"offload at {base.label}'s peak"
+        peak = f"{base.peak}B"
+        rows.append(_offload_row(c, name, ex, step, args, ref, exposed, peak_memory_budget=peak))
+        c.report.check(
+            f"{name}: measured <= budget",
+            rows[-1].peak is not None and rows[-1].peak <= base.peak,
+            f"{mib(rows[-1].peak)} <= {mib(base.peak)} MiB",
+        )
     if exposed and c.clock.fits(2):
         copies.SIDE_STREAM = True
         try:
-            _offload_row(c, 0.0, ex, step, args, ref, exposed=False, hidden=True)
+            _offload_row(
+                c, "offload b=0 priced as hidden", ex, step, args, ref, False, memory_budget=0.0
+            )
         finally:
             copies.SIDE_STREAM = False
     every = None
