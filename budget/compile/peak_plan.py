@@ -24,7 +24,7 @@ from ..core.problem import Problem
 from ..core.settings import PlanSettings
 from ..core.sizes import MemoryBudget
 from ..errors import BudgetTooSmallError
-from ..planning.peak_grid import PeakGrid, grid_budgets
+from ..planning.peak_grid import PeakGrid, grid_budgets, with_and_without_offload
 from ..planning.planner import Ends, plan_like, solve_ends, solve_problem, solve_sweep
 from ..solvers import get_solver
 from .liveness import liveness_bound
@@ -35,6 +35,27 @@ if TYPE_CHECKING:
 
 
 def plan_for_peak(
+    partitions: Partitions,
+    problem: Problem,
+    settings: PlanSettings,
+    timings: dict[str, float],
+) -> Plan:
+    """:func:`_grid_plan` of ``problem``; with offload, the cheaper of that and the plan
+    without offload (:func:`budget.planning.peak_grid.with_and_without_offload`)."""
+    return with_and_without_offload(
+        lambda allow: _grid_plan(
+            partitions, problem if allow else replace(problem, offload=None), settings, timings
+        ),
+        problem.offload is not None,
+    )
+
+
+def _key(plan: Plan) -> tuple:
+    """What makes two plans of a graph the same: what they save and what they offload."""
+    return tuple(plan.saved), tuple(plan.offloaded)
+
+
+def _grid_plan(
     partitions: Partitions,
     problem: Problem,
     settings: PlanSettings,
@@ -66,21 +87,21 @@ def plan_for_peak(
     limit = plans[0].target_bytes  # the memory budget's own target, and the step's cap
     if cap is not None:
         limit = min(limit, cap)
-    grid = PeakGrid(peak, key=lambda p: tuple(p.saved), predict=partitions.predicted)
+    grid = PeakGrid(peak, key=_key, predict=partitions.predicted)
     grid.walk(
         sorted(
             (p for p in plans if p.saved_bytes <= limit),
-            key=lambda p: (p.recompute_cost, p.saved_bytes),
+            key=lambda p: (p.total_recompute_cost, p.saved_bytes),
         )
     )
     grid.refine(_planner_at(problem, settings, timings))
     tried, fits = grid.tried, grid.fits
     if not fits:  # recompute values again, down to the target itself (cheapest first)
-        for p in sorted(tried.values(), key=lambda p: (p.recompute_cost, p.saved_bytes)):
+        for p in sorted(tried.values(), key=lambda p: (p.total_recompute_cost, p.saved_bytes)):
             if grid.costs_more(p):
                 break
             again = partitions.predicted(p, limit=peak)
-            tried[tuple(p.saved)] = again
+            tried[_key(p)] = again
             if (again.peak_bytes or 0) <= peak:
                 fits.append(again)
     proven, floor, exact_s = False, None, 0.0
@@ -89,7 +110,7 @@ def plan_for_peak(
         exact = _search_exact(partitions, problem, settings, plans[0], limit, fits, timings)
         exact_s = time.perf_counter() - t0
         for p in exact.tried:
-            tried.setdefault(tuple(p.saved), p)
+            tried.setdefault(_key(p), p)
         if exact.best is not None and exact.best not in fits:
             fits.append(exact.best)
         proven, floor = exact.proven, exact.floor_bytes

@@ -42,7 +42,7 @@ from ..core.sizes import MemoryBudget
 from ..errors import InfeasibleError
 from ..estimators import get_estimator
 from ..planning.offload import host_link
-from ..planning.peak_grid import PeakGrid, grid_budgets
+from ..planning.peak_grid import PeakGrid, grid_budgets, with_and_without_offload
 from ..planning.planner import budget_target, make_plan
 from ..planning.tie_break import lowest_peak, tie_tolerance
 from ..solvers import Solution, get_solver
@@ -162,7 +162,11 @@ def plan_predicted(
     opts |= {"costs": CostCache(get_estimator(estimator)), "offload": offload}
     opts |= {"excluded": excluded}
     if peak_bytes is not None:
-        return _for_peak(trace, budget, peak_bytes, predict, opts)
+        plain = {**opts, "offload": False, "costs": opts["costs"].without_offload()}
+        return with_and_without_offload(
+            lambda allow: _for_peak(trace, budget, peak_bytes, predict, opts if allow else plain),
+            offload,
+        )
     return _tie_broken(trace, budget, predict, opts)
 
 

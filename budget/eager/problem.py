@@ -65,6 +65,13 @@ class CostCache:
         self.problems: dict[tuple[int, ...], tuple[Problem, list[fx.Node | None]]] = {}
         self.min_bytes: int | None = None  # the least saved memory, once solved
 
+    def without_offload(self) -> CostCache:
+        """A cache for the plans without offload of the same trace: the node prices
+        shared, the problems (which carry offload's terms) its own."""
+        plain = CostCache(self.estimator)
+        plain.costs = self.costs
+        return plain
+
     def __call__(self, node: fx.Node) -> NodeCost:
         if node not in self.costs:
             self.costs[node] = self.estimator.estimate(node)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Hashable, Iterable
 
 from ..core.plan import Plan
 from ..core.sizes import MemoryBudget
+from ..errors import BudgetTooSmallError
 from .planner import PEAK_GRID, bisect_target, cheapest_fit
 
 
@@ -50,8 +51,9 @@ class PeakGrid:
         self.missed: Plan | None = None  # the last plan walked that missed, before any fit
 
     def costs_more(self, plan: Plan) -> bool:
-        """Whether ``plan`` recomputes more than the cheapest fit so far."""
-        return bool(self.fits) and plan.recompute_cost > min(
+        """Whether ``plan`` costs more (offloads' exposed time in) than the cheapest fit so
+        far."""
+        return bool(self.fits) and plan.total_recompute_cost > min(
             f.total_recompute_cost for f in self.fits
         )
 
@@ -104,3 +106,26 @@ class PeakGrid:
         return cheapest_fit(
             self.fits, list(self.tried.values()), self.peak_bytes, searched, floor_bytes
         )
+
+
+def with_and_without_offload(search: Callable[[bool], Plan], offload: bool) -> Plan:
+    """``search(offload)``, the plan of a front end's peak search; with offload also
+    ``search(False)``, and the cheaper of the two (ties: the lower peak).
+
+    Offloading nothing is an offload plan too, but the two searches walk different plans:
+    a saved-memory target's plan with offload also moves what the link hides for free,
+    and its copies in flight peak otherwise, so the search with offload alone can settle
+    on a plan dearer than recomputation alone at the same peak budget. Where neither
+    fits, the error names the lower of their lowest peaks."""
+    if not offload:
+        return search(False)
+    found: list[Plan] = []
+    missed: list[BudgetTooSmallError] = []
+    for allow in (True, False):
+        try:
+            found.append(search(allow))
+        except BudgetTooSmallError as e:
+            missed.append(e)
+    if not found:
+        raise min(missed, key=lambda e: (e.lowest_peak_bytes is None, e.lowest_peak_bytes or 0))
+    return min(found, key=lambda p: (p.total_recompute_cost, p.peak_bytes or 0, p.saved_bytes))

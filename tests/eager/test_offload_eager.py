@@ -184,3 +184,16 @@ def test_an_offloaded_value_is_held_until_the_next_offloaded_save_or_the_forward
     (got,) = torch.autograd.grad(loss, [w])
     torch.testing.assert_close(got, (w.exp() + 1).exp() * w.exp())
     assert hooks.offloads == 2
+
+
+def test_under_a_peak_budget_offload_never_costs_more_than_recomputing_alone():
+    ex = small_gpt()
+    kw = {"step": ex.step, "estimator": "flops:h100"}
+    with pytest.raises(budget.BudgetTooSmallError) as low:
+        budget.eager.plan(ex.model, *ex.args, peak_memory_budget="1KiB", **kw)
+    for k in (1.05, 1.3):
+        peak = f"{int(low.value.lowest_peak_bytes * k)}B"
+        plain = budget.eager.plan(ex.model, *ex.args, peak_memory_budget=peak, **kw)
+        moved = budget.eager.plan(ex.model, *ex.args, peak_memory_budget=peak, offload=True, **kw)
+        assert moved.peak_bytes <= plain.peak_target_bytes
+        assert moved.total_recompute_cost <= plain.total_recompute_cost + 1e-12
