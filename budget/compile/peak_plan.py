@@ -2,13 +2,15 @@
 
 :func:`plan_for_peak` takes the optimal plans of the memory budget and of the fractions of
 ``PEAK_GRID`` below it, partitions and predicts them cheapest first (each distinct saved
-set once, rescheduled where that lowers the peak), bisects the saved-memory target between
+and offloaded set once, rescheduled where that lowers the peak), bisects the saved-memory target between
 the cheapest fit and the cheaper miss above it (the grid search both front ends share:
 :mod:`budget.planning.peak_grid`), and with
 ``peak_search="exact"`` searches on with CP-SAT over the liveness bound
 (:mod:`budget.compile.peak_search`). The partitioning itself is
 :class:`budget.compile.split.Partitions`; under Inductor the plan kept is then
-checked on the compiled code (:mod:`budget.compile.peak_check`).
+checked on the compiled code (:mod:`budget.compile.peak_check`). With offload it searches
+twice, with and without, and keeps the cheaper
+(:func:`budget.planning.peak_grid.with_and_without_offload`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def plan_for_peak(
             partitions, problem if allow else replace(problem, offload=None), settings, timings
         ),
         problem.offload is not None,
+        settings.budget,
     )
 
 
@@ -66,7 +69,8 @@ def _grid_plan(
     among the optimal plans at the memory budget and at the fractions of ``PEAK_GRID``
     below it (ties: the lower peak). Not an exact optimisation over liveness: the best
     plan of a saved-memory target, for a grid of targets. Plans are partitioned and
-    predicted cheapest first, each distinct saved set once, until one fits; then the
+    predicted cheapest first, each distinct saved and offloaded set once, until one fits;
+    then the
     target between that fit and the cheaper miss above it is bisected
     (:class:`budget.planning.peak_grid.PeakGrid`)."""
     peak = settings.graphs_peak_bytes

@@ -15,8 +15,9 @@ known when the backend is called, before torch looks at its own caches:
 - **what decides the plan** (:func:`settings_key`, also the partitioner's ``uuid()``, in
   torch's cache keys): budget's version and a hash of its planning code, the memory and peak
   budgets, solver, estimator spec (a device-less ``flops``/``roofline``/``profile`` prices
-  for the host: its CPU model and thread count), time limit, compiler and the content of
-  the saved plans applied (``plan=``);
+  for the host: its CPU model and thread count), time limit, compiler, the content of
+  the saved plans applied (``plan=``), offload and whether its copies run on a side
+  stream (``budget.compile.offload.SIDE_STREAM``);
 - torch's version.
 
 The backend reads the entry before compiling and writes the plans after: when the
@@ -117,7 +118,7 @@ def settings_key(settings: PlanSettings) -> str:
     book = [p.to_dict() for p in s.book.plans] if s.book else []
     fixed = _sha(json.dumps(book, sort_keys=True))[:16]
     sweep = ",".join(str(b.to_json()) for b in s.sweep)
-    side = f"/side={side_stream()}" if s.offload else ""  # how its copies are priced
+    side = f"/side={side_stream()}"  # how offload copies are priced and run
     return (
         f"budget-{__version__}-{code_hash()}-{s.budget.to_json()}-{s.peak_bytes}-"
         f"{s.search_peak_bytes}-{s.saved_cap_bytes}-{s.peak_search}-{s.solver}-"

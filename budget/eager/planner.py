@@ -156,8 +156,9 @@ def plan_predicted(
 ) -> EagerPlan:
     """The plan ``budget.apply`` makes, with its predicted peak (``predict(plan)`` gives
     the plan with its ``peak_bytes`` and ``timeline``, once per distinct plan): under a
-    peak budget (``peak_bytes``) the grid search (:func:`_for_peak`), else the memory
-    budget's plan with the peak tie-break (:func:`_tie_broken`)."""
+    peak budget (``peak_bytes``) the grid search (:func:`_for_peak`; with offload, with and
+    without it, the cheaper kept: :func:`~budget.planning.peak_grid.with_and_without_offload`),
+    else the memory budget's plan with the peak tie-break (:func:`_tie_broken`)."""
     opts = {"solver": solver, "estimator": estimator, "time_limit": time_limit}
     opts |= {"costs": CostCache(get_estimator(estimator)), "offload": offload}
     opts |= {"excluded": excluded}
@@ -166,6 +167,7 @@ def plan_predicted(
         return with_and_without_offload(
             lambda allow: _for_peak(trace, budget, peak_bytes, predict, opts if allow else plain),
             offload,
+            budget,
         )
     return _tie_broken(trace, budget, predict, opts)
 

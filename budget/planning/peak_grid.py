@@ -14,11 +14,14 @@ peak found.
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable, Hashable, Iterable
+from dataclasses import replace
 
 from ..core.plan import Plan
 from ..core.sizes import MemoryBudget
-from ..errors import BudgetTooSmallError
+from ..errors import BudgetTooSmallError, SolverTimeout
 from .planner import PEAK_GRID, bisect_target, cheapest_fit
 
 
@@ -33,8 +36,8 @@ def grid_budgets(budget: MemoryBudget, *, largest_first: bool = True) -> list[Me
 class PeakGrid:
     """What the search has predicted (``tried``, by plan key) and what fits ``peak_bytes``.
 
-    ``key(plan)``: what makes two plans the same (their saved set; on the eager path, with
-    the checkpointed modules); ``predict(plan)``: the plan with its predicted peak
+    ``key(plan)``: what makes two plans the same (what they save and offload; on the eager
+    path, with the checkpointed modules); ``predict(plan)``: the plan with its predicted peak
     (``peak_bytes``), called once per distinct plan."""
 
     def __init__(
@@ -89,7 +92,7 @@ class PeakGrid:
                 for p in self.tried.values()
                 if p not in self.fits
                 and p.target_bytes > best.target_bytes
-                and p.recompute_cost < best.total_recompute_cost
+                and p.total_recompute_cost < best.total_recompute_cost
             ]
             if not above:
                 return
@@ -108,24 +111,46 @@ class PeakGrid:
         )
 
 
-def with_and_without_offload(search: Callable[[bool], Plan], offload: bool) -> Plan:
+def with_and_without_offload(
+    search: Callable[[bool], Plan], offload: bool, budget: MemoryBudget
+) -> Plan:
     """``search(offload)``, the plan of a front end's peak search; with offload also
     ``search(False)``, and the cheaper of the two (ties: the lower peak).
 
     Offloading nothing is an offload plan too, but the two searches walk different plans:
     a saved-memory target's plan with offload also moves what the link hides for free,
     and its copies in flight peak otherwise, so the search with offload alone can settle
-    on a plan dearer than recomputation alone at the same peak budget. Where neither
-    fits, the error names the lower of their lowest peaks."""
+    on a plan dearer than recomputation alone at the same peak budget. The plan without
+    offload is kept only within the memory ``budget``'s target of the one with (a fraction
+    is of the offload problem's range, whose least bytes can be lower). Where neither
+    fits, the error names the lower of their lowest peaks; once one fits, the other
+    running out of time only leaves it. The kept plan's "peak search" time is both's."""
     if not offload:
         return search(False)
     found: list[Plan] = []
     missed: list[BudgetTooSmallError] = []
+    took = 0.0
     for allow in (True, False):
+        start = time.perf_counter()
         try:
-            found.append(search(allow))
+            plan = search(allow)
         except BudgetTooSmallError as e:
             missed.append(e)
+        except SolverTimeout:
+            if not found:
+                raise
+        else:
+            if allow or not found or plan.saved_bytes <= _limit(found[0], budget):
+                found.append(plan)
+        took += time.perf_counter() - start
     if not found:
         raise min(missed, key=lambda e: (e.lowest_peak_bytes is None, e.lowest_peak_bytes or 0))
-    return min(found, key=lambda p: (p.total_recompute_cost, p.peak_bytes or 0, p.saved_bytes))
+    best = min(found, key=lambda p: (p.total_recompute_cost, p.peak_bytes or 0, p.saved_bytes))
+    return replace(best, timings={**best.timings, "peak search": took})
+
+
+def _limit(plan: Plan, budget: MemoryBudget) -> int:
+    """The most a plan may save under ``budget`` in the range of ``plan``'s problem."""
+    if budget.fraction is None:
+        return int(budget.nbytes or 0)
+    return plan.min_bytes + math.floor(budget.fraction * max(0, plan.max_bytes - plan.min_bytes))

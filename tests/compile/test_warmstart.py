@@ -216,6 +216,14 @@ def test_the_settings_key_names_the_version_the_code_and_the_host():
     with budget.config.patch(buffer_reuse=True):  # other code, another compiled peak
         reuse = InductorPartitioner(budget.backend(0.5, estimator="roofline"))
     assert reuse.uuid() != key and "reuse=True" in reuse.uuid()
+    import budget.compile.offload as copies
+
+    before, copies.SIDE_STREAM = copies.SIDE_STREAM, False
+    try:  # copies on the compute stream: priced and run otherwise
+        in_stream = InductorPartitioner(budget.backend(0.5, estimator="roofline")).uuid()
+    finally:
+        copies.SIDE_STREAM = before
+    assert in_stream != key and "side=False" in in_stream and "side=True" in key
 
 
 def test_the_code_hash_covers_every_module_a_training_compile_imports():

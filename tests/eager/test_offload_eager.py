@@ -189,10 +189,19 @@ def test_an_offloaded_value_is_held_until_the_next_offloaded_save_or_the_forward
 def test_under_a_peak_budget_offload_never_costs_more_than_recomputing_alone():
     ex = small_gpt()
     kw = {"step": ex.step, "estimator": "flops:h100"}
-    with pytest.raises(budget.BudgetTooSmallError) as low:
-        budget.eager.plan(ex.model, *ex.args, peak_memory_budget="1KiB", **kw)
-    for k in (1.05, 1.3):
-        peak = f"{int(low.value.lowest_peak_bytes * k)}B"
+    lowest = {}
+    for offload in (False, True):
+        with pytest.raises(budget.BudgetTooSmallError) as low:
+            budget.eager.plan(ex.model, *ex.args, peak_memory_budget="1KiB", offload=offload, **kw)
+        lowest[offload] = low.value.lowest_peak_bytes
+    assert lowest[True] < lowest[False]  # moving values to the host reaches lower
+    between = f"{(lowest[True] + lowest[False]) // 2}B"
+    with pytest.raises(budget.BudgetTooSmallError):
+        budget.eager.plan(ex.model, *ex.args, peak_memory_budget=between, **kw)
+    moved = budget.eager.plan(ex.model, *ex.args, peak_memory_budget=between, offload=True, **kw)
+    assert moved.offloaded and moved.peak_bytes <= moved.peak_target_bytes
+    for k in (1.05, 1.3):  # where both fit, offload costs no more
+        peak = f"{int(lowest[False] * k)}B"
         plain = budget.eager.plan(ex.model, *ex.args, peak_memory_budget=peak, **kw)
         moved = budget.eager.plan(ex.model, *ex.args, peak_memory_budget=peak, offload=True, **kw)
         assert moved.peak_bytes <= plain.peak_target_bytes
