@@ -17,12 +17,11 @@ so when the step's recompute cost does not grow. Each plan is an exact optimum f
 set of checkpointed regions; over sets of regions the search is greedy.
 
 A peak memory budget (:func:`plan_predicted`) is met as on the compiled path: the plans of
-the memory budget and of the fractions of ``PEAK_GRID`` below it, from the largest down
-(the cheapest first), each distinct plan's peak predicted (:mod:`budget.eager.peak`)
-until one fits; then cheaper plans under rows of the step's moments, calibrated on those
-predictions (:mod:`budget.eager.peak_rows`; not with offload). Eager checkpointing cannot
-recompute a value twice, so there is no rescheduling stage: a target under every plan's
-predicted peak raises BudgetTooSmallError naming the lowest.
+the memory budget and of the fractions of ``PEAK_GRID`` below it, from the largest down,
+each distinct plan's peak predicted (:mod:`budget.eager.peak`) until one fits; then
+cheaper plans under rows of the step's moments (:mod:`budget.eager.peak_rows`; without
+offload, which is searched beside). Eager checkpointing cannot recompute a value twice,
+so nothing is rescheduled: under every plan's peak, BudgetTooSmallError names the lowest.
 """
 
 from __future__ import annotations
@@ -156,20 +155,20 @@ def plan_predicted(
 ) -> EagerPlan:
     """The plan ``budget.apply`` makes, with its predicted peak (``predict(plan)`` gives
     the plan with its ``peak_bytes`` and ``timeline``, once per distinct plan): under a
-    peak budget (``peak_bytes``) the grid search (:func:`_for_peak`; with offload, with and
-    without it, the cheaper kept: :func:`~budget.planning.peak_grid.with_and_without_offload`),
-    else the memory budget's plan with the peak tie-break (:func:`_tie_broken`)."""
+    peak budget (``peak_bytes``) the grid search (:func:`_for_peak`; with offload, also
+    without: :func:`~budget.planning.peak_grid.with_and_without_offload`), else the
+    memory budget's plan with the peak tie-break (:func:`_tie_broken`)."""
     opts = {"solver": solver, "estimator": estimator, "time_limit": time_limit}
     opts |= {"costs": CostCache(get_estimator(estimator)), "offload": offload}
     opts |= {"excluded": excluded}
-    if peak_bytes is not None:
-        plain = {**opts, "offload": False, "costs": opts["costs"].without_offload()}
-        return with_and_without_offload(
-            lambda allow: _for_peak(trace, budget, peak_bytes, predict, opts if allow else plain),
-            offload,
-            budget,
-        )
-    return _tie_broken(trace, budget, predict, opts)
+    if peak_bytes is None:
+        return _tie_broken(trace, budget, predict, opts)
+    plain = {**opts, "offload": False, "costs": opts["costs"].without_offload()}
+
+    def search(allow: bool) -> EagerPlan:
+        return _for_peak(trace, budget, peak_bytes, predict, opts if allow else plain)
+
+    return with_and_without_offload(search, offload, budget)
 
 
 def _for_peak(
@@ -181,8 +180,7 @@ def _for_peak(
 ) -> EagerPlan:
     """The eager plan with the least recompute whose predicted peak is at most
     ``peak_bytes``, among the plans at ``budget`` and at the fractions of ``PEAK_GRID``
-    below it and those the rows find (ties: the lower peak); ``opts``: :func:`plan_trace`'s
-    options.
+    below it and those the rows find (ties: the lower peak); ``opts``: plan_trace's.
 
     The grid search of :mod:`budget.planning.peak_grid`, from the largest fraction down: a
     smaller target never costs less for a given set of checkpointed modules (the set

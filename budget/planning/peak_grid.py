@@ -18,11 +18,14 @@ import math
 import time
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import replace
+from typing import TypeVar
 
 from ..core.plan import Plan
 from ..core.sizes import MemoryBudget
 from ..errors import BudgetTooSmallError, SolverTimeout
 from .planner import PEAK_GRID, bisect_target, cheapest_fit
+
+P = TypeVar("P", bound=Plan)  # a front end's plan type
 
 
 def grid_budgets(budget: MemoryBudget, *, largest_first: bool = True) -> list[MemoryBudget]:
@@ -111,9 +114,7 @@ class PeakGrid:
         )
 
 
-def with_and_without_offload(
-    search: Callable[[bool], Plan], offload: bool, budget: MemoryBudget
-) -> Plan:
+def with_and_without_offload(search: Callable[[bool], P], offload: bool, budget: MemoryBudget) -> P:
     """``search(offload)``, the plan of a front end's peak search; with offload also
     ``search(False)``, and the cheaper of the two (ties: the lower peak).
 
@@ -127,7 +128,7 @@ def with_and_without_offload(
     running out of time only leaves it. The kept plan's "peak search" time is both's."""
     if not offload:
         return search(False)
-    found: list[Plan] = []
+    found: list[P] = []
     missed: list[BudgetTooSmallError] = []
     took = 0.0
     for allow in (True, False):
