@@ -101,7 +101,9 @@ def _grid_plan(
     grid.refine(_planner_at(problem, settings, timings))
     tried, fits = grid.tried, grid.fits
     if not fits:  # recompute values again, down to the target itself (cheapest first)
-        for p in sorted(tried.values(), key=lambda p: (p.total_recompute_cost, p.saved_bytes)):
+        for p in sorted(
+            tried.values(), key=lambda p: (p.recompute_cost + p.offload_cost, p.saved_bytes)
+        ):
             if grid.costs_more(p):
                 break
             again = partitions.predicted(p, limit=peak)
