@@ -251,8 +251,9 @@ def hold_b1_peak(
     a memory budget (:meth:`budget.compile.split.Partitions.graphs`), and one that is
     rescheduled to b=1's predicted peak can still compile above b=1's code where Inductor
     orders the recomputation otherwise (``python bench/real_model_dominance.py --compiler
-    inductor``: GPT-2 at b=0). So where ``kept``'s plan recomputes and is predicted within
-    ``B1_NEAR`` of b=1's peak, the b=1 plan is compiled too (one more compile), and where
+    inductor``: GPT-2 at b=0). So where ``kept``'s plan recomputes and its code (or its
+    graphs) peaks within ``B1_NEAR`` of b=1's predicted peak, the b=1 plan is compiled too
+    (one more compile), and where
     ``kept``'s code peaks above it, the graph is planned again for that peak within the
     memory budget, which reschedules it (:func:`fit_compiled_peak`, at most
     ``HOLD_ATTEMPTS`` compiles); ``kept`` is kept where that fails (nothing within the
@@ -293,7 +294,8 @@ def _held_to_b1(settings: PlanSettings, plan: Plan) -> bool:
         or plan.status == "reference"
         or plan.peak_bytes is None
         or plan.reference_peak_bytes is None  # set where the plan recomputes anything
-        or plan.peak_bytes < B1_NEAR * plan.reference_peak_bytes
+        # its code where compiled, else its graphs, well under b=1's graphs: not checked
+        or max(plan.peak_bytes, plan.compiled_peak_bytes or 0) < B1_NEAR * plan.reference_peak_bytes
     )
 
 

@@ -25,6 +25,10 @@ from .conv_workspace import MAX_OPERAND_BYTES, known_workspace, measured_runs, s
 aten = torch.ops.aten
 
 MATMULS = (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default)
+# what Inductor's code calls (extern_kernels.mm(a, b, out=buf)): the same kernel, the same
+# scratch, into an output it was given
+OUT_VARIANTS = {aten.mm.out: aten.mm.default, aten.addmm.out: aten.addmm.default}
+OUT_VARIANTS |= {aten.bmm.out: aten.bmm.default, aten.baddbmm.out: aten.baddbmm.default}
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
@@ -62,7 +66,9 @@ def _run(func: Any, sig: dict[str, Any]) -> int:
 
 def matmul_workspace_bytes(func: Any, args: Sequence[Any]) -> int:
     """The bytes a CPU matmul in bfloat16 or float16 allocates inside itself, measured on
-    this host (0 for other ops and dtypes, operands too large to run, or a failed run)."""
+    this host (0 for other ops and dtypes, operands too large to run, or a failed run).
+    An ``out=`` call is measured as the call that makes its output."""
+    func = OUT_VARIANTS.get(func, func)
     first = next((a for a in args if isinstance(a, torch.Tensor)), None)
     if func not in MATMULS or first is None or first.dtype not in LOW_PRECISION:
         return 0
