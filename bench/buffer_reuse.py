@@ -18,10 +18,9 @@ choice on a device.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import platform
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,16 +63,15 @@ def allocations(step: Callable[..., torch.Tensor], args: tuple) -> int:
     return sum(1 for _, n in T.memory_events(prof) if n > 0)
 
 
-@contextlib.contextmanager
-def _compiled(name: str, backend: Any, b: float) -> Iterator[Callable[..., torch.Tensor]]:
+def _measured(name: str, backend: Any, b: float) -> tuple[int, int]:
+    """Allocations and measured peak of one step of ``name`` compiled with ``backend``."""
     torch._dynamo.reset()
     torch.manual_seed(0)
     step, args = _model(name)
     with functorch_config.patch(activation_memory_budget=b):  # torch's partitioner reads it
         compiled = torch.compile(step, backend=backend)
         compiled(*args).backward()  # compiles
-    yield lambda: (allocations(compiled, args), measure_peak(compiled, *args))
-    torch._dynamo.reset()
+    return allocations(compiled, args), measure_peak(compiled, *args)
 
 
 def row(name: str, b: float) -> str:
@@ -84,8 +82,7 @@ def row(name: str, b: float) -> str:
         else:
             with budget.config.patch(buffer_reuse=label == "on"):
                 backend = budget.backend(b)
-        with _compiled(name, backend, b) as run:
-            cells.append(run())
+        cells.append(_measured(name, backend, b))
     (t_n, t_peak), (off_n, off_peak), (on_n, on_peak) = cells
     return (
         f"| {name} | {b:g} | {t_n} | {t_peak / KiB:.1f} | {off_n} | {off_peak / KiB:.1f} | "

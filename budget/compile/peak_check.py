@@ -253,14 +253,14 @@ def hold_b1_peak(
     orders the recomputation otherwise (``python bench/real_model_dominance.py --compiler
     inductor``: GPT-2 at b=0). So where ``kept``'s plan recomputes and its code (or its
     graphs) peaks within ``B1_NEAR`` of b=1's predicted peak, the b=1 plan is compiled too
-    (one more compile), and where
-    ``kept``'s code peaks above it, the graph is planned again for that peak within the
-    memory budget, which reschedules it (:func:`fit_compiled_peak`, at most
-    ``HOLD_ATTEMPTS`` compiles); ``kept`` is kept where that fails (nothing within the
-    memory budget gets under it, or its code is not lower than ``kept``'s). The plan kept
-    carries the b=1 plan's compiled peak (``reference_compiled_peak_bytes``): its report
-    says where it is above. Not for a saved plan (``plan=``: its saved set is the file's
-    at every budget) nor at budget 1 (the b=1 plan itself)."""
+    (one more compile), and where ``kept``'s code peaks above it, the graph is planned
+    again for that peak within the memory budget, which reschedules it
+    (:func:`fit_compiled_peak`, at most ``HOLD_ATTEMPTS`` compiles); ``kept`` is kept where
+    that fails (nothing within the memory budget gets under it, or its code is not lower
+    than ``kept``'s). The plan kept carries the b=1 plan's compiled peak
+    (``reference_compiled_peak_bytes``): its report says where it is above. Not for a
+    saved plan (``plan=``: its saved set is the file's at every budget) nor at budget 1
+    (the b=1 plan itself)."""
     plan = kept.plan
     if plan is None or plan.compiled_peak_bytes is None or not _held_to_b1(settings, plan):
         return kept

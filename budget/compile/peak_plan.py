@@ -2,10 +2,9 @@
 
 :func:`plan_for_peak` takes the optimal plans of the memory budget and of the fractions of
 ``PEAK_GRID`` below it, partitions and predicts them cheapest first (each distinct saved
-and offloaded set once, rescheduled where that lowers the peak), bisects the saved-memory target between
-the cheapest fit and the cheaper miss above it (the grid search both front ends share:
-:mod:`budget.planning.peak_grid`), and with
-``peak_search="exact"`` searches on with CP-SAT over the liveness bound
+and offloaded set once, rescheduled where that lowers the peak), bisects the saved-memory
+target between the cheapest fit and the cheaper miss above it (the grid search both front
+ends share: :mod:`budget.planning.peak_grid`), and with ``peak_search="exact"`` searches on with CP-SAT over the liveness bound
 (:mod:`budget.compile.peak_search`). The partitioning itself is
 :class:`budget.compile.split.Partitions`; under Inductor the plan kept is then
 checked on the compiled code (:mod:`budget.compile.peak_check`). With offload it searches
@@ -26,7 +25,12 @@ from ..core.problem import Problem
 from ..core.settings import PlanSettings
 from ..core.sizes import MemoryBudget
 from ..errors import BudgetTooSmallError
-from ..planning.peak_grid import PeakGrid, grid_budgets, with_and_without_offload
+from ..planning.peak_grid import (
+    PeakGrid,
+    grid_budgets,
+    planned_cost,
+    with_and_without_offload,
+)
 from ..planning.planner import Ends, plan_like, solve_ends, solve_problem, solve_sweep
 from ..solvers import get_solver
 from .liveness import liveness_bound
@@ -70,8 +74,7 @@ def _grid_plan(
     below it (ties: the lower peak). Not an exact optimisation over liveness: the best
     plan of a saved-memory target, for a grid of targets. Plans are partitioned and
     predicted cheapest first, each distinct saved and offloaded set once, until one fits;
-    then the
-    target between that fit and the cheaper miss above it is bisected
+    then the target between that fit and the cheaper miss above it is bisected
     (:class:`budget.planning.peak_grid.PeakGrid`)."""
     peak = settings.graphs_peak_bytes
     assert peak is not None
@@ -95,15 +98,13 @@ def _grid_plan(
     grid.walk(
         sorted(
             (p for p in plans if p.saved_bytes <= limit),
-            key=lambda p: (p.total_recompute_cost, p.saved_bytes),
+            key=lambda p: (planned_cost(p), p.saved_bytes),
         )
     )
     grid.refine(_planner_at(problem, settings, timings))
     tried, fits = grid.tried, grid.fits
     if not fits:  # recompute values again, down to the target itself (cheapest first)
-        for p in sorted(
-            tried.values(), key=lambda p: (p.recompute_cost + p.offload_cost, p.saved_bytes)
-        ):
+        for p in sorted(tried.values(), key=lambda p: (planned_cost(p), p.saved_bytes)):
             if grid.costs_more(p):
                 break
             again = partitions.predicted(p, limit=peak)

@@ -48,7 +48,7 @@ from ..planning.offload import price_offload
 from ..runtime.graph_hash import graph_hash
 from ..runtime.values import on_host, storage_of
 from .offload import movable
-from .trace import Trace
+from .trace import Trace, op_of
 
 RNG_OP = "checkpoint.rng_state"
 
@@ -192,7 +192,7 @@ def _add_node(
         )
         return
     val = n.meta.get("val")
-    op = _op(n)
+    op = op_of(n)
     r = trace.region_of.get(op)
     last = trace.regions[r].last_save if r is not None and r in ckpt else None
     # an op with several outputs is needed through its getitems (it holds no tensor)
@@ -220,11 +220,6 @@ def _add_node(
     )
 
 
-def _op(node: fx.Node) -> fx.Node:
-    """The op call behind ``node`` (a getitem's tuple-valued op)."""
-    return node.args[0] if node.target is operator.getitem else node  # type: ignore[return-value]
-
-
 def _cacheable(op: fx.Node, trace: Trace) -> tuple[bool, str]:
     """Whether the selective-checkpoint policy may cache ``op``'s outputs, and why not."""
     if op.target in SAC_IGNORED_OPS:
@@ -240,7 +235,7 @@ def _why_not_recompute(node: fx.Node, op: fx.Node, trace: Trace, region: int) ->
     """Why ``node`` (of op ``op``, in checkpointed ``region``) must not be run again."""
     if is_mutating(op):
         for a in op.all_input_nodes:
-            src = a.args[0] if a.target is operator.getitem else a
+            src = op_of(a)
             outside = a.op == "placeholder" or trace.region_of.get(src) != region  # type: ignore[arg-type]
             if outside and _writes(op, a):
                 return "writes in place to a tensor from outside the region"

@@ -76,6 +76,11 @@ class Save(NamedTuple):
     in_model: bool  # saved during the model's own forward (not the loss or step code)
 
 
+def op_of(node: fx.Node) -> fx.Node:
+    """The op call behind ``node`` (a getitem's tuple-valued op)."""
+    return node.args[0] if node.target is operator.getitem else node  # type: ignore[return-value]
+
+
 @dataclass
 class Trace:
     """One traced step: its graph and what checkpointing needs to know about each node."""
@@ -97,9 +102,7 @@ class Trace:
 
     def region_of_value(self, node: fx.Node | None) -> int | None:
         """The region the op making ``node`` ran in (an item of a tuple: its op's)."""
-        if node is None:
-            return None
-        return self.region_of.get(node.args[0] if node.target is operator.getitem else node)  # type: ignore[arg-type]
+        return None if node is None else self.region_of.get(op_of(node))
 
     def outputs_of(self, node: fx.Node) -> list[fx.Node]:
         """The value nodes of an op: itself, or its getitems when it has several outputs."""

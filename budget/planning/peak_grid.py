@@ -59,7 +59,7 @@ class PeakGrid:
     def costs_more(self, plan: Plan) -> bool:
         """Whether ``plan`` costs more (offloads' exposed time in) than the cheapest fit so
         far."""
-        return bool(self.fits) and _planned_cost(plan) > min(
+        return bool(self.fits) and planned_cost(plan) > min(
             f.total_recompute_cost for f in self.fits
         )
 
@@ -95,7 +95,7 @@ class PeakGrid:
                 for p in self.tried.values()
                 if p not in self.fits
                 and p.target_bytes > best.target_bytes
-                and _planned_cost(p) < best.total_recompute_cost
+                and planned_cost(p) < best.total_recompute_cost
             ]
             if not above:
                 return
@@ -157,7 +157,7 @@ def _limit(plan: Plan, budget: MemoryBudget) -> int:
     return plan.min_bytes + math.floor(budget.fraction * max(0, plan.max_bytes - plan.min_bytes))
 
 
-def _planned_cost(plan: Plan) -> float:
+def planned_cost(plan: Plan) -> float:
     """What a plan costs as solved: its recompute and its offloads' exposed time (not the
     values a prediction recomputes again, which partitioning adds)."""
     return plan.recompute_cost + plan.offload_cost

@@ -75,6 +75,8 @@ class RowModel(Enumerated):
         solver.parameters.max_time_in_seconds = max(0.05, float(time_limit))
         solver.parameters.num_workers = 1
         status = solver.solve(self.model)
+        if status == self._cp.MODEL_INVALID:  # a bug of ours, never a user error
+            raise RuntimeError(f"rows model: invalid: {self.model.validate()}")
         if status not in (self._cp.OPTIMAL, self._cp.FEASIBLE):
             return None
         return sorted(v for v, x in self.s.items() if solver.value(x))
