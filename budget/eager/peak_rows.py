@@ -14,23 +14,22 @@ module or in one before it), plus what is alive there whatever the plan saves,
 *calibrated* on predicted steps: the moment's highest live bytes less the row's storages
 that step saved, the largest over the steps predicted.
 
-CP-SAT gives the cheapest plan under the rows (:mod:`budget.solvers.mip.rows`) and the
-step is predicted on fake tensors (the search's judge, as the grid's): a plan that fits
-is kept and only cheaper ones are asked for next; one that does not recalibrates the rows
-and is excluded with every plan that recomputes the same and saves more. The search
-stops when no plan is left, at the time limit, or after ``MAX_PLANS`` predictions; it
-can only add plans to the grid's, so the grid's cheapest fit stands unless it finds a
-cheaper one.
+CP-SAT gives the cheapest plans under the rows (:mod:`budget.solvers.mip.rows`), one by
+one (:func:`~budget.planning.cheapest_first.cheapest_first`), and each step is predicted on
+fake tensors (the search's judge, as the grid's); a plan that does not fit recalibrates
+the rows. The search stops when no plan is left, at the time limit, or after
+``MAX_PLANS`` predictions; it can only add plans to the grid's, so the grid's cheapest
+fit stands unless it finds a cheaper one.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Hashable, Sequence
 
 import torch.fx as fx
 
 from ..core.problem import Problem
+from ..planning.cheapest_first import cheapest_first
 from ..planning.peak_grid import PeakGrid
 from ..solvers.mip.rows import RowModel
 from .plan import EagerPlan
@@ -125,26 +124,27 @@ class RowSearch:
     ) -> None:
         """Add to ``grid`` the plans the rows find, cheapest first (see the module
         docstring); ``make(saved)``: the plan saving ``saved``, not yet predicted."""
-        start, problem, cal = time.perf_counter(), self.problem, self.calibration
+        problem, cal = self.problem, self.calibration
         for p in grid.tried.values():
             if set(p.checkpointed) == set(cal.rank):  # type: ignore[attr-defined]
                 cal.learn(p, self.saved_of(p))  # type: ignore[arg-type]
-        excluded: list[tuple[list[int], list[int]]] = []
-        for _ in range(max_plans):
-            left = time_limit - (time.perf_counter() - start)
+
+        def build() -> RowModel | None:
             rows = cal.rows(grid.peak_bytes)
-            if left <= 0 or not rows:
-                return
-            model = RowModel(problem, cap_bytes, rows)
-            for saved, recomputed in excluded:
-                model.exclude(saved, recomputed)
-            if grid.fits:
-                model.cheaper_than(min(f.total_recompute_cost for f in grid.fits))
-            found = model.next(left)
-            if found is None:  # none is left under the rows (or none was found in time)
-                return
-            saved = problem.prune_unused(found)
-            excluded.append((saved, problem.recompute_closure(saved)))
-            plan = make(saved)
-            if not grid.try_plan(plan):
-                cal.learn(grid.tried[key(plan)], saved)  # type: ignore[arg-type]
+            return RowModel(problem, cap_bytes, rows) if rows else None
+
+        def learn(plan: EagerPlan, saved: list[int], _recomputed: list[int]) -> bool:
+            cal.learn(grid.tried[key(plan)], saved)  # type: ignore[arg-type]
+            return True  # recalibrated: the rows change
+
+        cheapest = min(grid.fits, key=lambda f: f.total_recompute_cost, default=None)
+        cheapest_first(
+            problem,
+            build,
+            make,
+            grid.try_plan,
+            learn,
+            best=cheapest,
+            time_limit=time_limit,
+            max_plans=max_plans,
+        )

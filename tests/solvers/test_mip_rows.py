@@ -38,9 +38,10 @@ def test_the_cheapest_plan_under_rows_is_the_oracles(seed):
         (cost for saved, (cost, _) in oracle.plans(p).items() if _fits(p, saved, rows, cap)),
         default=None,
     )
-    found = RowModel(p, cap, rows).next(10.0)
+    got = RowModel(p, cap, rows).next(10.0)
+    found = got.saved
     if best is None:
-        assert found is None
+        assert found is None and got.exhausted
         return
     assert found is not None and _fits(p, found, rows, cap)
     assert oracle.price(p, found)[0] == pytest.approx(best)
@@ -51,22 +52,22 @@ def test_excluded_and_cheaper_plans_are_left_out(seed):
     p = random_problem(seed)
     cap = int(p.storage_bytes.sum() * 0.3)
     model = RowModel(p, cap, [])
-    first = model.next(10.0)
+    first = model.next(10.0).saved
     assert first is not None
     cost = oracle.price(p, first)[0]
     assert cost == oracle.optimum(p, cap)[0] > 0
     model.exclude(first, [])  # every saved set containing the first is out
-    second = model.next(10.0)
+    second = model.next(10.0).saved
     if second is None:  # then every plan under the cap saves what the first does
         fits = [s for s, (_, b) in oracle.plans(p).items() if b <= cap]
         assert all(set(first) <= set(s) for s in fits), fits
     else:
         assert not set(first) <= set(second) and oracle.price(p, second)[0] >= cost
     model.cheaper_than(cost)  # nothing is cheaper than the optimum
-    assert model.next(10.0) is None
+    assert model.next(10.0).exhausted
 
 
 def test_a_row_over_the_limit_whatever_is_saved_leaves_no_plan():
     p = random_problem(2)
-    assert RowModel(p, None, [([], -1)]).next(10.0) is None
-    assert RowModel(p, None, [([], 0)]).next(10.0) is not None
+    assert RowModel(p, None, [([], -1)]).next(10.0).exhausted
+    assert RowModel(p, None, [([], 0)]).next(10.0).saved is not None

@@ -27,27 +27,17 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 
 from ...core.liveness import LivenessBound
 from ...core.problem import Problem
-from .cpsat import _build
-from .model import integer_costs
-from .rows import Enumerated
+from .enumerated import Enumerated, Next
 
 SECOND_SOLVE_S = 1.0  # the tie-break's time: the lowest rows among the cheapest plans
 
 
-@dataclass
-class Next:
-    """What :meth:`PeakModel.next` found: the cheapest saved set left, or None when no plan
-    is left (``exhausted``: the search is complete) or none was found in time."""
-
-    saved: list[int] | None
-    exhausted: bool
-
-
 class PeakModel(Enumerated):
+    LINEARIZATION = 2  # one-off: 0.5 s, not 7.5, to solve the built-in GPT
+
     def __init__(
         self,
         problem: Problem,
@@ -58,23 +48,11 @@ class PeakModel(Enumerated):
         workers: int = 1,
         seed: int = 0,
     ) -> None:
-        from ortools.sat.python import cp_model
-
-        self._cp = cp_model
-        self.problem = problem
-        self.model = model = cp_model.CpModel()
-        # the peak rows know saves and recomputations: this search plans no offload
-        plain = problem if problem.offload is None else replace(problem, offload=None)
-        s, r, _, _, _ = _build(model, plain, cap_bytes)
-        self.s, self.r = s, r
+        super().__init__(problem, cap_bytes, workers=workers, seed=seed)
+        model, s = self.model, self.s
         self._bound = bound
         self._needs: dict[tuple[int, int], object] = {}
-        _break_view_symmetry(model, problem, s, r)
-        self.workers, self.seed = workers, seed
-        w = integer_costs(problem)
-        self._units = float(problem.cost.max()) / float(w.max()) if w.any() else 1.0
-        self._w = {v: int(w[v]) for v in r if w[v] > 0}
-        self.cost = sum(c * r[v] for v, c in self._w.items())
+        _break_view_symmetry(model, problem, s, self.r)
         # one unit divides every size, constant and the limit: the rows are exact
         consts = [row.const for row in bound.rows] + [r.const for r in bound.recompute_rows]
         unit = math.gcd(limit_bytes, *bound.storage_bytes, *consts) or 1
@@ -98,7 +76,6 @@ class PeakModel(Enumerated):
         self._both: dict[tuple, object] = {}
         self._forward_rows(size, total)
         self._backward_rows(size, total, unit)
-        model.minimize(self.cost)
 
     def _literal(self, lit: tuple) -> object | None:
         """The model's boolean for a bound's literal (None: it never holds)."""
@@ -297,14 +274,13 @@ class PeakModel(Enumerated):
             return Next(None, exhausted=True)
         if status not in (cp.OPTIMAL, cp.FEASIBLE):
             return Next(None, exhausted=False)
-        saved = sorted(v for v, x in self.s.items() if solver.value(x))
-        optimal = status == cp.OPTIMAL
+        saved = self.saved_in(solver)
         left = time_limit - (time.perf_counter() - start)
-        if optimal and left > 0:
+        if status == cp.OPTIMAL and left > 0:
             lowest = self.model.clone()
             var = lowest.get_bool_var_from_proto_index
             lowest.add(
-                sum(c * var(self.r[v].index) for v, c in self._w.items())
+                sum(c * var(self.r[v].index) for v, c in self.weights.items())
                 <= int(round(solver.objective_value))
             )
             lowest.minimize(lowest.get_int_var_from_proto_index(self.top.index))
@@ -313,20 +289,8 @@ class PeakModel(Enumerated):
             # proving the lowest takes seconds (7 s on the built-in GPT): a good one will do
             second, status = self._solve(lowest, min(left, SECOND_SOLVE_S))
             if status in (cp.OPTIMAL, cp.FEASIBLE):
-                saved = sorted(v for v, x in self.s.items() if second.value(var(x.index)))
+                saved = self.saved_in(second, lowest)
         return Next(saved, exhausted=False)
-
-    def _solve(self, model, time_limit: float):  # type: ignore[no-untyped-def]
-        cp = self._cp
-        solver = cp.CpSolver()
-        solver.parameters.max_time_in_seconds = max(0.05, float(time_limit))
-        solver.parameters.num_workers = self.workers
-        solver.parameters.random_seed = self.seed
-        solver.parameters.linearization_level = 2  # one-off: 0.5 s, not 7.5, on the built-in GPT
-        status = solver.solve(model)
-        if status == cp.MODEL_INVALID:  # a bug of ours, never a user error
-            raise RuntimeError(f"peak model: invalid: {model.validate()}")
-        return solver, status
 
 
 def _break_view_symmetry(model, problem: Problem, s, r) -> None:  # type: ignore[no-untyped-def]
