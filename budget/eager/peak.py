@@ -65,7 +65,6 @@ class _Live(LiveStorages):
         self.timeline: list[LivePoint] = []
         self.calls: Counter[str] = Counter()
         self.marks: dict[int, int] = {}
-        self.top = 0  # the step's peak so far; ``peak``: the most since the last point
 
     def mark(self, i: int) -> None:
         """Module ``i``'s backward begins: the next timeline point is its first."""
@@ -81,12 +80,8 @@ class _Live(LiveStorages):
             if not self.backward
             else ("recompute" if torch.is_grad_enabled() else "backward")
         )
-        most = self.peak if self.peak > self.live else None
+        most = self.recent if self.recent > self.live else None
         self.timeline.append(LivePoint(f"{name}_{k}" if k else name, phase, self.live, most))
-        self.top, self.peak = max(self.top, self.peak), self.live
-
-    def step_peak(self) -> int:
-        return max(self.top, self.peak)
 
 
 class _SavedNumbers(TorchFunctionMode):
@@ -166,7 +161,7 @@ def simulate(
             loss.backward(seed)
             del loss, seed
     at = [live.marks.get(i) for i in range(len(marks or []))]
-    return EagerPeak(peak_bytes=live.step_peak(), timeline=live.timeline, backward_at=at)
+    return EagerPeak(peak_bytes=live.peak, timeline=live.timeline, backward_at=at)
 
 
 @contextlib.contextmanager

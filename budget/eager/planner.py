@@ -187,21 +187,19 @@ def _for_peak(
     itself is chosen greedily, so this is the grid's cheapest fit up to that choice). Then
     the rows' stage (:func:`_search_rows`), which can only add cheaper plans that fit."""
     start = time.perf_counter()
-    first: list[EagerPlan] = []  # the memory budget's own plan: its target is the limit
+    own = plan_trace(trace, budget, **opts)  # the memory budget's plan: its target is the cap
 
     def make(b: MemoryBudget) -> EagerPlan | None:
         """The plan at ``b``, None when it saves more than the memory budget allows."""
-        p = plan_trace(trace, b, **opts)
-        if not first:
-            first.append(p)
-        return p if p.saved_bytes <= first[0].target_bytes else None
+        p = own if b is budget else plan_trace(trace, b, **opts)
+        return p if p.saved_bytes <= own.target_bytes else None
 
     grid = PeakGrid(peak_bytes, key=_key, predict=predict)  # type: ignore[arg-type]
     grid.walk(p for b in grid_budgets(budget) if (p := make(b)) is not None)
     if grid.missed is not None:  # between the cheapest fit and the last miss above it
         grid.refine(lambda target: make(MemoryBudget(nbytes=target)), grid.missed.target_bytes)
-    if first and not opts["offload"]:
-        _search_rows(trace, grid, budget, first[0], opts)
+    if not opts["offload"]:
+        _search_rows(trace, grid, budget, own, opts)
     best = grid.best(
         f"eager plans tried within memory budget {budget} (smaller candidate modules, "
         "modules=, may reach lower)"

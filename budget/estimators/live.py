@@ -26,7 +26,8 @@ from .memory import workspace_bytes
 
 class LiveStorages(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
     """Counts the bytes of the storages op calls make, until each is freed; ``peak`` is
-    the most at any call, with that call's workspace. ``device``: the device the ops stand
+    the most at any call, with that call's workspace, and ``recent`` the most since the
+    last call that made a tensor returned (its live bytes, then). ``device``: the device the ops stand
     for, where the tensors are on ``meta`` (workspace rules are per device);
     ``measure_workspace``: CPU workspace measured on this host, else by rule
     (:func:`~budget.estimators.memory.workspace_bytes`)."""
@@ -37,6 +38,7 @@ class LiveStorages(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
         self.measure_workspace = measure_workspace
         self.live = 0
         self.peak = 0
+        self.recent = 0
         self.alive: dict[int, weakref.finalize] = {}  # id(storage) -> its finalizer
 
     def count(self, storage: Any) -> None:
@@ -46,14 +48,18 @@ class LiveStorages(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
         nbytes = int(storage.nbytes())
         self.alive[key] = weakref.finalize(storage, self._freed, key, nbytes)
         self.live += nbytes
-        self.peak = max(self.peak, self.live)
+        self._reach(self.live)
+
+    def _reach(self, nbytes: int) -> None:
+        self.peak, self.recent = max(self.peak, nbytes), max(self.recent, nbytes)
 
     def _freed(self, key: int, nbytes: int) -> None:
         self.live -= nbytes
         self.alive.pop(key, None)
 
     def called(self, func: Any) -> None:
-        """After each op call that made a tensor (subclasses record a timeline)."""
+        """After each op call that made a tensor, before ``recent`` restarts from the live
+        bytes (subclasses record a timeline)."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
@@ -70,11 +76,12 @@ class LiveStorages(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
         transient = workspace_bytes(
             func, args, out, device=self.device, measure=self.measure_workspace
         )
-        self.peak = max(self.peak, self.live + transient)  # inputs and workspace, no outputs
+        self._reach(self.live + transient)  # inputs and workspace, no outputs
         for t in made:
             storage = t.untyped_storage()
             if id(storage) not in given:  # not a view or in-place write of an input
                 self.count(storage)
-        self.peak = max(self.peak, self.live + transient)  # outputs and workspace
+        self._reach(self.live + transient)  # outputs and workspace
         self.called(func)
+        self.recent = self.live
         return out
