@@ -1,15 +1,15 @@
 """Inductor's buffer reuse: the allocator calls it saves and the peak it costs, per plan.
 
-``budget.config.buffer_reuse`` is off by default: a buffer Inductor keeps allocated from
-its death to its reuse holds memory the plan frees. What that costs in time is one
-allocator call (and one free) per buffer not reused, which a launch-bound GPU step pays
-on its host thread. This bench counts both sides on the CPU, where the generated code
+A buffer Inductor keeps allocated from its death to its reuse can hold memory the plan
+frees; a buffer not reused costs one allocator call (and one free), which a launch-bound
+GPU step pays on its host thread. ``budget.config.buffer_reuse`` is "neutral" by default:
+only the reuses that leave the step's peak where it is without reuse are kept
+(budget.compile.reuse). This bench counts both sides on the CPU, where the generated code
 makes the same calls: for each model and fraction, one step compiled with torch's own
-partitioner (Inductor's reuse on, its default), with budget's backend (reuse off, the
-default) and with budget's backend and reuse on: the allocations one step makes
-(torch.profiler's memory events, the generated code's buffers and what its kernels
-allocate inside) and its measured peak. The GPU check's ``reuse`` block times the same
-choice on a device.
+partitioner (Inductor's reuse on, its default) and with budget's backend with reuse off,
+"neutral" and on (Inductor's own rule): the allocations one step makes (torch.profiler's
+memory events, the generated code's buffers and what its kernels allocate inside) and its
+measured peak. The GPU check's ``reuse`` block times the same choice on a device.
 
     TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 python bench/buffer_reuse.py > /tmp/reuse.md
     python bench/buffer_reuse.py --models gpt2 --fractions 1,0.2
@@ -74,19 +74,19 @@ def _measured(name: str, backend: Any, b: float) -> tuple[int, int]:
     return allocations(compiled, args), measure_peak(compiled, *args)
 
 
+MODES: dict[str, Any] = {"off": False, "neutral": "neutral", "on": True}
+
+
 def row(name: str, b: float) -> str:
-    cells = []
-    for label in ("torch", "off", "on"):
-        if label == "torch":
-            backend: Any = "inductor"
-        else:
-            with budget.config.patch(buffer_reuse=label == "on"):
-                backend = budget.backend(b)
-        cells.append(_measured(name, backend, b))
-    (t_n, t_peak), (off_n, off_peak), (on_n, on_peak) = cells
+    cells = [_measured(name, "inductor", b)]
+    for reuse in MODES.values():
+        with budget.config.patch(buffer_reuse=reuse):
+            cells.append(_measured(name, budget.backend(b), b))
+    (t_n, t_peak), (off_n, off_peak), (neu_n, neu_peak), (on_n, on_peak) = cells
     return (
         f"| {name} | {b:g} | {t_n} | {t_peak / KiB:.1f} | {off_n} | {off_peak / KiB:.1f} | "
-        f"{on_n} | {on_peak / KiB:.1f} | {off_n / on_n:.2f} | {on_peak / off_peak:.3f} |"
+        f"{neu_n} | {neu_peak / KiB:.1f} | {on_n} | {on_peak / KiB:.1f} | "
+        f"{neu_n / off_n:.2f} | {neu_peak / off_peak:.3f} | {on_peak / off_peak:.3f} |"
     )
 
 
@@ -99,14 +99,16 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"`python bench/buffer_reuse.py`: budget {budget.__version__}, torch "
         f"{torch.__version__}, {platform.machine()}, CPU. Allocations: allocator calls in "
-        "one step; peaks measured (KiB). Budget's plan with Inductor's buffer reuse off "
-        "(the default) and on; torch's partitioner at the same fraction (reuse on).\n"
+        "one step; peaks measured (KiB). Budget's plan with Inductor's buffer reuse off, "
+        '"neutral" (the default: kept where the peak stays put) and on (Inductor\'s rule); '
+        "torch's partitioner at the same fraction (reuse on).\n"
     )
     print(
         "| model | fraction | torch allocations | torch peak | off allocations | off peak | "
-        "on allocations | on peak | allocations off / on | peak on / off |"
+        "neutral allocations | neutral peak | on allocations | on peak | "
+        "allocations neutral / off | peak neutral / off | peak on / off |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in args.models.split(","):
         for b in (float(x) for x in args.fractions.split(",")):
             print(row(name.strip(), b), flush=True)

@@ -26,8 +26,9 @@ that passed on a GPU before come after the ones that have not):
 - ``pytest``: ``pytest -m cuda`` (CUDA only);
 - ``peak``: peak budgets at 0.8 and 0.6 of the b=1 step's measured peak: met as measured,
   or refused naming the lowest reachable peak;
-- ``reuse``: the bf16 GPT at b=1 and 0.2 with Inductor's buffer reuse on
-  (``budget.config.buffer_reuse``): step time and peak beside the ``gpt`` rows;
+- ``reuse``: the bf16 GPT at b=1 and 0.2 with Inductor's buffer reuse off
+  (``budget.config.buffer_reuse=False``): step time and peak beside the ``gpt`` rows
+  (reuse "neutral", the default);
 - ``estimators``: ``estimator="profile"`` against ``"flops"`` at b=0.5, and the device
   table's bf16 matmul rate and memory bandwidth against a probe of this device;
 - ``convnet``: a ResNet-50 (torchvision; the built-in ResNet when ``--tiny``),

@@ -25,7 +25,7 @@ _DEFAULTS: dict[str, Any] = {
     "peak_search": "grid",
     "conv_workspace": "measure",
     "offload": False,
-    "buffer_reuse": False,
+    "buffer_reuse": "neutral",
 }
 
 # How the peak models price a CPU convolution's workspace (budget.config.conv_workspace):
@@ -71,7 +71,11 @@ def validate_option(name: str, value: Any) -> Any:
                 f"got {value!r}"
             )
         return value
-    if name in ("offload", "buffer_reuse"):
+    if name == "buffer_reuse" and value != "neutral" and not isinstance(value, bool):
+        raise ValueError(f"buffer_reuse must be 'neutral', True or False; got {value!r}")
+    if name == "buffer_reuse":
+        return value
+    if name == "offload":
         if not isinstance(value, bool):
             raise ValueError(f"{name} must be True or False; got {value!r}")
         return value

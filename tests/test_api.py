@@ -69,9 +69,13 @@ def test_config_validates_on_assignment_and_patch_restores():
     with pytest.raises(ValueError, match="peak_search must be one of 'grid', 'exact'"):
         budget.config.peak_search = "fast"
     assert budget.config.peak_search == "grid"
-    with pytest.raises(ValueError, match="buffer_reuse must be True or False; got 'yes'"):
+    with pytest.raises(
+        ValueError, match="buffer_reuse must be 'neutral', True or False; got 'yes'"
+    ):
         budget.config.buffer_reuse = "yes"
-    assert budget.config.buffer_reuse is False
+    assert budget.config.buffer_reuse == "neutral"
+    with budget.config.patch(buffer_reuse=False):
+        assert budget.config.buffer_reuse is False
 
 
 def test_backend_reads_config_when_unset(chain_args):

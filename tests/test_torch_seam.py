@@ -106,6 +106,7 @@ OWN = {
     "memory_events",
     "nodes_prefer_channels_last",
     "torch_saved_set",
+    "wrapper_reuse",
 }  # budget's own helpers
 # exports named differently from torch's private originals
 ALIASES = {"reparametrize_module": "_reparametrize_module", "sac_is_compiling": "_is_compiling"}

@@ -22,6 +22,7 @@ compilers); with several ranks only the FX graph cache is used.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections.abc import Callable, Sequence
@@ -40,6 +41,7 @@ from .inductor_hooks import InductorPartitioner, run_uncompiled
 from .layout import backward_keeps_layouts
 from .partition import budget_partition
 from .peak_check import Attempt, fit_compiled_peak, hold_b1_peak, training_check
+from .reuse import neutral_reuse
 
 
 class GraphJob(NamedTuple):
@@ -262,7 +264,7 @@ def _compile_cached(
     ) -> Any:
         # the backward compiled now, not at the first backward: the compiled peak needs both
         capture = CodeCapture()
-        with functorch_config.patch(force_non_lazy_backward_lowering=True):
+        with functorch_config.patch(force_non_lazy_backward_lowering=True), reusing():
             inner = backward_keeps_layouts(capture)
             compiled = compile_fx(gm, example_inputs, inner_compile=inner, **kw)
         if len(be.log.plans) == first + 1:
@@ -274,11 +276,12 @@ def _compile_cached(
             be.log.update(first, compiled_peak_bytes=peak)
         return compiled
 
-    # No buffer reuse unless asked (PlanSettings.buffer_reuse): Inductor would keep a dead
-    # buffer allocated until a later one of its size takes it over, holding memory the plan
-    # frees. Fresh allocations come from the allocator's free blocks.
+    # Buffer reuse (PlanSettings.buffer_reuse): by default only where the step's peak stays
+    # where it is without reuse (compile/reuse.py); a dead buffer kept for a later one of
+    # its size otherwise holds memory the plan frees.
     reuse = be.settings.buffer_reuse
-    patches = {"custom_partitioner_fn": partitioner, "allow_buffer_reuse": reuse}
+    patches = {"custom_partitioner_fn": partitioner, "allow_buffer_reuse": bool(reuse)}
+    reusing = neutral_reuse if reuse == "neutral" else contextlib.nullcontext
     if not plan_cache.enabled():
         with functorch_config.patch(enable_autograd_cache=False):
             return compile_and_read_peak(gm, example_inputs, config_patches=patches)

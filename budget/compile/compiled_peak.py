@@ -13,15 +13,11 @@ reuse by renaming, views by ``reinterpret_tensor`` and ``alloc_from_pool``, and 
 extern kernels (matmuls into buffers, fallback ATen ops that allocate their outputs:
 attention on CUDA), whose outputs' strides its ``assert_size_stride`` states (the meta
 run gives them to its tensors: a meta function may lay an output out otherwise than the
-device's kernel, and a later call's workspace depends on its operands' layout). This module runs that code with every generated kernel (C++ or
-Triton, called or launched with ``.run(..., stream=stream0)``) replaced by a no-op and
-every tensor on the ``meta`` device: the allocations and frees happen as they would, in
-the same order (CPython frees a tensor when its last reference goes, as in the real
-run), and nothing is computed. Nothing touches a GPU either: the code sees a ``torch``
-whose CUDA device guard, ``set_device``, streams and synchronisation do nothing, and
-module imports that fail where there is no CUDA or Triton (``import triton``, ``from
-torch._C import _cuda_getCurrentRawStream``) bind stand-ins; an op that makes a tensor
-on a device other than meta or the CPU is an error. Live bytes are counted as for the
+device's kernel, and a later call's workspace depends on its operands' layout). This
+module runs that code on meta tensors (:mod:`budget.compile.meta_code`): the allocations
+and frees happen as they would, in the same order (CPython frees a tensor when its last
+reference goes, as in the real run), nothing is computed and nothing touches a GPU; an op
+that makes a tensor on a device other than meta or the CPU is an error. Live bytes are counted as for the
 eager planner's run on fake tensors (:class:`budget.estimators.live.LiveStorages`): each
 storage from the op that makes it until its last tensor is gone, and what an extern
 kernel allocates inside itself at its call (:func:`budget.estimators.memory.workspace_bytes`:
@@ -43,9 +39,10 @@ CUDA code on user streams.
 
 from __future__ import annotations
 
-import ast
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+import contextlib
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -53,26 +50,22 @@ import torch.fx as fx
 
 from ..estimators.live import LiveStorages
 from ..runtime._torch_private import tangent_held
-from ..runtime.values import hint
+from .meta_code import CompiledCodeError, CompiledGraph, call_on_meta, meta_tensor
+
+# The graph Inductor is compiling under a CodeCapture (its code not yet known) and, for a
+# backward, its forward as compiled: compile/reuse.py runs the code as it is generated.
+COMPILING: ContextVar[tuple[CompiledGraph, CompiledGraph | None] | None] = ContextVar(
+    "budget_compiling", default=None
+)
 
 
-class CompiledCodeError(RuntimeError):
-    """Inductor's generated code could not be run on meta tensors (a construct this
-    module does not know): the compiled peak is unknown."""
-
-
-@dataclass
-class CompiledGraph:
-    """One compiled graph: its wrapper code, and its fx graph's placeholder names (the
-    code's argument order) and output names (None where an output is not a node).
-    ``device``: where it runs (``"cpu"``, ``"cuda"``), which says how its ops' workspace
-    is counted; :func:`describe` reads it off the placeholders."""
-
-    source: str
-    inputs: list[str]
-    outputs: list[str | None]
-    values: dict[str, Any] = field(default_factory=dict)  # placeholder -> meta["val"]
-    device: str = "cpu"
+@contextlib.contextmanager
+def _compiling(graph: CompiledGraph, forward: CompiledGraph | None) -> Iterator[None]:
+    token = COMPILING.set((graph, forward))
+    try:
+        yield
+    finally:
+        COMPILING.reset(token)
 
 
 def _device(values: dict[str, Any]) -> str:
@@ -97,188 +90,6 @@ def describe(gm: fx.GraphModule, source: str = "") -> CompiledGraph:
     return CompiledGraph(source, inputs, outputs, values, _device(values))
 
 
-def _noop(*_: Any, **__: Any) -> None:
-    return None
-
-
-class _Stub:
-    """Stands for what the meta run must not run: a generated kernel (called, launched
-    with ``.run(...)``, or a CUDA template's ``kernel.kernel_name(...)``), a module that
-    does not import here (``triton``), a device guard, a stream. A call or an attribute
-    gives another stand-in, which is also a context manager that does nothing."""
-
-    def __call__(self, *_: Any, **__: Any) -> _Stub:
-        return self
-
-    def __getattr__(self, name: str) -> _Stub:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return self
-
-    def __enter__(self) -> _Stub:
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        return None
-
-
-class _Cuda:
-    """``torch.cuda`` as the wrapper code sees it: what would set up or wait on a GPU
-    (``with torch.cuda._DeviceGuard(0):``, ``torch.cuda.set_device(0)``, streams,
-    ``synchronize()``, NVTX ranges) does nothing; the rest is torch.cuda's."""
-
-    STUBBED = frozenset(
-        {"_DeviceGuard", "device", "set_device", "synchronize", "current_stream", "stream"}
-        | {"Stream", "Event", "set_stream", "nvtx"}
-    )
-
-    def __getattr__(self, name: str) -> Any:
-        return _Stub() if name in self.STUBBED else getattr(torch.cuda, name)
-
-
-class _Torch:
-    """``torch`` as the wrapper code sees it: its ``cuda`` is :class:`_Cuda` and its
-    ``Event`` (a device-to-host copy's) a stand-in; the rest is torch's."""
-
-    cuda = _Cuda()
-    Event = _Stub()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(torch, name)
-
-
-_FILE = "<inductor wrapper>"
-
-
-def _runnable(source: str) -> tuple[list[ast.stmt], set[str]]:
-    """The wrapper module's statements without its kernels' compilation and its
-    benchmark harness, each import split into one statement per name; and the names of
-    the generated kernels (bound to stand-ins when it runs)."""
-    kernels: set[str] = set()
-    body: list[ast.stmt] = []
-    for stmt in ast.parse(source).body:
-        text = ast.unparse(stmt) if isinstance(stmt, (ast.Assign, ast.Expr, ast.Delete)) else ""
-        if "async_compile" in text:  # kernel = async_compile.triton(...), .wait(), del
-            if isinstance(stmt, ast.Assign):
-                kernels.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
-            continue
-        if isinstance(stmt, ast.If):  # if __name__ == "__main__": the benchmark
-            continue
-        if isinstance(stmt, ast.FunctionDef) and stmt.name in (
-            "get_args",
-            "benchmark_compiled_module",
-        ):
-            continue
-        if isinstance(stmt, ast.Import):
-            body.extend(ast.Import(names=[a]) for a in stmt.names)
-        elif isinstance(stmt, ast.ImportFrom):
-            body.extend(ast.ImportFrom(stmt.module, [a], stmt.level) for a in stmt.names)
-        else:
-            body.append(stmt)
-    return body, kernels
-
-
-def _load(body: list[ast.stmt]) -> dict[str, Any]:
-    """The module's scope after running ``body``, one statement at a time. An import
-    that fails here binds its name to a stand-in: Triton's modules and CUDA's stream
-    getter where there is no Triton or CUDA, used only by the kernels and launches the
-    run replaces. Any other failure: :class:`CompiledCodeError`."""
-    scope: dict[str, Any] = {"__name__": "budget_compiled_peak"}
-    for stmt in body:
-        code = compile(ast.fix_missing_locations(ast.Module([stmt], [])), _FILE, "exec")
-        try:
-            exec(code, scope)
-        except ImportError as e:
-            if not isinstance(stmt, (ast.Import, ast.ImportFrom)) or stmt.names[0].name == "*":
-                raise CompiledCodeError(f"Inductor's wrapper code did not load: {e}") from e
-            alias = stmt.names[0]
-            name = alias.asname or alias.name
-            scope[name if isinstance(stmt, ast.ImportFrom) else name.split(".")[0]] = _Stub()
-        except Exception as e:  # noqa: BLE001 - any failure means: unknown construct
-            raise CompiledCodeError(f"Inductor's wrapper code did not load: {e}") from e
-    return scope
-
-
-def _meta(val: Any) -> Any:
-    """A meta tensor with ``val``'s sizes, strides and dtype (a fresh storage)."""
-    if not isinstance(val, torch.Tensor):
-        return hint(val) if isinstance(val, torch.SymInt) else val
-    size = [hint(s) for s in val.shape]
-    stride = [hint(s) for s in val.stride()]
-    return torch.empty_strided(size, stride, dtype=val.dtype, device="meta")
-
-
-def _empty(
-    size: Sequence[int],
-    stride: Sequence[int],
-    dtype: torch.dtype | None = None,
-    *,
-    device: Any = None,
-) -> torch.Tensor:
-    """``empty_strided_cpu``, ``empty_strided_cuda`` (...) and ``empty_strided``: on meta."""
-    return torch.empty_strided(size, stride, dtype=dtype, device="meta")
-
-
-def _reinterpret(t: torch.Tensor, size: Sequence[int], stride: Sequence[int], offset: int = 0):
-    return torch.as_strided(t, size, stride, offset)
-
-
-def _take_asserted_strides(t: Any, size: Sequence[int], stride: Sequence[int], *_: Any) -> None:
-    """``assert_size_stride``: the strides Inductor asserts a tensor has, given to the meta
-    tensor standing for it. An extern kernel's meta function can lay its output out
-    otherwise than the device's kernel does (a CPU convolution given a channels-last weight
-    returns channels-last output from oneDNN, contiguous from its meta function), and the
-    code's later calls, with their workspace, depend on their operands' layout. The real
-    run asserts these strides, so they are the ones it has; a tensor whose sizes differ,
-    or whose storage the strides would overrun, is left as it is."""
-    if not isinstance(t, torch.Tensor) or t.device.type != "meta" or list(t.shape) != list(size):
-        return
-    if list(t.stride()) == list(stride) or t.numel() == 0:
-        return
-    extent = t.storage_offset() + 1 + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
-    if extent * t.element_size() <= t.untyped_storage().nbytes():
-        t.as_strided_(size, stride)
-
-
-# What the module's own names are replaced by once it has loaded (it assigns some of them,
-# empty_strided_cuda = torch._C._dynamo.guards._empty_strided_cuda: these win).
-_OVERRIDES: dict[str, Any] = {
-    "torch": _Torch(),
-    "device": lambda *_, **__: torch.device("meta"),  # device(type='cuda', index=0)
-    "get_raw_stream": lambda *_: 0,
-    "reinterpret_tensor": _reinterpret,
-    "assert_size_stride": _take_asserted_strides,
-    "assert_alignment": _noop,
-    "run_intermediate_hooks": _noop,
-    "start_graph": _noop,
-    "end_graph": _noop,
-    **{
-        f"empty_strided{device}": _empty
-        for device in ("", "_cpu", "_cpu_pinned", "_cuda", "_xpu", "_mtia")
-    },
-    "empty_strided_p2p": lambda size, stride, dtype, *_: _empty(size, stride, dtype),
-}
-
-
-def _call(graph: CompiledGraph) -> Callable[[list[Any]], Any]:
-    if "load_pybinding" in graph.source or "CppWrapperCodeCache" in graph.source:
-        # cpp_wrapper: call() is C++ that would run the kernels on meta tensors' pointers
-        raise CompiledCodeError("C++ wrapper code (cpp_wrapper): only Python wrapper code is run")
-    if "get_external_object_by_index" in graph.source:  # with stream1: ...
-        raise CompiledCodeError("code on user streams: one stream's allocations are modelled")
-    try:
-        body, kernels = _runnable(graph.source)
-    except SyntaxError as e:
-        raise CompiledCodeError(f"Inductor's wrapper code did not parse: {e}") from e
-    scope = _load(body)
-    scope.update({name: _Stub() for name in kernels}, **_OVERRIDES)
-    call = scope.get("call")
-    code = getattr(getattr(call, "__func__", call), "__code__", None)
-    if code is None or code.co_filename != _FILE:
-        raise CompiledCodeError("Inductor's wrapper code has no Python call(): not run")
-    return call
-
-
 class _MetaRun(LiveStorages):
     """:class:`LiveStorages` that refuses a tensor made off the meta device (but on the
     CPU): the code would have allocated on a device, which the run must not do."""
@@ -298,16 +109,24 @@ def compiled_peak(
     num_user_outputs: int = 1,
     outputs_held: bool = True,
     measure_workspace: bool = True,
+    tracer: Callable[[Any, LiveStorages], None] | None = None,
 ) -> int:
     """The peak bytes of running the compiled forward then backward (module docstring),
     above what was resident before the step. The forward's first ``num_user_outputs``
     outputs (the loss; where ``outputs_held``) and the others the backward does not take
-    are held to the end of the step. Raises :class:`CompiledCodeError` when the code cannot be run on meta tensors."""
+    are held to the end of the step. ``tracer(frame, live)``: called before each line of
+    the last graph's ``call`` runs, and as it returns. Raises :class:`CompiledCodeError`
+    when the code cannot be run on meta tensors."""
     # meta tensors standing in for the device's
     live = _MetaRun(device=fw.device, measure_workspace=measure_workspace)
-    fw_call = _call(fw)
-    bw_call = _call(bw) if bw is not None else None
-    inputs = {name: _meta(fw.values[name]) for name in fw.inputs}  # resident: made outside
+    fw_call = call_on_meta(fw)
+    bw_call = call_on_meta(bw) if bw is not None else None
+    if tracer is not None:
+        if bw_call is None:
+            fw_call = _traced(fw_call, tracer, live)
+        else:
+            bw_call = _traced(bw_call, tracer, live)
+    inputs = {name: meta_tensor(fw.values[name]) for name in fw.inputs}  # resident: made outside
     with live:
         try:
             outs = fw_call([inputs[name] for name in fw.inputs])
@@ -330,7 +149,7 @@ def compiled_peak(
                 elif name in inputs:
                     args.append(inputs[name])
                 elif name.startswith("tangents"):  # autograd makes it as the backward starts
-                    tangent = _meta(bw.values[name])  # made in the mode: counted
+                    tangent = meta_tensor(bw.values[name])  # made in the mode: counted
                     if tangent_held(bw.values[name]):
                         tangents.append(tangent)
                     args.append(tangent)
@@ -351,6 +170,25 @@ def compiled_peak(
     return live.peak
 
 
+def _traced(call: Callable[[list[Any]], Any], tracer: Any, live: LiveStorages) -> Any:
+    code = getattr(call, "__func__", call).__code__
+
+    def local(frame: Any, event: str, _: Any) -> Any:
+        if event in ("line", "return"):
+            tracer(frame, live)
+        return local
+
+    def run(args: list[Any]) -> Any:
+        previous = sys.gettrace()
+        sys.settrace(lambda frame, *_: local if frame.f_code is code else None)
+        try:
+            return call(args)
+        finally:
+            sys.settrace(previous)
+
+    return run
+
+
 class CodeCapture:
     """An Inductor ``inner_compile`` that compiles as Inductor does and keeps each graph's
     wrapper code (CPU or CUDA): :meth:`peak` is then the compiled step's peak (the
@@ -363,7 +201,9 @@ class CodeCapture:
         from ..runtime._torch_private import compile_fx_inner
 
         graph = describe(gm)  # before Inductor's passes edit gm
-        compiled = compile_fx_inner(gm, example_inputs, **kwargs)
+        forward = self.graphs.get("forward") if kwargs.get("is_backward") else None
+        with _compiling(graph, forward):
+            compiled = compile_fx_inner(gm, example_inputs, **kwargs)
         source = getattr(compiled, "source_code", None)
         if isinstance(source, str):
             graph.source = source

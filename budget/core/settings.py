@@ -63,12 +63,13 @@ class PlanSettings:
     """How the peak models price a CPU convolution's (and bf16 matmul's) workspace:
     "measure" (once per call shape on this host) or "rule" (budget's fitted rule)."""
 
-    buffer_reuse: bool = False
-    """Whether Inductor may reuse a dead buffer for a later one of its size (its
-    ``allow_buffer_reuse``). Off by default: a reused buffer stays allocated from its death
-    to its reuse, holding memory the plan frees, so a fraction's code can peak above the
-    b=1 plan's. On: one allocator call less per reuse, which shortens launch-bound GPU
-    steps. Compiled peaks are read from the code either way."""
+    buffer_reuse: bool | str = "neutral"
+    """Whether Inductor may reuse a dead buffer for a later one of its size, one allocator
+    call fewer, which shortens launch-bound GPU steps. "neutral" (the default): only where
+    the step's peak stays where it is without reuse, judged on the generated code
+    (:mod:`budget.compile.reuse`). False: no reuse. True: Inductor's own rule, whose
+    estimate lets a reused buffer held across the peak raise it. Compiled peaks are read
+    from the code either way."""
 
     @property
     def graphs_peak_bytes(self) -> int | None:

@@ -82,6 +82,7 @@ class _Live(LiveStorages):
         )
         most = self.recent if self.recent > self.live else None
         self.timeline.append(LivePoint(f"{name}_{k}" if k else name, phase, self.live, most))
+        self.recent = self.live
 
 
 class _SavedNumbers(TorchFunctionMode):

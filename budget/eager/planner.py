@@ -163,7 +163,9 @@ def plan_predicted(
     opts |= {"excluded": excluded}
     if peak_bytes is None:
         return _tie_broken(trace, budget, predict, opts)
-    plain = {**opts, "offload": False, "costs": opts["costs"].without_offload()}
+    plain = (
+        {**opts, "offload": False, "costs": opts["costs"].without_offload()} if offload else opts
+    )
 
     def search(allow: bool) -> EagerPlan:
         return _for_peak(trace, budget, peak_bytes, predict, opts if allow else plain)

@@ -26,8 +26,8 @@ from .memory import workspace_bytes
 
 class LiveStorages(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
     """Counts the bytes of the storages op calls make, until each is freed; ``peak`` is
-    the most at any call, with that call's workspace, and ``recent`` the most since the
-    last call that made a tensor returned (its live bytes, then). ``device``: the device the ops stand
+    the most at any call, with that call's workspace, and ``recent`` the most since a user
+    of the count last set it (to the live bytes, say: a timeline's point, a code line). ``device``: the device the ops stand
     for, where the tensors are on ``meta`` (workspace rules are per device);
     ``measure_workspace``: CPU workspace measured on this host, else by rule
     (:func:`~budget.estimators.memory.workspace_bytes`)."""
@@ -58,8 +58,7 @@ class LiveStorages(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
         self.alive.pop(key, None)
 
     def called(self, func: Any) -> None:
-        """After each op call that made a tensor, before ``recent`` restarts from the live
-        bytes (subclasses record a timeline)."""
+        """After each op call that made a tensor (subclasses record a timeline)."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
@@ -83,5 +82,4 @@ class LiveStorages(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
                 self.count(storage)
         self._reach(self.live + transient)  # outputs and workspace
         self.called(func)
-        self.recent = self.live
         return out

@@ -26,7 +26,7 @@ import contextlib
 import functools
 import importlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -110,55 +110,6 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "FakeTensor": ("torch._subclasses.fake_tensor", "FakeTensor"),
     "FunctionalTensor": ("torch._subclasses.functional_tensor", "FunctionalTensor"),
 }
-
-if TYPE_CHECKING:
-    from torch._dynamo.backends.common import aot_autograd
-    from torch._dynamo.backends.debugging import boxed_nop
-    from torch._dynamo.exc import BackendCompilerFailed
-    from torch._dynamo.utils import counters
-    from torch._functorch import config as functorch_config
-    from torch._functorch._activation_offloading.activation_offloading import (
-        enable_activation_offloading,
-    )
-    from torch._functorch._aot_autograd.descriptors import InputMutationAOTOutput
-    from torch._functorch._aot_autograd.graph_compile import is_opaque_node
-    from torch._functorch.aot_autograd import make_boxed_func
-    from torch._functorch.compile_utils import fx_graph_cse
-    from torch._functorch.partitioners import (
-        NodeInfo,
-        _extract_fwd_bwd_modules,
-        choose_saved_values_set,
-        classify_nodes,
-        cleanup_recompute_tags,
-        default_partition,
-        force_save_bw_mutation_src,
-        force_save_collectives,
-        force_save_effectful_ops,
-        functionalize_rng_ops,
-        get_default_op_list,
-        has_recomputable_ops,
-        has_recomputable_rng_ops,
-        must_recompute,
-        raise_getitems,
-        reordering_to_mimic_autograd_engine,
-        thread_graphsafe_rng_from_hops,
-    )
-    from torch._inductor import config as inductor_config
-    from torch._inductor.async_compile import AsyncCompile
-    from torch._inductor.compile_fx import compile_fx, compile_fx_inner, select_decomp_table
-    from torch._inductor.custom_graph_pass import (
-        CustomKnapsackSolver,
-        CustomPartitionerFn,
-        CustomRuntimeEstimator,
-    )
-    from torch._inductor.fx_passes.control_dependencies import preserve_node_ordering
-    from torch._inductor.graph import GraphLowering
-    from torch._inductor.output_code import OutputCode
-    from torch._subclasses.fake_tensor import FakeTensor
-    from torch._subclasses.functional_tensor import FunctionalTensor
-    from torch.nn.utils.stateless import _reparametrize_module as reparametrize_module
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils.checkpoint import _is_compiling as sac_is_compiling
 
 
 def memory_events(prof: Any) -> list[tuple[int, int]]:
@@ -317,6 +268,43 @@ def forget_compiled(code: Any) -> None:
     torch._dynamo.reset_code(code)
 
 
+@contextlib.contextmanager
+def wrapper_reuse(mark: str, rewrite: Any) -> Iterator[None]:
+    """While Inductor compiles: every buffer reuse it can make is made (its own rule, an
+    estimate of the graph's memory, is not asked), each reused buffer's death is written
+    as the comment ``mark`` + its name, and each graph's Python wrapper code is handed to
+    ``rewrite(source, device_type)`` and replaced by what it returns (compile/reuse.py)."""
+    from torch._inductor.codegen import wrapper as W
+    from torch._inductor.virtualized import V
+
+    saved = (W.AllocateLine.should_reuse_buffer, W.FreeIfNotReusedLine.codegen)
+    generate = W.PythonWrapperCodegen.generate
+
+    def codegen(self: Any, code: Any) -> None:
+        if self.is_reused and not self.comm_buffer:
+            code.writeline(f"{mark}{self.node.get_name()}")
+        else:
+            saved[1](self, code)
+
+    def generated(self: Any, is_inference: bool) -> Any:
+        result = generate(self, is_inference)
+        g, wrapper = V.graph, result[0]
+        if not g.cpp_wrapper and isinstance(getattr(wrapper, "value", None), str):
+            wrapper.value = rewrite(wrapper.value, g.device_type)
+        return result
+
+    def every(self: Any, free_line: Any, size: int) -> bool:
+        return not V.graph.cpp_wrapper or saved[0](self, free_line, size)  # C++: not rewritten
+
+    W.AllocateLine.should_reuse_buffer = every
+    W.FreeIfNotReusedLine.codegen, W.PythonWrapperCodegen.generate = codegen, generated
+    try:
+        yield
+    finally:
+        W.AllocateLine.should_reuse_buffer, W.FreeIfNotReusedLine.codegen = saved
+        W.PythonWrapperCodegen.generate = generate
+
+
 def nodes_prefer_channels_last(graph: Any) -> set[Any]:
     """The nodes of ``graph`` (an fx.Graph) Inductor lays out channels-last under layout
     optimisation: every ancestor of a convolution (through any op but ``bmm``) and the
@@ -342,6 +330,7 @@ __all__ = [
     "input_mutation_outputs",
     "memory_events",
     "nodes_prefer_channels_last",
+    "wrapper_reuse",
     # loaded with torch
     "DataDependentOutputException",
     "FakeTensorMode",
@@ -353,48 +342,5 @@ __all__ = [
     "no_python_dispatcher",
     "tree_leaves",
     "tree_map",
-    # the compile stack, loaded on first use (_LAZY)
-    "BackendCompilerFailed",
-    "CustomKnapsackSolver",
-    "CustomPartitionerFn",
-    "CustomRuntimeEstimator",
-    "FakeTensor",
-    "FunctionalTensor",
-    "GraphLowering",
-    "InputMutationAOTOutput",
-    "NodeInfo",
-    "OutputCode",
-    "AsyncCompile",
-    "TorchDispatchMode",
-    "_extract_fwd_bwd_modules",
-    "aot_autograd",
-    "boxed_nop",
-    "choose_saved_values_set",
-    "classify_nodes",
-    "cleanup_recompute_tags",
-    "compile_fx",
-    "compile_fx_inner",
-    "counters",
-    "default_partition",
-    "enable_activation_offloading",
-    "force_save_bw_mutation_src",
-    "force_save_collectives",
-    "force_save_effectful_ops",
-    "functionalize_rng_ops",
-    "functorch_config",
-    "get_default_op_list",
-    "fx_graph_cse",
-    "has_recomputable_ops",
-    "has_recomputable_rng_ops",
-    "inductor_config",
-    "is_opaque_node",
-    "make_boxed_func",
-    "must_recompute",
-    "preserve_node_ordering",
-    "raise_getitems",
-    "reordering_to_mimic_autograd_engine",
-    "reparametrize_module",
-    "sac_is_compiling",
-    "select_decomp_table",
-    "thread_graphsafe_rng_from_hops",
+    *_LAZY,  # the compile stack, loaded on first use
 ]

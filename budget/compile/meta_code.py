@@ -1,0 +1,225 @@
+"""Inductor's Python wrapper code, made runnable on meta tensors.
+
+The wrapper code (``CompiledFxGraph.source_code``) is the Python that runs a graph's
+kernels: it allocates each buffer (``empty_strided_cpu``, ``empty_strided_cuda``), calls the
+kernels and extern kernels, deletes buffers as they die. :func:`call_on_meta` loads it with
+every generated kernel (C++ or Triton, called or launched with ``.run(..., stream=stream0)``)
+replaced by a no-op and every allocation on the ``meta`` device, so that running its
+``call`` allocates and frees as the real run would, in the same order, and computes
+nothing. Nothing touches a GPU either: the code sees a ``torch`` whose CUDA device guard,
+``set_device``, streams and synchronisation do nothing, and module imports that fail where
+there is no CUDA or Triton bind stand-ins. Used by :mod:`budget.compile.compiled_peak`
+(the step's peak) and :mod:`budget.compile.reuse` (line by line).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..runtime.values import hint
+
+
+class CompiledCodeError(RuntimeError):
+    """Inductor's generated code could not be run on meta tensors (a construct this
+    module does not know): the compiled peak is unknown."""
+
+
+@dataclass
+class CompiledGraph:
+    """One compiled graph: its wrapper code, and its fx graph's placeholder names (the
+    code's argument order) and output names (None where an output is not a node).
+    ``device``: where it runs (``"cpu"``, ``"cuda"``), which says how its ops' workspace
+    is counted; :func:`describe` reads it off the placeholders."""
+
+    source: str
+    inputs: list[str]
+    outputs: list[str | None]
+    values: dict[str, Any] = field(default_factory=dict)  # placeholder -> meta["val"]
+    device: str = "cpu"
+
+
+def _noop(*_: Any, **__: Any) -> None:
+    return None
+
+
+class _Stub:
+    """Stands for what the meta run must not run: a generated kernel (called, launched
+    with ``.run(...)``, or a CUDA template's ``kernel.kernel_name(...)``), a module that
+    does not import here (``triton``), a device guard, a stream. A call or an attribute
+    gives another stand-in, which is also a context manager that does nothing."""
+
+    def __call__(self, *_: Any, **__: Any) -> _Stub:
+        return self
+
+    def __getattr__(self, name: str) -> _Stub:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self
+
+    def __enter__(self) -> _Stub:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        return None
+
+
+class _Cuda:
+    """``torch.cuda`` as the wrapper code sees it: what would set up or wait on a GPU
+    (``with torch.cuda._DeviceGuard(0):``, ``torch.cuda.set_device(0)``, streams,
+    ``synchronize()``, NVTX ranges) does nothing; the rest is torch.cuda's."""
+
+    STUBBED = frozenset(
+        {"_DeviceGuard", "device", "set_device", "synchronize", "current_stream", "stream"}
+        | {"Stream", "Event", "set_stream", "nvtx"}
+    )
+
+    def __getattr__(self, name: str) -> Any:
+        return _Stub() if name in self.STUBBED else getattr(torch.cuda, name)
+
+
+class _Torch:
+    """``torch`` as the wrapper code sees it: its ``cuda`` is :class:`_Cuda` and its
+    ``Event`` (a device-to-host copy's) a stand-in; the rest is torch's."""
+
+    cuda = _Cuda()
+    Event = _Stub()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+
+_FILE = "<inductor wrapper>"
+
+
+def _runnable(source: str) -> tuple[list[ast.stmt], set[str]]:
+    """The wrapper module's statements without its kernels' compilation and its
+    benchmark harness, each import split into one statement per name; and the names of
+    the generated kernels (bound to stand-ins when it runs)."""
+    kernels: set[str] = set()
+    body: list[ast.stmt] = []
+    for stmt in ast.parse(source).body:
+        text = ast.unparse(stmt) if isinstance(stmt, (ast.Assign, ast.Expr, ast.Delete)) else ""
+        if "async_compile" in text:  # kernel = async_compile.triton(...), .wait(), del
+            if isinstance(stmt, ast.Assign):
+                kernels.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
+            continue
+        if isinstance(stmt, ast.If):  # if __name__ == "__main__": the benchmark
+            continue
+        if isinstance(stmt, ast.FunctionDef) and stmt.name in (
+            "get_args",
+            "benchmark_compiled_module",
+        ):
+            continue
+        if isinstance(stmt, ast.Import):
+            body.extend(ast.Import(names=[a]) for a in stmt.names)
+        elif isinstance(stmt, ast.ImportFrom):
+            body.extend(ast.ImportFrom(stmt.module, [a], stmt.level) for a in stmt.names)
+        else:
+            body.append(stmt)
+    return body, kernels
+
+
+def _load(body: list[ast.stmt]) -> dict[str, Any]:
+    """The module's scope after running ``body``, one statement at a time. An import
+    that fails here binds its name to a stand-in: Triton's modules and CUDA's stream
+    getter where there is no Triton or CUDA, used only by the kernels and launches the
+    run replaces. Any other failure: :class:`CompiledCodeError`."""
+    scope: dict[str, Any] = {"__name__": "budget_compiled_peak"}
+    for stmt in body:
+        code = compile(ast.fix_missing_locations(ast.Module([stmt], [])), _FILE, "exec")
+        try:
+            exec(code, scope)
+        except ImportError as e:
+            if not isinstance(stmt, (ast.Import, ast.ImportFrom)) or stmt.names[0].name == "*":
+                raise CompiledCodeError(f"Inductor's wrapper code did not load: {e}") from e
+            alias = stmt.names[0]
+            name = alias.asname or alias.name
+            scope[name if isinstance(stmt, ast.ImportFrom) else name.split(".")[0]] = _Stub()
+        except Exception as e:  # noqa: BLE001 - any failure means: unknown construct
+            raise CompiledCodeError(f"Inductor's wrapper code did not load: {e}") from e
+    return scope
+
+
+def meta_tensor(val: Any) -> Any:
+    """A meta tensor with ``val``'s sizes, strides and dtype (a fresh storage)."""
+    if not isinstance(val, torch.Tensor):
+        return hint(val) if isinstance(val, torch.SymInt) else val
+    size = [hint(s) for s in val.shape]
+    stride = [hint(s) for s in val.stride()]
+    return torch.empty_strided(size, stride, dtype=val.dtype, device="meta")
+
+
+def _empty(
+    size: Sequence[int],
+    stride: Sequence[int],
+    dtype: torch.dtype | None = None,
+    *,
+    device: Any = None,
+) -> torch.Tensor:
+    """``empty_strided_cpu``, ``empty_strided_cuda`` (...) and ``empty_strided``: on meta."""
+    return torch.empty_strided(size, stride, dtype=dtype, device="meta")
+
+
+def _reinterpret(t: torch.Tensor, size: Sequence[int], stride: Sequence[int], offset: int = 0):
+    return torch.as_strided(t, size, stride, offset)
+
+
+def _take_asserted_strides(t: Any, size: Sequence[int], stride: Sequence[int], *_: Any) -> None:
+    """``assert_size_stride``: the strides Inductor asserts a tensor has, given to the meta
+    tensor standing for it. An extern kernel's meta function can lay its output out
+    otherwise than the device's kernel does (a CPU convolution given a channels-last weight
+    returns channels-last output from oneDNN, contiguous from its meta function), and the
+    code's later calls, with their workspace, depend on their operands' layout. The real
+    run asserts these strides, so they are the ones it has; a tensor whose sizes differ,
+    or whose storage the strides would overrun, is left as it is."""
+    if not isinstance(t, torch.Tensor) or t.device.type != "meta" or list(t.shape) != list(size):
+        return
+    if list(t.stride()) == list(stride) or t.numel() == 0:
+        return
+    extent = t.storage_offset() + 1 + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
+    if extent * t.element_size() <= t.untyped_storage().nbytes():
+        t.as_strided_(size, stride)
+
+
+# What the module's own names are replaced by once it has loaded (it assigns some of them,
+# empty_strided_cuda = torch._C._dynamo.guards._empty_strided_cuda: these win).
+_OVERRIDES: dict[str, Any] = {
+    "torch": _Torch(),
+    "device": lambda *_, **__: torch.device("meta"),  # device(type='cuda', index=0)
+    "get_raw_stream": lambda *_: 0,
+    "reinterpret_tensor": _reinterpret,
+    "assert_size_stride": _take_asserted_strides,
+    "assert_alignment": _noop,
+    "run_intermediate_hooks": _noop,
+    "start_graph": _noop,
+    "end_graph": _noop,
+    **{
+        f"empty_strided{device}": _empty
+        for device in ("", "_cpu", "_cpu_pinned", "_cuda", "_xpu", "_mtia")
+    },
+    "empty_strided_p2p": lambda size, stride, dtype, *_: _empty(size, stride, dtype),
+}
+
+
+def call_on_meta(graph: CompiledGraph) -> Callable[[list[Any]], Any]:
+    if "load_pybinding" in graph.source or "CppWrapperCodeCache" in graph.source:
+        # cpp_wrapper: call() is C++ that would run the kernels on meta tensors' pointers
+        raise CompiledCodeError("C++ wrapper code (cpp_wrapper): only Python wrapper code is run")
+    if "get_external_object_by_index" in graph.source:  # with stream1: ...
+        raise CompiledCodeError("code on user streams: one stream's allocations are modelled")
+    try:
+        body, kernels = _runnable(graph.source)
+    except SyntaxError as e:
+        raise CompiledCodeError(f"Inductor's wrapper code did not parse: {e}") from e
+    scope = _load(body)
+    scope.update({name: _Stub() for name in kernels}, **_OVERRIDES)
+    call = scope.get("call")
+    code = getattr(getattr(call, "__func__", call), "__code__", None)
+    if code is None or code.co_filename != _FILE:
+        raise CompiledCodeError("Inductor's wrapper code has no Python call(): not run")
+    return call
