@@ -287,10 +287,16 @@ def wrapper_reuse(mark: str, rewrite: Any) -> Iterator[None]:
             saved[1](self, code)
 
     def generated(self: Any, is_inference: bool) -> Any:
-        result = generate(self, is_inference)
-        g, wrapper = V.graph, result[0]
-        if not g.cpp_wrapper and isinstance(getattr(wrapper, "value", None), str):
-            wrapper.value = rewrite(wrapper.value, g.device_type)
+        result = generate(self, is_inference)  # (wrapper code, kernel code), each with
+        code = result[0]  # its line map (a dataclass, a named tuple), or a str (older)
+        if V.graph.cpp_wrapper:
+            return result
+        if isinstance(code, str):
+            return (rewrite(code, V.graph.device_type), *result[1:])
+        new = rewrite(code.value, V.graph.device_type)
+        if hasattr(code, "_replace"):
+            return (code._replace(value=new), *result[1:])
+        code.value = new
         return result
 
     def every(self: Any, free_line: Any, size: int) -> bool:

@@ -55,5 +55,6 @@ def test_the_gpu_checks_code_runs_at_toy_sizes_and_what_is_deterministic_holds(t
     names = {c["name"] for c in data["checks"]}
     assert "gpt bf16 b=0.5: saved = predicted" in names
     assert "eager: peak within 3% of predicted" in names
-    assert "reuse b=1: saved = predicted" in names
+    assert "reuse off b=1: saved = predicted" in names
+    assert "reuse b=1: neutral reuse's peak <= reuse off's" in names
     assert "eager offload: kept = predicted" in names
