@@ -17,9 +17,10 @@ device's kernel, and a later call's workspace depends on its operands' layout). 
 module runs that code on meta tensors (:mod:`budget.compile.meta_code`): the allocations
 and frees happen as they would, in the same order (CPython frees a tensor when its last
 reference goes, as in the real run), nothing is computed and nothing touches a GPU; an op
-that makes a tensor on a device other than meta or the CPU is an error. Live bytes are counted as for the
-eager planner's run on fake tensors (:class:`budget.estimators.live.LiveStorages`): each
-storage from the op that makes it until its last tensor is gone, and what an extern
+that makes a tensor on a device other than meta or the CPU is an error. Live bytes are
+counted as for the eager planner's run on fake tensors
+(:class:`budget.estimators.live.LiveStorages`): each storage from the op that makes it
+until its last tensor is gone, and what an extern
 kernel allocates inside itself at its call (:func:`budget.estimators.memory.workspace_bytes`:
 CPU convolutions and attention; on CUDA the attention backwards and convolutions, measured
 on the GPU). The device is the graph's (:attr:`CompiledGraph.device`, from its inputs).

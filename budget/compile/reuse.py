@@ -125,9 +125,9 @@ def _view_layout(value: str, old: str) -> str:
     if not value.startswith("reinterpret_tensor(") or not old:
         return old
     try:
-        call = ast.parse(value, mode="eval").body
+        view: Any = ast.parse(value, mode="eval").body
         dtype = ast.parse(f"f({old})", mode="eval").body.args[2]  # type: ignore[attr-defined]
-        return ", ".join(ast.unparse(a) for a in (*call.args[1:3], dtype))  # type: ignore[attr-defined]
+        return ", ".join(ast.unparse(a) for a in (*view.args[1:3], dtype))
     except (SyntaxError, AttributeError, IndexError):
         return ""
 
