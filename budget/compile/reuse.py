@@ -17,8 +17,9 @@ bytes at every line without any reuse. It keeps the reuses in the code's order w
 line rises above the peak without reuse, and undoes the others in the code (a fresh
 allocation at the reuse, a ``del`` at the death). A graph's peak unchanged leaves the
 step's unchanged: what the other graph holds is constant while it runs. The rewritten code
-is run again and kept only if it peaks within that limit; where the code cannot be run
-(a construct the meta run does not know, no graph captured), no marked reuse is kept.
+is kept only if it peaks no higher than the code with every marked reuse undone, both run
+again; otherwise, and where the code cannot be run (a construct the meta run does not
+know, no graph captured), no marked reuse is kept.
 """
 
 from __future__ import annotations
@@ -88,9 +89,12 @@ def _keep_neutral(lines: list[str], reuses: list[_Reuse], device: str) -> str:
         for k, extra in cost.items():
             base[k] += extra
     kept = _undo(lines, reuses, undone, device)
-    if max(_timeline(kept, []).values(), default=0) <= limit:  # the check
-        return kept
-    return _undo(lines, reuses, every, device)
+    none = _undo(lines, reuses, every, device)  # the check: against the code without reuse
+    return kept if _peak(kept) <= _peak(none) else none
+
+
+def _peak(source: str) -> int:
+    return max(_timeline(source, []).values(), default=0)
 
 
 def _marked(lines: list[str]) -> list[_Reuse]:
