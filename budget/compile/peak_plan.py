@@ -4,11 +4,11 @@
 ``PEAK_GRID`` below it, partitions and predicts them cheapest first (each distinct saved
 and offloaded set once, rescheduled where that lowers the peak), bisects the saved-memory
 target between the cheapest fit and the cheaper miss above it (the grid search both front
-ends share: :mod:`budget.planning.peak_grid`), and with ``peak_search="exact"`` searches on with CP-SAT over the liveness bound
-(:mod:`budget.compile.peak_search`). The partitioning itself is
-:class:`budget.compile.split.Partitions`; under Inductor the plan kept is then
-checked on the compiled code (:mod:`budget.compile.peak_check`). With offload it searches
-twice, with and without, and keeps the cheaper
+ends share: :mod:`budget.planning.peak_grid`), and with ``peak_search="exact"`` searches
+on with CP-SAT over the liveness bound (:mod:`budget.compile.peak_search`). The
+partitioning itself is :class:`budget.compile.split.Partitions`; under Inductor the plan
+kept is then checked on the compiled code (:mod:`budget.compile.peak_check`). With
+offload it searches twice, with and without, and keeps the cheaper
 (:func:`budget.planning.peak_grid.with_and_without_offload`).
 """
 

@@ -37,7 +37,7 @@ from ..runtime import _torch_private as T
 from .compiled_peak import COMPILING, compiled_peak
 
 MARK = "# budget: dies here if not reused: "  # Inductor's reused buffer, at its death
-_REUSE = re.compile(r"^(\s*)(\w+) = (.+?)(?:; del (\w+)|;)?\s+# reuse$")
+_REUSE = re.compile(r"^\s*(\w+) = (.+?)(?:; del \w+|;)?\s+# reuse$")
 _ALLOC = re.compile(r"^\s*(\w+) = empty_strided_\w+\((.*)\)$")
 
 
@@ -67,13 +67,13 @@ def keep_neutral(source: str, device: str) -> str:
     reuses = _marked(lines)
     every = {i for i, r in enumerate(reuses) if r.layout is not None}
     try:
-        return _keep_neutral(lines, reuses, device) if reuses else source
+        return _keep_neutral(lines, reuses, every, device) if reuses else source
     except Exception:  # noqa: BLE001 - code the meta run does not know: no reuse kept
         return _undo(lines, reuses, every, device)
 
 
-def _keep_neutral(lines: list[str], reuses: list[_Reuse], device: str) -> str:
-    every = {i for i, r in enumerate(reuses) if r.layout is not None}
+def _keep_neutral(lines: list[str], reuses: list[_Reuse], every: set[int], device: str) -> str:
+    """The greedy of the module docstring; ``every``: the reuses that can be undone."""
     timeline = _timeline("\n".join(lines), reuses)
     costs = [_cost(timeline, r, lines) for r in reuses]
     base = dict(timeline)
@@ -115,7 +115,7 @@ def _marked(lines: list[str]) -> list[_Reuse]:
         m = _REUSE.match(text)
         if m is None:
             continue
-        new, value = m.group(2), m.group(3)
+        new, value = m.group(1), m.group(2)
         old = value.removeprefix("reinterpret_tensor(").split(",")[0].strip()
         layouts[new] = _view_layout(value, layouts.get(old, ""))
         if old in deaths:

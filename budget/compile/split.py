@@ -266,8 +266,9 @@ def offload(
     host memory after its last use there, the backward copies it back before its first
     use. On CUDA the copies run on a side stream, the forward's waits sunk and the
     backward's reloads prefetched (torch's options for it; off with
-    ``budget.compile.offload.SIDE_STREAM``); elsewhere they are plain copies. A value torch's pass will not move (a view, a model output, an input, a
-    non-contiguous tensor) is refused by name, never left on the device in silence."""
+    ``budget.compile.offload.SIDE_STREAM``); elsewhere they are plain copies. A value
+    torch's pass will not move (a view, a model output, an input, a non-contiguous tensor)
+    is refused by name, never left on the device in silence."""
     devices = {
         n.meta["val"].device.type
         for n in fw.graph.nodes

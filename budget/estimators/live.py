@@ -27,8 +27,9 @@ from .memory import workspace_bytes
 class LiveStorages(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
     """Counts the bytes of the storages op calls make, until each is freed; ``peak`` is
     the most at any call, with that call's workspace, and ``recent`` the most since a user
-    of the count last set it (to the live bytes, say: a timeline's point, a code line). ``device``: the device the ops stand
-    for, where the tensors are on ``meta`` (workspace rules are per device);
+    of the count last set it (to the live bytes, at a timeline's point or a code line).
+    ``device``: the device the ops stand for, where the tensors are on ``meta`` (workspace
+    rules are per device);
     ``measure_workspace``: CPU workspace measured on this host, else by rule
     (:func:`~budget.estimators.memory.workspace_bytes`)."""
 
