@@ -22,8 +22,9 @@ host:
   (``$BUDGET_CACHE_DIR``, keyed by CPU model, torch version and thread count): a graph's
   convolutions are measured the first time any plan on this host meets them (about 0.1 s
   a call), then read;
-- a call whose operands would take over 256 MiB, or that is not a 2-d convolution, is not
-  run: the rule covers it; so does ``budget.config.conv_workspace = "rule"``;
+- a call whose operands would take over 256 MiB is not run (nor a 1-d or 3-d one said to
+  run channels-last, which only 2-d ones do): the rule covers it; so does
+  ``budget.config.conv_workspace = "rule"``;
 - nor is a call oneDNN gets wrong on this CPU (:func:`_broken_here`): on AVX2-only CPUs the
   backward of a strided 1x1 convolution over channels-last input with fewer than 8 input
   channels a group writes past its workspace (uxlfoundation/oneDNN#6035): the heap is
@@ -100,8 +101,10 @@ def _signature(forward: bool, args: Sequence[Any], channels_last: bool) -> dict[
         grad, x, w, bias_sizes = args[0], args[1], args[2], args[3]
         rest, mask = args[4:10], args[10]
         bias = None
-    if not all(isinstance(t, torch.Tensor) for t in (x, w)) or len(shape(x)) != 4:
+    if not all(isinstance(t, torch.Tensor) for t in (x, w)) or len(shape(x)) < 3:
         return None
+    if channels_last and len(shape(x)) != 4:
+        return None  # Inductor's layout optimisation is for 2-d convolutions only
     stride, padding, dilation, transposed, output_padding, groups = rest
     sizes = [shape(x), shape(w)] + ([shape(grad)] if isinstance(grad, torch.Tensor) else [])
     item = x.dtype.itemsize
@@ -210,7 +213,7 @@ def measured_workspace_bytes(
 ) -> int | None:
     """The workspace of a CPU convolution call (``aten.convolution`` or its backward),
     measured on this host (see the module's docstring), or None where it is not measured
-    (not a 2-d convolution, operands over :data:`MAX_OPERAND_BYTES`, or the run failed)."""
+    (operands over :data:`MAX_OPERAND_BYTES`, or the run failed)."""
     forward = func is aten.convolution.default
     if not forward and func is not aten.convolution_backward.default:
         return None
