@@ -57,6 +57,13 @@ class KernelGaps(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
     - ``aten._grouped_mm`` in float32 on the CPU (transformers' mixture-of-experts layers
       call it so): torch's meta function accepts bfloat16 alone. Run in bfloat16 for the
       shape, its output is made again in the operands' dtype (or ``out_dtype``).
+
+    And those whose fake kernel makes another dtype than the CPU's kernel:
+
+    - a batch norm of a bfloat16 or float16 input with float32 parameters (a convnet under
+      autocast): the CPU kernel makes its saved mean and inverse standard deviation in
+      float32, the fake one in the input's dtype; both are saved for the backward, so
+      the plan would count half their bytes. They are made again in float32.
     """
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
@@ -66,7 +73,41 @@ class KernelGaps(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
             out_dtype = kwargs.get("out_dtype") or a.dtype
             low = func(a.to(torch.bfloat16), b.to(torch.bfloat16), *args[2:], **kwargs)
             return torch.empty_strided(low.shape, low.stride(), dtype=out_dtype, device=a.device)
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if func in _BATCH_NORMS:
+            params = _mixed_batch_norm(func, args)
+            if params is not None:
+                stats = [
+                    torch.empty_strided(t.shape, t.stride(), dtype=params, device=t.device)
+                    for t in out[1:3]
+                ]
+                return (out[0], *stats, *out[3:])
+        return out
+
+
+aten = torch.ops.aten
+# batch norms whose outputs 1 and 2 are the saved mean and inverse standard deviation, and
+# where among their arguments the parameters (weight, bias, running mean and variance) are
+_BATCH_NORMS = {
+    aten._batch_norm_with_update.default: slice(1, 5),
+    aten._batch_norm_no_update.default: slice(1, 5),
+    aten.native_batch_norm.default: slice(1, 5),
+    aten._native_batch_norm_legit.default: slice(1, 5),
+    aten._native_batch_norm_legit.no_stats: slice(1, 3),
+    aten._native_batch_norm_legit_no_training.default: slice(1, 5),
+}
+
+
+def _mixed_batch_norm(func: Any, args: tuple) -> torch.dtype | None:
+    """The dtype the CPU kernel makes a batch norm's saved statistics in where it differs
+    from the input's (a reduced-precision input, float32 parameters), else None."""
+    x = args[0]
+    params = [t for t in args[_BATCH_NORMS[func]] if isinstance(t, torch.Tensor)]
+    if not isinstance(x, torch.Tensor) or x.device.type != "cpu" or not params:
+        return None
+    if x.dtype in (torch.bfloat16, torch.float16) and params[0].dtype == torch.float32:
+        return torch.float32
+    return None
 
 
 def _float_on_cpu(tensors: tuple) -> bool:

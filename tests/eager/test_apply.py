@@ -11,7 +11,7 @@ import copy
 
 import pytest
 import torch
-from helpers.small import small_gpt, small_mlp, small_resnet
+from helpers.small import bf16_autocast, small_gpt, small_mlp, small_resnet
 from helpers.steps import grads_of
 
 import budget
@@ -23,6 +23,7 @@ MODELS = {
     "gpt-dropout": lambda: small_gpt(0.1),
     "mlp": small_mlp,
     "resnet": small_resnet,
+    "resnet-bf16-autocast": lambda: bf16_autocast(small_resnet()),
 }
 
 

@@ -3,6 +3,8 @@ activations, one step well under a second)."""
 
 from __future__ import annotations
 
+import torch
+
 from budget.models import Example, gpt, mlp, resnet
 
 
@@ -16,3 +18,16 @@ def small_mlp() -> Example:
 
 def small_resnet() -> Example:
     return resnet(batch=2, size=16, width=8, blocks=1)
+
+
+def bf16_autocast(ex: Example) -> Example:
+    """The example with its step run under CPU bf16 autocast: matmuls and convolutions in
+    bf16 (oneDNN, which allocates inside each call), BatchNorm keeping float32 statistics."""
+    inner = ex.step
+
+    def step(*args):  # type: ignore[no-untyped-def]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return inner(*args)
+
+    ex.step = step
+    return ex
