@@ -32,6 +32,7 @@ from . import offload, ranks
 from .graph import build_problem, estimator_for, graph_hash
 from .layout import copied_inputs_bound
 from .peak_plan import plan_for_peak
+from .rng_states import rng_states_bound
 from .split import Partitions, b1_saved_set
 from .tie_break import tie_break
 
@@ -49,6 +50,13 @@ def prepare_joint(joint_module: fx.GraphModule) -> fx.GraphModule:
     T.force_save_effectful_ops(joint_module)
     T.force_save_bw_mutation_src(joint_module)
     return joint_module
+
+
+def _charge_fixed(problem: Problem, graph: fx.Graph, node_info: T.NodeInfo, compiler: str) -> None:
+    """Charge ``problem`` the bounds of what every plan saves outside its decisions: the
+    layout copies and the generator states (partitioning replaces each with its own)."""
+    problem.rng_state_bytes = rng_states_bound(graph, node_info)
+    problem.fixed_bytes = copied_inputs_bound(graph, node_info, compiler) + problem.rng_state_bytes
 
 
 def _set_dist_from_bw(graph: fx.Graph, node_info: T.NodeInfo) -> None:
@@ -134,7 +142,7 @@ def _partition(
     t1 = time.perf_counter()
     estimator = estimator_for(settings.estimator, settings.compiler)
     problem, nodes = build_problem(graph, node_info, estimator, reference)
-    problem.fixed_bytes = copied_inputs_bound(graph, node_info, settings.compiler)
+    _charge_fixed(problem, graph, node_info, settings.compiler)
     if settings.offload:
         terms = offload.terms_for(problem, nodes, num_fwd_outputs, settings.estimator)
         problem = replace(problem, offload=terms)
@@ -264,7 +272,7 @@ def _apply_saved_plan(
         estimator = estimator_for(settings.estimator, settings.compiler)
     t1 = time.perf_counter()
     problem, nodes = build_problem(joint_module.graph, node_info, estimator)
-    problem.fixed_bytes = copied_inputs_bound(joint_module.graph, node_info, settings.compiler)
+    _charge_fixed(problem, joint_module.graph, node_info, settings.compiler)
     t2 = time.perf_counter()
     log.problems.append(problem)
     timings = {"classify": t1 - t0, "estimate": t2 - t1}

@@ -43,7 +43,7 @@ import torch.fx as fx
 from ..core.plan import LivePoint
 from ..estimators.memory import tensor_bytes, workspace_bytes
 from ..runtime._torch_private import input_mutation_outputs, tangent_held
-from ..runtime.values import storage_of, tensors
+from ..runtime.values import generator_state_bytes, rng_state_output, storage_of, tensors
 from .layout import backward_layouts
 
 
@@ -86,6 +86,8 @@ def node_storages(node: fx.Node, memo: Memo | None = None) -> list[tuple[int, in
         s = storage_of(t)
         if s is not None:
             out.append(s)
+    if rng_state_output(node):  # a size of no hint: the generator's state, as it runs
+        out = [(raw, generator_state_bytes(val.device.type)) for raw, _ in out]
     if memo is not None:
         memo.storages[node] = (val, out)
     return out

@@ -26,6 +26,7 @@ from .graph import kept_inputs
 from .layout import copied_inputs, handed_channels_last, has_convolution, runs_channels_last
 from .offload import side_stream
 from .peak import Memo, PeakPrediction, predict_peak
+from .rng_states import rng_states
 from .schedule import Lowered, lower_peak, pin_order
 
 
@@ -105,7 +106,9 @@ class Partitions:
                 inductor=self.settings.compiler == "inductor",
             )
 
-        return Made(fw, bw, predict(bw, recomputed), sum(copies.values()), kept, predict)
+        return Made(
+            fw, bw, predict(bw, recomputed), sum(copies.values()), kept, predict, rng_states(fw)
+        )
 
     def reference_peak(self) -> int:
         """The predicted peak of the b=1 plan (torch's saved set at b=1)."""
@@ -162,8 +165,10 @@ class Partitions:
             self._made[key] = made
         made = self._made[key]
         by_name = {d.name: d for d in plan.decisions}
-        # the copies this forward makes, in place of the planner's bound (never above it)
+        # the copies and generator states this forward saves, in place of the planner's
+        # bounds (never above them)
         saved_bytes = plan.saved_bytes + made.copied - plan.copied_input_bytes
+        saved_bytes += made.rng - plan.rng_state_bytes
         if saved_bytes > plan.target_bytes and plan.status != "reference":
             raise RuntimeError(
                 f"internal error: {saved_bytes} bytes saved with layout copies, over "
@@ -182,6 +187,7 @@ class Partitions:
             kept_input_bytes=made.kept,
             saved_bytes=saved_bytes,
             copied_input_bytes=made.copied,
+            rng_state_bytes=made.rng,
         )
         return made.fw, made.bw, told
 
@@ -220,6 +226,7 @@ class Made:
     copied: int
     kept: int
     predict: Callable[[fx.GraphModule, frozenset[str]], PeakPrediction]
+    rng: int  # bytes of the generator states the forward saves (compile/rng_states.py)
     again: list[str] = field(default_factory=list)
 
 

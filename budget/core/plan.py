@@ -121,6 +121,10 @@ class Plan:
     # (Inductor's channels-last convolution inputs and weights: budget.compile.layout),
     # counted in saved_bytes, min_bytes and max_bytes; 0 where there are none
     copied_input_bytes: int = 0
+    # bytes of the generator states the forward saves for random ops the model's own
+    # checkpointing makes the backward recompute (budget.compile.rng_states), counted in
+    # saved_bytes, min_bytes and max_bytes; 0 where there are none
+    rng_state_bytes: int = 0
     # in a graph of any frame but the step's own first one (after a graph break): bytes of
     # its inputs (parameters and buffers aside) its backward reads, i.e. activations of the
     # code before it, alive for the backward, that no plan of this graph can free (0 in

@@ -64,9 +64,11 @@ class Problem:
     # the profile estimator's roofline fallback for an op it did not run, and why
     cost_notes: list[str] = field(default_factory=list)
     # Bytes every plan saves outside its decisions (Inductor's layout copies of graph
-    # inputs: budget.compile.layout). The planner adds them to every plan's figures and
-    # takes them off the solvers' target; solvers never read them.
+    # inputs: budget.compile.layout; the generator states of random ops a user's
+    # checkpoint recomputes: budget.compile.rng_states). The planner adds them to every
+    # plan's figures and takes them off the solvers' target; solvers never read them.
     fixed_bytes: int = 0
+    rng_state_bytes: int = 0  # the generator states' part of fixed_bytes
     # What offloading each value to host memory costs (budget.core.offload), or None when
     # offload is not planned: solvers that plan it may then keep a saved value on the host.
     offload: OffloadTerms | None = None

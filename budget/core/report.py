@@ -79,6 +79,11 @@ def _outside_lines(plan: Plan) -> list[str]:
             f"             of which {format_bytes(plan.copied_input_bytes)}: Inductor's "
             "channels-last copies of conv inputs"
         )
+    if plan.rng_state_bytes:
+        lines.append(
+            f"             of which {format_bytes(plan.rng_state_bytes)}: generator states "
+            "for random ops the model's own checkpointing recomputes"
+        )
     if plan.kept_input_bytes:
         lines.append(
             f"  inputs     {format_bytes(plan.kept_input_bytes)} kept for the backward: "
@@ -293,8 +298,10 @@ def module_table(plan: Plan, depth: int = 2) -> str:
     copies = plan.copied_input_bytes
     if copies:
         lines.append(line("(layout copies of inputs)", copies, 0, 0, 0.0))
+    if plan.rng_state_bytes:
+        lines.append(line("(generator states)", plan.rng_state_bytes, 0, 0, 0.0))
     total = sum(r.recompute_cost for r in rows)
-    saved = sum(r.saved_bytes for r in rows) + copies
+    saved = sum(r.saved_bytes for r in rows) + copies + plan.rng_state_bytes
     offloaded = sum(r.offloaded_bytes for r in rows)
     lines.append(line("total", saved, offloaded, sum(r.recomputed_bytes for r in rows), total))
     return "\n".join(lines)

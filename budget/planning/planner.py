@@ -6,7 +6,7 @@
 - a size:       that target directly; below ``min_bytes`` it is an error naming the minimum.
 
 Bytes every plan saves outside its decisions (``Problem.fixed_bytes``: Inductor's layout
-copies) are part of every plan's figures (saved, min, max, target) and are taken off the
+copies, the generator states of random ops a user's checkpoint recomputes) are part of every plan's figures (saved, min, max, target) and are taken off the
 target the solvers are given.
 """
 
@@ -121,8 +121,10 @@ def budget_target(
     target = int(budget.nbytes or 0)
     if target < low:
         copies = (
-            f", of which {format_bytes(fixed_bytes)} are Inductor's layout copies of graph "
-            "inputs (torch._inductor.config.layout_optimization = False frees them)"
+            f", of which {format_bytes(fixed_bytes)} every plan saves beside its choices "
+            "(Inductor's layout copies of graph inputs, which "
+            "torch._inductor.config.layout_optimization = False frees; the generator "
+            "states of random ops the model's own checkpointing recomputes)"
             if fixed_bytes
             else ""
         )
@@ -267,7 +269,8 @@ def make_plan(
         graph_hash=problem.graph_hash,
         decisions=decisions,
         timings=timings,
-        copied_input_bytes=problem.fixed_bytes,
+        copied_input_bytes=problem.fixed_bytes - problem.rng_state_bytes,
+        rng_state_bytes=problem.rng_state_bytes,
         # where offload is not priced (a plan file applied): 0 here, the file's own figure
         # kept by the caller
         offload_cost=problem.offload_cost(offloaded) if problem.offload is not None else 0.0,

@@ -8,6 +8,7 @@ memory per storage, exactly as it is measured.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Iterator
@@ -98,6 +99,29 @@ def on_host(node: torch.fx.Node) -> bool:
     if not isinstance(val, torch.Tensor) or val.device.type != "cuda":
         return False
     return node.args[1] in _HOST_OUTPUTS.get(str(node.args[0].target), ())
+
+
+def rng_state_output(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is the generator state torch's partitioner saves, in the forward,
+    for a random op a user's checkpoint makes the backward recompute (the first output of
+    ``run_and_save_rng_state``). Its fake value has a size of no hint: its bytes are
+    :func:`generator_state_bytes`."""
+    source = node.args[0] if node.target is operator.getitem and node.args else None
+    return (
+        isinstance(source, torch.fx.Node)
+        and source.target is torch.ops.higher_order.run_and_save_rng_state
+        and node.args[1] == 0
+    )
+
+
+@functools.cache
+def generator_state_bytes(device: str) -> int:
+    """Bytes of the random generator state of ``device`` (a device type): the CPU's is its
+    Mersenne Twister's; an accelerator's, its module's ``get_rng_state()`` (a seed and an
+    offset on CUDA)."""
+    if device == "cpu":
+        return torch.get_rng_state().numel()
+    return int(getattr(torch, device).get_rng_state().numel())
 
 
 def node_device(node: torch.fx.Node) -> torch.device:
