@@ -119,12 +119,13 @@ def plan(
     }
     peak = settings.peak_bytes
     try:
-        return plan_predicted(trace, settings.budget, peak, predict, excluded=excluded, **opts)  # type: ignore[arg-type]
+        made = plan_predicted(trace, settings.budget, peak, predict, excluded=excluded, **opts)  # type: ignore[arg-type]
     except PreviewError:
         if peak is not None:
             raise  # a peak budget needs the peak
         # the plan stands; its peak is unknown
-        return plan_trace(trace, settings.budget, excluded=excluded, **opts)  # type: ignore[arg-type]
+        made = plan_trace(trace, settings.budget, excluded=excluded, **opts)  # type: ignore[arg-type]
+    return _noted(made, trace)
 
 
 def _check_model(model: nn.Module) -> None:
@@ -213,6 +214,34 @@ def _excluded(trace: Trace, *, given: bool) -> dict[int, str]:
             )
         excluded[r] = why
     return excluded
+
+
+FREES_NOTHING = (
+    "checkpointing it frees nothing: its forward saves nothing for the backward but its "
+    "inputs (as where the model checkpoints it already: transformers' "
+    "gradient_checkpointing_disable() and timm's set_grad_checkpointing(False) let budget "
+    "plan it)"
+)
+
+
+def _noted(plan: EagerPlan, trace: Trace) -> EagerPlan:
+    """``plan`` with why each region it leaves alone that ran, saving nothing but the
+    tensors it was given, is left alone (a module the model checkpoints inside its own
+    forward shows so: its inputs, kept for the recomputation, and nothing else)."""
+
+    def frees_nothing(r: int) -> bool:
+        region = trace.regions[r]
+        saves = [s.value for s in trace.saves if s.region == r]
+        ran = region.calls == 1 and region.end > region.start  # op calls of its own
+        return ran and all(v in region.args for v in saves)
+
+    regions = [
+        replace(c, reason=FREES_NOTHING)
+        if not c.checkpoint and not c.reason and frees_nothing(r)
+        else c
+        for r, c in enumerate(plan.regions)
+    ]
+    return replace(plan, regions=regions)
 
 
 _make_plan = plan

@@ -88,6 +88,32 @@ def test_a_module_called_twice_or_never_cannot_be_a_region():
     assert "ran 2 times" in plan.region("layers.0").reason
 
 
+def test_blocks_the_model_checkpoints_itself_are_said_to_free_nothing():
+    """A model whose blocks call torch.utils.checkpoint in their forward (as transformers'
+    and timm's checkpointing switches make them): budget.apply sees each save nothing but
+    its input, leaves it alone at any budget and says why, naming the switches; the same
+    blocks unwrapped are checkpointed, and a block left alone at b=1 gets no such note."""
+    from torch.utils.checkpoint import checkpoint
+
+    def model_and_args(self_checkpointed: bool):
+        ex = gpt(layers=2, d=32, heads=2, seq=16, batch=2, vocab=64)
+        if self_checkpointed:
+            for block in ex.model.blocks:
+                inner = block.forward
+                block.forward = lambda *a, f=inner: checkpoint(f, *a, use_reentrant=False)
+        return ex
+
+    ex = model_and_args(True)
+    plan = budget.eager.plan(ex.model, *ex.args, step=ex.step, memory_budget=0.0)
+    assert plan.checkpointed == [] and plan.min_bytes == plan.max_bytes
+    for r in plan.regions:
+        assert "frees nothing" in r.reason and "gradient_checkpointing_disable" in r.reason
+    ex = model_and_args(False)
+    assert budget.eager.plan(ex.model, *ex.args, step=ex.step, memory_budget=0.0).checkpointed
+    plan = budget.eager.plan(ex.model, *ex.args, step=ex.step, memory_budget=1.0)
+    assert plan.checkpointed == [] and all(r.reason == "" for r in plan.regions)
+
+
 @pytest.mark.parametrize("bad", [1.5, -0.1, float("nan"), "lots"])
 def test_budgets_out_of_range_are_refused(bad):
     ex = _gpt()
