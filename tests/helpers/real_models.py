@@ -133,6 +133,28 @@ def mixtral() -> RealModel:
     return _lm("mixtral", "moe", MixtralForCausalLM(cfg), 128)
 
 
+def whisper() -> RealModel:
+    """An audio encoder-decoder: its encoder starts with two 1-d convolutions over the mel
+    features (their workspace measured like 2-d ones: budget.estimators.conv_workspace)."""
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    cfg = WhisperConfig(
+        vocab_size=128, num_mel_bins=16, d_model=64, encoder_layers=2, decoder_layers=2,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+        decoder_ffn_dim=128, max_source_positions=32, max_target_positions=32, dropout=0.0,
+        attention_dropout=0.0, activation_dropout=0.0, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2, decoder_start_token_id=1, suppress_tokens=None,
+        begin_suppress_tokens=None,
+    )  # fmt: skip
+    model = WhisperForConditionalGeneration(cfg)
+    features, labels = torch.randn(2, 16, 64), torch.randint(3, 128, (2, 16))
+
+    def step(features, labels):
+        return model(input_features=features, labels=labels).loss
+
+    return RealModel("whisper", "encoder-decoder", model.train(), (features, labels), step)
+
+
 def _vision(name: str, kind: str, model: nn.Module, size: int = 32, batch: int = 2):
     x = torch.randn(batch, 3, size, size)
     y = torch.randint(0, 10, (batch,))
@@ -162,6 +184,7 @@ FACTORIES: dict[str, Callable[[], RealModel]] = {
     "bert": bert,
     "t5": t5,
     "mixtral": mixtral,
+    "whisper": whisper,
     "timm:resnet10t": lambda: timm_model("resnet10t", "conv"),
     "timm:convnext_atto": lambda: timm_model("convnext_atto", "conv"),
     "timm:mobilenetv3_small_050": lambda: timm_model("mobilenetv3_small_050", "conv"),
