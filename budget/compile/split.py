@@ -171,8 +171,8 @@ class Partitions:
         saved_bytes += made.rng - plan.rng_state_bytes
         if saved_bytes > plan.target_bytes and plan.status != "reference":
             raise RuntimeError(
-                f"internal error: {saved_bytes} bytes saved with layout copies, over "
-                f"the target of {plan.target_bytes}"
+                f"internal error: {saved_bytes} bytes saved with layout copies and generator "
+                f"states, over the target of {plan.target_bytes}"
             )
         told = replace(
             plan,

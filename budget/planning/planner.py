@@ -6,8 +6,9 @@
 - a size:       that target directly; below ``min_bytes`` it is an error naming the minimum.
 
 Bytes every plan saves outside its decisions (``Problem.fixed_bytes``: Inductor's layout
-copies, the generator states of random ops a user's checkpoint recomputes) are part of every plan's figures (saved, min, max, target) and are taken off the
-target the solvers are given.
+copies, the generator states of random ops a user's checkpoint recomputes) are part of
+every plan's figures (saved, min, max, target) and are taken off the target the solvers
+are given.
 """
 
 from __future__ import annotations
