@@ -7,6 +7,8 @@ found in its ``nn.ModuleList`` and ``nn.Sequential`` containers:
 - a container of modules with children of their own (transformer layers, residual
   blocks): each of its entries is a candidate;
 - a container of two leaf modules or more (``Linear, GELU, Linear, ...``): the container;
+- where no container holds any: children of one parent that share a class, two or more,
+  each with children of its own (timm's RegNet sets each stage's blocks as attributes);
 
 outermost first: nothing inside a candidate is a candidate too. ``modules=`` overrides the
 default with qualified names (``"blocks.0"``, ``"transformer.h.3"``) or module classes
@@ -17,6 +19,7 @@ what there is.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from torch import nn
@@ -44,6 +47,26 @@ def default_candidates(model: nn.Module) -> dict[str, nn.Module]:
             visit(qualified, child)
 
     visit("", model)
+    return found or _repeated_blocks(model)
+
+
+def _repeated_blocks(model: nn.Module) -> dict[str, nn.Module]:
+    """Where no container holds the blocks (timm's RegNet adds each stage's blocks as
+    attributes, ``b1``, ``b2``...): the children of one parent that share a class, two or
+    more, each with modules of its own; the outermost such, in module order."""
+    found: dict[str, nn.Module] = {}
+
+    def visit(name: str, module: nn.Module) -> None:
+        children = list(module.named_children())
+        kinds = Counter(type(c) for _, c in children if list(c.children()))
+        for child_name, child in children:
+            qualified = f"{name}.{child_name}" if name else child_name
+            if kinds[type(child)] >= 2 and list(child.children()):
+                found[qualified] = child
+            else:
+                visit(qualified, child)
+
+    visit("", model)
     return found
 
 
@@ -60,7 +83,7 @@ def select_candidates(
         if not found and not offload:
             raise ValueError(
                 f"{type(model).__name__} has no blocks to checkpoint (no ModuleList or "
-                "Sequential of blocks or layers): name the modules to consider with "
+                "Sequential of blocks or layers, no repeated blocks): name the modules to consider with "
                 f"modules=[...]; its modules: {_some_names(model)}"
             )
         return found

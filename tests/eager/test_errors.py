@@ -29,6 +29,42 @@ def test_default_candidates_are_the_blocks_of_containers():
     ]
 
 
+def test_without_containers_repeated_blocks_are_the_candidates():
+    """Blocks set as attributes (timm's RegNet stages: ``b1``, ``b2``...): the children of
+    one parent sharing a class, each with children of its own, outermost first; a lone
+    block of a class, or leaves, are not. budget.apply then plans them (b=0 checkpoints)."""
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.act, self.fc2 = nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 8)
+
+        def forward(self, x):
+            return x + self.fc2(self.act(self.fc1(x)))
+
+    class Stage(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.b1, self.b2, self.b3 = Block(), Block(), Block()
+            self.norm = nn.LayerNorm(8)
+
+        def forward(self, x):
+            return self.norm(self.b3(self.b2(self.b1(x))))
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem, self.s1, self.head = nn.Linear(4, 8), Stage(), nn.Linear(8, 2)
+
+        def forward(self, x):
+            return self.head(self.s1(self.stem(x))).sum()
+
+    model = Net()
+    assert list(default_candidates(model)) == ["s1.b1", "s1.b2", "s1.b3"]
+    plan = budget.apply(model, torch.randn(64, 4), memory_budget=0.0)
+    assert plan.checkpointed
+
+
 def test_modules_by_name_and_by_class():
     model = _gpt().model
     assert list(select_candidates(model, ["blocks.1.mlp", "blocks.0"])) == [
