@@ -11,6 +11,7 @@ device's kernel takes.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -58,12 +59,13 @@ class KernelGaps(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
       call it so): torch's meta function accepts bfloat16 alone. Run in bfloat16 for the
       shape, its output is made again in the operands' dtype (or ``out_dtype``).
 
-    And those whose fake kernel makes another dtype than the CPU's kernel:
+    And those whose fake kernel makes another dtype than the device's kernel:
 
-    - a batch norm of a bfloat16 or float16 input with float32 parameters (a convnet under
-      autocast): the CPU kernel makes its saved mean and inverse standard deviation in
-      float32, the fake one in the input's dtype; both are saved for the backward, so
-      the plan would count half their bytes. They are made again in float32.
+    - a batch norm's saved mean and inverse standard deviation: fake tensors make them in
+      the input's dtype, the CPU kernel in float32 where a bfloat16 or float16 input meets
+      float32 parameters (a convnet under autocast); both are saved for the backward, so
+      the plan would count half their bytes. The device's own kernel, run once per
+      overload, dtypes and device on a one-channel input of zeros, says which dtype.
     """
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
@@ -74,11 +76,11 @@ class KernelGaps(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
             low = func(a.to(torch.bfloat16), b.to(torch.bfloat16), *args[2:], **kwargs)
             return torch.empty_strided(low.shape, low.stride(), dtype=out_dtype, device=a.device)
         out = func(*args, **kwargs)
-        if func in _BATCH_NORMS:
-            params = _mixed_batch_norm(func, args)
-            if params is not None:
+        if func in _BATCH_NORMS and isinstance(args[0], torch.Tensor):
+            dtype = _stats_dtype(func, args)
+            if dtype is not None and any(t.dtype != dtype for t in out[1:3]):
                 stats = [
-                    torch.empty_strided(t.shape, t.stride(), dtype=params, device=t.device)
+                    torch.empty_strided(t.shape, t.stride(), dtype=dtype, device=t.device)
                     for t in out[1:3]
                 ]
                 return (out[0], *stats, *out[3:])
@@ -98,16 +100,32 @@ _BATCH_NORMS = {
 }
 
 
-def _mixed_batch_norm(func: Any, args: tuple) -> torch.dtype | None:
-    """The dtype the CPU kernel makes a batch norm's saved statistics in where it differs
-    from the input's (a reduced-precision input, float32 parameters), else None."""
-    x = args[0]
-    params = [t for t in args[_BATCH_NORMS[func]] if isinstance(t, torch.Tensor)]
-    if not isinstance(x, torch.Tensor) or x.device.type != "cpu" or not params:
-        return None
-    if x.dtype in (torch.bfloat16, torch.float16) and params[0].dtype == torch.float32:
-        return torch.float32
-    return None
+def _stats_dtype(func: Any, args: tuple) -> torch.dtype | None:
+    """The dtype the device's kernel makes a batch norm's saved statistics in (None where
+    it refuses the call): the kernel run on a one-channel input of zeros."""
+    x, params = args[0], args[_BATCH_NORMS[func]]
+    dtypes = tuple(t.dtype if isinstance(t, torch.Tensor) else None for t in params)
+    rest = tuple(args[_BATCH_NORMS[func].stop :])
+    return _kernel_stats_dtype(func, x.dtype, x.dim(), x.device.type, dtypes, rest)
+
+
+@functools.cache
+def _kernel_stats_dtype(
+    func: Any, dtype: torch.dtype, dim: int, device: str, params: tuple, rest: tuple
+) -> torch.dtype | None:
+    with T._disable_current_modes():
+        x = torch.zeros((2, 1) + (1,) * (dim - 2), dtype=dtype, device=device)
+        made = [
+            None
+            if p is None
+            else (torch.ones if i == 3 else torch.zeros)(1, dtype=p, device=device)
+            for i, p in enumerate(params)
+        ]
+        try:
+            out = func(x, *made, *rest)
+        except RuntimeError:  # a combination the kernel refuses: the fake one stands
+            return None
+    return out[1].dtype
 
 
 def _float_on_cpu(tensors: tuple) -> bool:

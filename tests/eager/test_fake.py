@@ -1,0 +1,59 @@
+"""budget.eager.fake.KernelGaps: on fake tensors, the op calls whose fake kernel makes
+other outputs than the device's kernel get the device's (oracle: the real kernel run on
+real tensors of the same shapes and dtypes; on CUDA where a GPU is lent)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from budget.eager.fake import KernelGaps
+from budget.runtime._torch_private import FakeTensorMode
+
+aten = torch.ops.aten
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=[
+            pytest.mark.cuda,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+        ],
+    ),
+]
+# each batch norm overload and its arguments after the input and the parameters
+BATCH_NORMS = [
+    (aten._batch_norm_with_update.default, 4, (0.1, 1e-5)),
+    (aten._batch_norm_no_update.default, 4, (0.1, 1e-5)),
+    (aten.native_batch_norm.default, 4, (True, 0.1, 1e-5)),
+    (aten._native_batch_norm_legit.default, 4, (True, 0.1, 1e-5)),
+    (aten._native_batch_norm_legit.no_stats, 2, (True, 0.1, 1e-5)),
+    (aten._native_batch_norm_legit_no_training.default, 4, (0.1, 1e-5)),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    ("x_dtype", "p_dtype"),
+    [
+        (torch.bfloat16, torch.float32),  # a convnet under autocast
+        (torch.float16, torch.float32),
+        (torch.bfloat16, torch.bfloat16),
+        (torch.float32, torch.float32),
+    ],
+)
+@pytest.mark.parametrize(("func", "params", "rest"), BATCH_NORMS, ids=lambda v: str(v))
+def test_batch_norms_make_what_the_devices_kernel_makes(
+    func, params, rest, x_dtype, p_dtype, device
+):
+    """A batch norm's saved statistics have the real kernel's dtype on fake tensors too
+    (the CPU's are float32 for a bf16 input with float32 parameters; fake kernels said
+    bf16, and an eager plan counted half their bytes)."""
+    x = torch.randn(2, 8, 5, 5, dtype=x_dtype, device=device)
+    made = [torch.zeros, torch.ones, torch.zeros, torch.ones][:params]
+    ps = [make(8, dtype=p_dtype, device=device) for make in made]
+    real = func(x, *[p.clone() for p in ps], *rest)
+    mode = FakeTensorMode()
+    with KernelGaps(), mode:
+        fake = func(mode.from_tensor(x), *[mode.from_tensor(p) for p in ps], *rest)
+    assert [(t.dtype, tuple(t.shape)) for t in fake] == [(t.dtype, tuple(t.shape)) for t in real]
