@@ -7,7 +7,8 @@ graph marks the op must-recompute, and torch's partitioner makes the recomputati
 same numbers: the forward saves the generator's state before the op
 (``run_and_save_rng_state``) and the backward runs the op again from it. On the CPU that
 state is the Mersenne Twister's (about 5 KB per op); on CUDA, where torch threads the
-generator's seed and offset through the graphs instead, usually nothing is saved.
+generator's seed and offset through the graphs instead (its partitioner's
+``graphsafe_rng_functionalization``, on by default), no state tensor is saved.
 
 Every plan saves them, outside its decisions: the planner charges a bound to every plan
 (``Problem.fixed_bytes``, beside the layout copies) and partitioning replaces it with what

@@ -216,7 +216,7 @@ def _excluded(trace: Trace, *, given: bool) -> dict[int, str]:
     return excluded
 
 
-FREES_NOTHING = (
+_FREES_NOTHING = (
     "checkpointing it frees nothing: its forward saves nothing for the backward but its "
     "inputs (as where the model checkpoints it already: transformers' "
     "gradient_checkpointing_disable() and timm's set_grad_checkpointing(False) let budget "
@@ -236,7 +236,7 @@ def _noted(plan: EagerPlan, trace: Trace) -> EagerPlan:
         return ran and all(v in region.args for v in saves)
 
     regions = [
-        replace(c, reason=FREES_NOTHING)
+        replace(c, reason=_FREES_NOTHING)
         if not c.checkpoint and not c.reason and frees_nothing(r)
         else c
         for r, c in enumerate(plan.regions)

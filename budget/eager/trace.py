@@ -43,7 +43,7 @@ from torch.utils.checkpoint import SAC_IGNORED_OPS
 
 from ..errors import PreviewError
 from ..runtime import _torch_private as T
-from ..runtime.values import storage_of, written_args
+from ..runtime.values import generator_state_bytes, storage_of, written_args
 from .fake import KernelGaps, fake_step
 from .reads import real_value, transformers_reads_values
 
@@ -352,7 +352,6 @@ def trace_step(
     }
     tracer = _Tracer(regions, root)
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
-    cpu_state = torch.get_rng_state()
     with contextlib.ExitStack() as stack:
         fake = stack.enter_context(fake_step(model, args, kwargs))
         fake_state, fake_args, fake_kwargs = fake.state, fake.args, fake.kwargs
@@ -393,7 +392,7 @@ def trace_step(
         module_of=tracer.module_of,
         saves=tracer.saves,
         mutated_after=tracer.mutated_after,
-        rng_state_bytes=int(cpu_state.nbytes) if device.type == "cpu" else 0,
+        rng_state_bytes=generator_state_bytes("cpu") if device.type == "cpu" else 0,
         device=device,
         reads=tracer.reads,
         outputs=tracer.outputs,

@@ -58,6 +58,7 @@ def test_the_generator_states_a_models_own_checkpoint_saves_are_planned(b, dropo
     assert plan.rng_state_bytes % state == 0
     assert (plan.rng_state_bytes > attention * state) == (dropout > 0)
     assert measured.saved_bytes == plan.saved_bytes <= plan.target_bytes
+    assert "generator states" in str(plan)  # the report says what they are
     ex.model.zero_grad(set_to_none=False)
     peak = measure_peak(step, *ex.args, warmup=0)
     assert peak * 0.995 <= plan.peak_bytes <= peak * 1.02, (plan.peak_bytes, peak)

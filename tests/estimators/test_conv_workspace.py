@@ -74,8 +74,7 @@ def _calls_nd(n, cin, cout, side, k, dims):
 @pytest.mark.parametrize("dims", [1, 3], ids=["1-d", "3-d"])
 def test_1d_and_3d_convolutions_are_measured_too(fresh, dims):
     """An audio model's 1-d convolutions and a video model's 3-d ones are measured like
-    2-d ones, not priced by the rule (fitted on 2-d calls, and several times over on a
-    1-d one: an audio encoder's step was predicted 17% above its measured peak)."""
+    2-d ones, not priced by the rule, which is fitted on 2-d calls."""
     for op, args, out in _calls_nd(2, 16, 32, 24 if dims == 3 else 256, 3, dims):
         measured = measure_workspace(lambda op=op, args=args: op(*args))
         estimate = workspace_bytes(op, args, out)
