@@ -36,7 +36,8 @@ from .planner import plan_predicted, plan_trace
 from .policy import RegionPolicy
 from .regions import ModuleSpec, select_candidates
 from .step import step_of
-from .trace import Trace, trace_step
+from .trace import trace_step
+from .traced import Trace
 
 _STATE = "_budget_eager"  # attribute of a checkpointed module: what apply replaced
 _PLAN = "_budget_eager_plan"  # attribute of the model: the plan applied

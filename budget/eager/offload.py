@@ -30,7 +30,7 @@ import torch.fx as fx
 
 from ..runtime.values import storage_of
 from .plan import SaveChoice
-from .trace import Trace
+from .traced import Trace
 
 
 def expected_saves(trace: Trace, checkpointed: Collection[int]) -> list[fx.Node]:

@@ -41,7 +41,7 @@ from ..runtime import _torch_private as T
 from .fake import KernelGaps, fake_step
 from .policy import fake_run
 from .reads import reads_as_traced
-from .trace import Trace
+from .traced import Trace
 
 
 @dataclass

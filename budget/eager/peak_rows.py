@@ -33,7 +33,7 @@ from ..planning.cheapest_first import cheapest_first
 from ..planning.peak_grid import PeakGrid
 from ..solvers.mip.rows import RowModel
 from .plan import EagerPlan
-from .trace import Trace
+from .traced import Trace
 
 MAX_PLANS = 6  # steps the search may predict (each a run on fake tensors)
 FORWARD, HEAD = -2, -1  # the moments before the modules' backwards

@@ -49,7 +49,7 @@ from .offload import save_choices
 from .peak_rows import RowSearch
 from .plan import EagerPlan, RegionChoice
 from .problem import CostCache, _cacheable, build_problem
-from .trace import Trace
+from .traced import Trace
 
 _EPS = 1e-12
 TIE_CANDIDATES = 4  # plans of smaller budgets the peak tie-break predicts at most

@@ -40,6 +40,7 @@ from torch.utils.checkpoint import (
 from ..errors import PlanMismatchError
 from ..runtime import _torch_private as T
 from .plan import RegionChoice
+from .replays import ViewReplays
 
 
 class RegionPolicy:
@@ -122,13 +123,16 @@ _local = threading.local()
 def fake_run() -> Iterator[None]:
     """Policies answer as in an eager step although the tensors are fake: for
     :mod:`budget.eager.peak`, which runs the step with the plan applied on fake tensors
-    (op calls are then checked one by one, as in a real step)."""
-    before = getattr(_local, "fake_run", False)
-    _local.fake_run = True
+    (op calls are then checked one by one, as in a real step, less autograd's view
+    replays, which only fake tensors make: :mod:`budget.eager.replays`). Enter it before
+    the step's other dispatch modes."""
+    before = getattr(_local, "fake_run", False), getattr(_local, "replays", None)
+    _local.fake_run, _local.replays = True, ViewReplays()
     try:
-        yield
+        with _local.replays:
+            yield
     finally:
-        _local.fake_run = before
+        _local.fake_run, _local.replays = before
 
 
 def _tracing(func: Any, args: tuple, kwargs: dict) -> bool:
@@ -155,6 +159,9 @@ class _Pass:
     ) -> CheckpointPolicy:
         p = self.policy
         name = str(func)
+        replays = getattr(_local, "replays", None)
+        if replays is not None and replays.is_replay(func, args):
+            return CheckpointPolicy.PREFER_RECOMPUTE  # not a call of the real step
         if _tracing(func, args, kwargs):
             k = self.seen[name]
             self.seen[name] += 1

@@ -48,7 +48,7 @@ from ..planning.offload import price_offload
 from ..runtime.graph_hash import graph_hash
 from ..runtime.values import on_host, storage_of
 from .offload import movable
-from .trace import Trace, op_of
+from .traced import Trace, op_of
 
 RNG_OP = "checkpoint.rng_state"
 

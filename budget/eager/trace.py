@@ -16,6 +16,8 @@ no buffer changes, the caller's RNG is untouched):
 - every tensor autograd saves for the backward is recorded with the number of op calls made
   when it was saved: checkpointing recomputes a region only up to its last save (early
   stop), and the saves outside checkpointed regions are what autograd keeps as is;
+- the ops autograd runs on fake tensors to make a view again after an in-place op on it
+  are left out: on real tensors it runs none (:mod:`budget.eager.replays`);
 - every region call records the tensors it was given (checkpointing keeps them), and
   where among the saves it started: checkpointing saves its positional tensor arguments
   through the saved-tensor hooks around it, which is how eager offload moves them.
@@ -33,8 +35,7 @@ from __future__ import annotations
 import contextlib
 import operator
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -46,68 +47,8 @@ from ..runtime import _torch_private as T
 from ..runtime.values import generator_state_bytes, storage_of, written_args
 from .fake import KernelGaps, fake_step
 from .reads import real_value, transformers_reads_values
-
-
-@dataclass
-class Region:
-    """One candidate region: a module whose forward checkpointing may wrap."""
-
-    name: str  # qualified name in the model ("blocks.0"; "" for the model itself)
-    path: str  # as ModTracker names it ("GPT.blocks.0")
-    calls: int = 0  # times its forward ran in the traced step
-    ops: list[str] = field(default_factory=list)  # the op calls the policy is asked about
-    nodes: list[fx.Node] = field(default_factory=list)  # the op node behind each of ``ops``
-    start: int = 0  # op count when the region started
-    end: int = 0  # op count when it returned
-    last_save: int | None = None  # op count at its last autograd save (recompute stops there)
-    args: list[fx.Node] = field(default_factory=list)  # tensors it was given
-    positional: list[fx.Node] = field(default_factory=list)  # its positional tensor args
-    saves_at: int = 0  # saves recorded before it started (its index in Trace.saves)
-    in_model: bool = False  # called during the model's own forward
-    cache: str = ""  # the transformers cache it was given (state its recompute would reread)
-
-
-class Save(NamedTuple):
-    """One tensor autograd saved in the traced step, in save order."""
-
-    value: fx.Node
-    region: int | None  # the candidate region it was saved in (None: outside all)
-    count: int  # op calls made when it was saved
-    in_model: bool  # saved during the model's own forward (not the loss or step code)
-
-
-def op_of(node: fx.Node) -> fx.Node:
-    """The op call behind ``node`` (a getitem's tuple-valued op)."""
-    return node.args[0] if node.target is operator.getitem else node  # type: ignore[return-value]
-
-
-@dataclass
-class Trace:
-    """One traced step: its graph and what checkpointing needs to know about each node."""
-
-    graph: fx.Graph
-    inputs: list[fx.Node]  # placeholders: parameters, buffers, user inputs, constants
-    constants: list[fx.Node]  # the placeholders the step itself made (activations)
-    ops: list[fx.Node]  # op nodes, in call order (getitems not included)
-    regions: list[Region]
-    order: dict[fx.Node, int]  # op node -> its position in the call order
-    region_of: dict[fx.Node, int]  # op node -> the region it ran in (absent outside)
-    module_of: dict[fx.Node, str]  # op node -> module path
-    saves: list[Save]
-    mutated_after: dict[fx.Node, int]  # op node -> last op that writes its output's storage
-    rng_state_bytes: int  # bytes of the RNG state checkpointing keeps per region call
-    device: torch.device
-    reads: list[tuple[str, Any]] = field(default_factory=list)  # (op, value) read from data
-    outputs: list[fx.Node] = field(default_factory=list)  # what the model's forward returned
-
-    def region_of_value(self, node: fx.Node | None) -> int | None:
-        """The region the op making ``node`` ran in (an item of a tuple: its op's)."""
-        return None if node is None else self.region_of.get(op_of(node))
-
-    def outputs_of(self, node: fx.Node) -> list[fx.Node]:
-        """The value nodes of an op: itself, or its getitems when it has several outputs."""
-        items = [u for u in node.users if u.target is operator.getitem]
-        return items if isinstance(node.meta.get("val"), (tuple, list)) else [node]
+from .replays import ViewReplays
+from .traced import Region, Save, Trace
 
 
 class _Recorder(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
@@ -119,6 +60,8 @@ class _Recorder(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
+        replays = self.tracer.replays
+        replay = replays.is_replay(func, args)
         try:
             out = func(*args, **kwargs)
         except T.DataDependentOutputException:
@@ -127,7 +70,11 @@ class _Recorder(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
             if out is None:
                 raise
             self.tracer.reads.append((str(func), out))
-        self.tracer.record(func, args, kwargs, out)
+        replays.note(func, args, kwargs, out, replay)
+        if replay:  # autograd's, on fake tensors only: not a call of the real step
+            self.tracer.same_as_written(out)
+        else:
+            self.tracer.record(func, args, kwargs, out)
         return out
 
 
@@ -155,6 +102,7 @@ class _Tracer:
         self.outputs: list[fx.Node] = []  # what the model's forward returned
         self.region: int | None = None
         self.region_list = list(regions.values())
+        self.replays = ViewReplays()  # autograd's view replays, left out
 
     # ---- values -----------------------------------------------------------------------------
 
@@ -177,6 +125,14 @@ class _Tracer:
         if real is not None:
             self.real[node] = real
         return node
+
+    def same_as_written(self, t: torch.Tensor) -> None:
+        """``t``, a view autograd made again, is the value last written to its storage."""
+        st = storage_of(t)
+        node = self.by_storage.get(st[0]) if st is not None else None
+        if node is not None:
+            self.node_of[id(t)] = node
+            self.keep.append(t)
 
     def node_for(self, t: torch.Tensor) -> fx.Node:
         """The node that made ``t``: by identity, else a new constant placeholder."""
