@@ -34,7 +34,7 @@ from .peak import EagerPeak, simulate
 from .plan import EagerPlan, RegionChoice
 from .planner import plan_predicted, plan_trace
 from .policy import RegionPolicy
-from .regions import ModuleSpec, select_candidates
+from .regions import ModuleSpec, excluded, noted, select_candidates
 from .step import step_of
 from .trace import trace_step
 from .traced import Trace
@@ -96,7 +96,7 @@ def plan(
     run = step_of(model, loss_fn, step)
     trace = trace_step(model, run, example_inputs, example_kwargs, candidates)
     _check_trace(trace)
-    excluded = _excluded(trace, given=modules is not None)
+    left_out = excluded(trace, given=modules is not None)
 
     def predict(p: EagerPlan) -> EagerPlan:
         """``p`` with the peak of the step it makes (run on fake tensors)."""
@@ -120,13 +120,13 @@ def plan(
     }
     peak = settings.peak_bytes
     try:
-        made = plan_predicted(trace, settings.budget, peak, predict, excluded=excluded, **opts)  # type: ignore[arg-type]
+        made = plan_predicted(trace, settings.budget, peak, predict, excluded=left_out, **opts)  # type: ignore[arg-type]
     except PreviewError:
         if peak is not None:
             raise  # a peak budget needs the peak
         # the plan stands; its peak is unknown
-        made = plan_trace(trace, settings.budget, excluded=excluded, **opts)  # type: ignore[arg-type]
-    return _noted(made, trace)
+        made = plan_trace(trace, settings.budget, excluded=left_out, **opts)  # type: ignore[arg-type]
+    return noted(made, trace)
 
 
 def _check_model(model: nn.Module) -> None:
@@ -189,60 +189,6 @@ def _simulate(
             "where the fake run has no value to give it; plan without a peak budget, or "
             "leave that module out (modules=)"
         ) from e
-
-
-def _excluded(trace: Trace, *, given: bool) -> dict[int, str]:
-    """The candidate regions that cannot be checkpointed, and why: a region is one call of
-    a module's forward per step. ``given``: the user named the modules, so one that cannot
-    be checkpointed is an error, not a region left out."""
-    excluded = {}
-    for r, region in enumerate(trace.regions):
-        if region.calls == 1 and not region.cache:
-            continue
-        if region.cache:
-            why = (
-                f"it is given a key-value cache ({region.cache}) that it updates: "
-                "recomputed, it would read what its first run wrote"
-            )
-        elif region.calls == 0:
-            why = "its forward did not run"
-        else:
-            why = f"its forward ran {region.calls} times in one step"
-        if given:
-            rule = "" if region.cache else " (a region is one call of a module's forward per step)"
-            raise ValueError(
-                f"modules=: {region.name or '(the model)'!r} cannot be checkpointed: {why}{rule}"
-            )
-        excluded[r] = why
-    return excluded
-
-
-_FREES_NOTHING = (
-    "checkpointing it frees nothing: its forward saves nothing for the backward but its "
-    "inputs (as where the model checkpoints it already: transformers' "
-    "gradient_checkpointing_disable() and timm's set_grad_checkpointing(False) let budget "
-    "plan it)"
-)
-
-
-def _noted(plan: EagerPlan, trace: Trace) -> EagerPlan:
-    """``plan`` with why each region it leaves alone that ran, saving nothing but the
-    tensors it was given, is left alone (a module the model checkpoints inside its own
-    forward shows so: its inputs, kept for the recomputation, and nothing else)."""
-
-    def frees_nothing(r: int) -> bool:
-        region = trace.regions[r]
-        saves = [s.value for s in trace.saves if s.region == r]
-        ran = region.calls == 1 and region.end > region.start  # op calls of its own
-        return ran and all(v in region.args for v in saves)
-
-    regions = [
-        replace(c, reason=_FREES_NOTHING)
-        if not c.checkpoint and not c.reason and frees_nothing(r)
-        else c
-        for r, c in enumerate(plan.regions)
-    ]
-    return replace(plan, regions=regions)
 
 
 _make_plan = plan

@@ -74,7 +74,7 @@ class RegionPolicy:
         )
         if torch.compiler.is_compiling():  # functional ops: a recomputed BatchNorm writes nothing
             return forward, recompute
-        return forward, _stats_aside(recompute)
+        return forward, _StatsAside(recompute, self.choice.module)
 
 
 # Ops that update BatchNorm running statistics in place without saying so in their
@@ -109,11 +109,34 @@ def _updates_stats(args: tuple, training: int | None) -> bool:
     return training is None or (len(args) > training and bool(args[training]))
 
 
-@contextlib.contextmanager
-def _stats_aside(recompute: Any) -> Iterator[None]:
-    """``recompute`` (selective checkpointing's recompute mode) above :class:`StatsAside`."""
-    with StatsAside(), recompute:
-        yield
+class _StatsAside:
+    """``recompute`` (selective checkpointing's recompute mode) above :class:`StatsAside`,
+    entered once per recomputation. A second backward through the region (``retain_graph
+    =True``, a gradient penalty's ``create_graph=True``) recomputes it again; torch allows
+    that where the plan caches nothing there, and else refuses, as it hands each cached
+    value out once: the refusal is told as the plan's (:class:`PlanMismatchError`)."""
+
+    def __init__(self, recompute: Any, module: str) -> None:
+        self.recompute, self.module = recompute, module
+        self.stack: list[contextlib.ExitStack] = []
+
+    def __enter__(self) -> None:
+        stack = contextlib.ExitStack()
+        stack.enter_context(StatsAside())
+        stack.enter_context(self.recompute)
+        self.stack.append(stack)
+
+    def __exit__(self, kind: Any, error: Any, tb: Any) -> bool | None:
+        done = self.stack.pop().__exit__(kind, error, tb)
+        if isinstance(error, RuntimeError) and "backward an extra time" in str(error):
+            raise PlanMismatchError(
+                f"budget.apply: a backward ran through module {self.module or '(the model)'!r} "
+                "a second time (retain_graph=True, or a gradient penalty's create_graph="
+                "True), and its plan caches values, which checkpointing hands out once: "
+                "plan the step that runs both backwards (budget.apply(..., step=...)), or "
+                "budget.unapply the model"
+            ) from error
+        return done
 
 
 _local = threading.local()

@@ -15,14 +15,22 @@ default with qualified names (``"blocks.0"``, ``"transformer.h.3"``) or module c
 (``GPT2Block``: every outermost module of that class). A name that is no module, a class
 nothing is an instance of, or candidates inside one another are a ValueError that names
 what there is.
+
+After the trace, :func:`excluded` names the candidates that cannot be checkpointed (a
+module run twice a step, or given a key-value cache it updates), and :func:`noted` says
+why a plan leaves others alone where that is known.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from torch import nn
+
+from .plan import EagerPlan
+from .traced import Trace
 
 ModuleSpec = str | type
 
@@ -151,3 +159,74 @@ def _names(found: Iterable[str]) -> str:
 
 def _some_names(model: nn.Module) -> str:
     return _names(n for n, _ in model.named_modules() if n)
+
+
+# ---- after the trace: the regions that cannot be, or need not be, checkpointed -------
+
+
+def excluded(trace: Trace, *, given: bool) -> dict[int, str]:
+    """The candidate regions that cannot be checkpointed, and why: a region is one call of
+    a module's forward per step. ``given``: the user named the modules, so one that cannot
+    be checkpointed is an error, not a region left out."""
+    excluded = {}
+    for r, region in enumerate(trace.regions):
+        if region.calls == 1 and not region.cache:
+            continue
+        if region.cache:
+            why = (
+                f"it is given a key-value cache ({region.cache}) that it updates: "
+                "recomputed, it would read what its first run wrote"
+            )
+        elif region.calls == 0:
+            why = "its forward did not run"
+        else:
+            why = f"its forward ran {region.calls} times in one step"
+        if given:
+            rule = "" if region.cache else " (a region is one call of a module's forward per step)"
+            raise ValueError(
+                f"modules=: {region.name or '(the model)'!r} cannot be checkpointed: {why}{rule}"
+            )
+        excluded[r] = why
+    return excluded
+
+
+_FREES_NOTHING = (
+    "checkpointing it frees nothing: its forward saves nothing for the backward but its "
+    "inputs (as where the model checkpoints it already: transformers' "
+    "gradient_checkpointing_disable() and timm's set_grad_checkpointing(False) let budget "
+    "plan it)"
+)
+
+
+_OWN_BACKWARD = (
+    "checkpointing frees nothing in this step: it runs a backward of its own "
+    "(torch.autograd.grad, as a gradient penalty does), whose graph holds the forward's "
+    "values until the loss's backward"
+)
+
+
+def noted(plan: EagerPlan, trace: Trace) -> EagerPlan:
+    """``plan`` with why each region it leaves alone is left alone, where that is known:
+    it ran, saving nothing but the tensors it was given (a module the model checkpoints
+    inside its own forward shows so: its inputs, kept for the recomputation, and nothing
+    else), or the step runs a backward of its own and no plan frees anything."""
+    if trace.backward_in_step and plan.min_bytes == plan.max_bytes:
+        regions = [
+            c if c.checkpoint or c.reason else replace(c, reason=_OWN_BACKWARD)
+            for c in plan.regions
+        ]
+        return replace(plan, regions=regions)
+
+    def frees_nothing(r: int) -> bool:
+        region = trace.regions[r]
+        saves = [s.value for s in trace.saves if s.region == r]
+        ran = region.calls == 1 and region.end > region.start  # op calls of its own
+        return ran and all(v in region.args for v in saves)
+
+    regions = [
+        replace(c, reason=_FREES_NOTHING)
+        if not c.checkpoint and not c.reason and frees_nothing(r)
+        else c
+        for r, c in enumerate(plan.regions)
+    ]
+    return replace(plan, regions=regions)

@@ -102,6 +102,7 @@ class _Tracer:
         self.outputs: list[fx.Node] = []  # what the model's forward returned
         self.region: int | None = None
         self.region_list = list(regions.values())
+        self.backward_in_step = False  # an op ran inside a backward of the step's own
         self.replays = ViewReplays()  # autograd's view replays, left out
 
     # ---- values -----------------------------------------------------------------------------
@@ -162,6 +163,7 @@ class _Tracer:
     def record(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         node = self.graph.call_function(func, self.arg(args), self.arg(kwargs))
         node.meta["val"] = out
+        self.backward_in_step = self.backward_in_step or T.in_backward()
         index = len(self.ops)
         self.ops.append(node)
         self.order[node] = index
@@ -352,4 +354,5 @@ def trace_step(
         device=device,
         reads=tracer.reads,
         outputs=tracer.outputs,
+        backward_in_step=tracer.backward_in_step,
     )

@@ -239,6 +239,11 @@ def fake_mode_active() -> bool:
     return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
 
 
+def in_backward() -> bool:
+    """Whether this runs inside autograd's backward (an op a backward node calls)."""
+    return torch._C._current_autograd_node() is not None
+
+
 def in_compiled_step() -> bool:
     """Whether this Python code runs inside a ``torch.compile``'d function (after a graph
     break, in eager Python: the frames it calls are compiled as they start)."""

@@ -150,6 +150,42 @@ def test_blocks_the_model_checkpoints_itself_are_said_to_free_nothing():
     assert plan.checkpointed == [] and all(r.reason == "" for r in plan.regions)
 
 
+def test_a_second_backward_through_cached_values_is_refused_by_name():
+    """A plan that caches values hands each out once (torch's selective checkpointing): a
+    second backward through the region (retain_graph=True) is refused, naming the module
+    and what to do, where it failed with an AttributeError from a used-up context."""
+    ex = _gpt()
+    plan = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.0)
+    assert plan.checkpointed and any("save" in r.policy for r in plan.regions if r.checkpoint)
+    loss = ex.step(*ex.args)
+    loss.backward(retain_graph=True)
+    with pytest.raises(budget.PlanMismatchError, match="a second time .*retain_graph"):
+        loss.backward()
+
+
+def test_a_step_with_a_backward_of_its_own_says_why_nothing_is_checkpointed():
+    """A gradient penalty (torch.autograd.grad with create_graph=True inside the step):
+    the graph of its backward holds the forward's values, so no plan frees anything; the
+    regions say so, and the step trains as without a plan."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*(nn.Sequential(nn.Linear(16, 16), nn.Tanh()) for _ in range(3)))
+    ref = copy.deepcopy(model)
+    x = torch.randn(8, 16, requires_grad=True)
+
+    def penalised(m):
+        out = m(x).square().mean()
+        (g,) = torch.autograd.grad(out, x, create_graph=True)
+        return out + (g.norm() - 1).square()
+
+    plan = budget.apply(model, x, step=lambda _: penalised(model), memory_budget=0.0)
+    assert plan.checkpointed == [] and plan.min_bytes == plan.max_bytes
+    assert all("backward of its own" in r.reason for r in plan.regions)
+    for m in (model, ref):
+        penalised(m).backward()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+
+
 @pytest.mark.parametrize("bad", [1.5, -0.1, float("nan"), "lots"])
 def test_budgets_out_of_range_are_refused(bad):
     ex = _gpt()
