@@ -182,12 +182,13 @@ def _simulate(
             measure_workspace=settings.measure_workspace,
             marks=marks,
         )
-    except T.DataDependentOutputException as e:
+    except (T.DataDependentOutputException, T.DynamicOutputShapeException) as e:
         raise PreviewError(
             "cannot predict this step's peak: a checkpointed module reads a tensor's "
-            "value in Python, which it does again when it is recomputed in the backward, "
-            "where the fake run has no value to give it; plan without a peak budget, or "
-            "leave that module out (modules=)"
+            "value in Python, or makes a tensor whose size depends on values (a MoE's "
+            "routing), which it does again when it is recomputed in the backward, where "
+            "the fake run has no value to give it; plan without a peak budget, or leave "
+            "that module out (modules=)"
         ) from e
 
 

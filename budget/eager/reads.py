@@ -1,8 +1,10 @@
 """Values an eager step reads from tensor data in Python, while it is traced on fakes.
 
 A step may read tensor values in Python (``if mask.all():``, ``.item()``, ``.tolist()``),
-which fake tensors do not have. Such a call gets the value the real step will read
-(:func:`real_value`): the recorded op calls it depends on (its data inputs, and every
+which fake tensors do not have, or run an op whose output size depends on them
+(``nonzero``: a mixture of experts' routing). Such a call gets the value the real step
+will read, or a fake tensor of the size the real step makes (:func:`real_value`,
+:func:`real_output`): the recorded op calls it depends on (its data inputs, and every
 earlier write into their storages) are run again on the real parameters, buffers and
 inputs (no grad, RNG restored, nothing real written), and only those. So the trace takes
 the branch the real step takes. Libraries that test for fake tensors to skip such reads
@@ -33,6 +35,29 @@ def real_value(tracer: Any, func: Any, args: tuple, kwargs: dict) -> Any:
     run on the real inputs. None when that cannot be done (an input without a real
     tensor behind it, a random op among them, or a tensor output). ``tracer``: the trace
     so far (its ``arg``, ``order``, ``real`` and ``writers``: budget.eager.trace)."""
+    out = real_output(tracer, func, args, kwargs)
+    if any(isinstance(t, torch.Tensor) for t in T.tree_leaves(out)):
+        return None
+    return out
+
+
+def fake_like(out: Any) -> Any:
+    """Empty tensors shaped, strided and typed as ``out``'s (fake ones, under a fake mode):
+    what a fake run makes of an op whose output size depends on values."""
+    return T.tree_map(
+        lambda t: (
+            torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+            if isinstance(t, torch.Tensor)
+            else t
+        ),
+        out,
+    )
+
+
+def real_output(tracer: Any, func: Any, args: tuple, kwargs: dict) -> Any:
+    """What ``func(*args, **kwargs)`` makes in the real step (:func:`real_value`; tensors
+    too, for an op whose output size depends on values: ``nonzero``, a MoE's routing),
+    or None where that cannot be known."""
     call_args, call_kwargs = tracer.arg(args), tracer.arg(kwargs)
     roots: list[fx.Node] = []
     fx.node.map_arg((call_args, call_kwargs), roots.append)
@@ -83,10 +108,7 @@ def real_value(tracer: Any, func: Any, args: tuple, kwargs: dict) -> Any:
             for m in [m for m in values if last.get(m, -1) <= i]:
                 del values[m]
         a, k = fx.node.map_arg((call_args, call_kwargs), value)
-        out = func(*a, **k)
-    if any(isinstance(t, torch.Tensor) for t in T.tree_leaves(out)):
-        return None
-    return out
+        return func(*a, **k)
 
 
 def _dependencies(tracer: Any, roots: list[fx.Node]) -> set[fx.Node]:
@@ -118,11 +140,11 @@ class _Answers(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         try:
             return func(*args, **(kwargs or {}))
-        except T.DataDependentOutputException:
+        except (T.DataDependentOutputException, T.DynamicOutputShapeException):
             if self.next >= len(self.reads) or self.reads[self.next][0] != str(func):
                 raise
             self.next += 1
-            return self.reads[self.next - 1][1]
+            return fake_like(self.reads[self.next - 1][1])
 
 
 @contextlib.contextmanager

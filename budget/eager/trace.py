@@ -46,7 +46,7 @@ from ..errors import PreviewError
 from ..runtime import _torch_private as T
 from ..runtime.values import generator_state_bytes, storage_of, written_args
 from .fake import KernelGaps, fake_step
-from .reads import real_value, transformers_reads_values
+from .reads import fake_like, real_output, real_value, transformers_reads_values
 from .replays import ViewReplays
 from .traced import Region, Save, Trace
 
@@ -69,6 +69,13 @@ class _Recorder(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
             out = real_value(self.tracer, func, args, kwargs)
             if out is None:
                 raise
+            self.tracer.reads.append((str(func), out))
+        except T.DynamicOutputShapeException:
+            # an output whose size depends on values (``nonzero``): the real step's size
+            real = real_output(self.tracer, func, args, kwargs)
+            if real is None:
+                raise
+            out = fake_like(real)
             self.tracer.reads.append((str(func), out))
         replays.note(func, args, kwargs, out, replay)
         if replay:  # autograd's, on fake tensors only: not a call of the real step
@@ -329,11 +336,12 @@ def trace_step(
         stack.enter_context(_Recorder(tracer))
         try:
             step(*fake_args, **fake_kwargs)
-        except T.DataDependentOutputException as e:
+        except (T.DataDependentOutputException, T.DynamicOutputShapeException) as e:
             raise PreviewError(
-                "budget.apply cannot trace this step: it reads a tensor's value in Python "
-                f"({e}) that cannot be known before the step runs (it depends on a random "
-                "op, or on a tensor with no real value behind it)"
+                "budget.apply cannot trace this step: it reads a tensor's value in Python, "
+                f"or makes a tensor whose size depends on values ({e}), that cannot be "
+                "known before the step runs (it depends on a random op, or on a tensor "
+                "with no real value behind it)"
             ) from e
     devices = [t.device for t in fake_state.values()] + [
         t.device for t in T.tree_leaves((fake_args, fake_kwargs)) if isinstance(t, torch.Tensor)

@@ -34,7 +34,11 @@ import torch
 from torch._C import _has_storage
 from torch._dispatch.python import no_python_dispatcher
 from torch._ops import HigherOrderOperator, OpOverload
-from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensorMode,
+)
 from torch.fx.experimental.proxy_tensor import is_sym_node
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_leaves, tree_map
@@ -344,6 +348,7 @@ __all__ = [
     "wrapper_reuse",
     # loaded with torch
     "DataDependentOutputException",
+    "DynamicOutputShapeException",
     "FakeTensorMode",
     "HigherOrderOperator",
     "OpOverload",

@@ -60,3 +60,55 @@ def test_reads_get_the_real_values_and_change_nothing():
                 model(fake)
             with pytest.raises(T.DataDependentOutputException):
                 model(fake)
+
+
+class _Routed(nn.Module):
+    """A mixture of experts routed with ``nonzero``: its outputs' sizes depend on values."""
+
+    def __init__(self, d: int = 16, experts: int = 4) -> None:
+        super().__init__()
+        self.router = nn.Linear(d, experts)
+        self.experts = nn.ModuleList(
+            nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+            for _ in range(experts)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights, chosen = self.router(x).softmax(-1).topk(2, -1)
+        out = torch.zeros_like(x)
+        for i, expert in enumerate(self.experts):
+            rows, slot = torch.nonzero(chosen == i, as_tuple=True)
+            out = out.index_add(0, rows, expert(x[rows]) * weights[rows, slot, None])
+        return out
+
+
+@pytest.mark.parametrize("b", [1.0, 0.0])
+def test_a_routed_mixture_of_experts_is_traced_at_the_real_routing(b):
+    """``nonzero`` makes a tensor whose size depends on values: the trace gives it the size
+    the real step makes (budget.eager.reads.real_output), so budget.apply plans a routed
+    MoE; the bytes kept are the plan's, gradients the unplanned model's. Checkpointed, the
+    recomputation routes again, which a fake run cannot: the peak is unknown then."""
+    import copy
+
+    import budget
+    from budget.eager.measure import measure_eager
+    from budget.runtime.measure import measure_peak
+
+    torch.manual_seed(0)
+    model = nn.Sequential(_Routed(), nn.Tanh(), _Routed())
+    ref = copy.deepcopy(model)
+    x = torch.randn(64, 16)
+    loss = dict(loss_fn=lambda out: out.square().sum())
+    plan = budget.apply(model, x, memory_budget=b, modules=["0", "2"], **loss)
+    assert plan.checkpointed == ([] if b == 1.0 else ["0", "2"])
+    assert measure_eager(lambda: model(x).square().sum()).retained_bytes == plan.saved_bytes
+    model.zero_grad(set_to_none=True)
+    for m in (model, ref):
+        m(x).square().sum().backward()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+    if b == 1.0:
+        model.zero_grad(set_to_none=True)
+        assert measure_peak(lambda: model(x).square().sum()) == plan.peak_bytes
+    else:
+        assert plan.peak_bytes is None
