@@ -5,7 +5,8 @@ problem is built for a set ``checkpointed`` of candidate regions (indices into
 ``trace.regions``):
 
 - outside checkpointed regions autograd keeps what it saves, as it is: those values are
-  needed and cannot be recomputed (nothing there is recomputed);
+  needed and cannot be recomputed (nothing there is recomputed), and so are the RNG
+  states the model's own checkpointing keeps (nodes of their own, priced as below);
 - a checkpointed region keeps the tensors it was given (its inputs), the RNG state it
   restores (``preserve_rng_state``; a node of its own, priced at the state's size on CPU
   and at 0 on an accelerator) and what the selective-checkpoint policy caches; its
@@ -112,6 +113,15 @@ def build_problem(
             storage=rows.new_storage(trace.rng_state_bytes),
             needed=True,
             reason="checkpointing keeps the RNG state to replay random ops",
+        )
+    for i in range(trace.own_rng_states):  # those the model's own checkpointing keeps
+        nodes.append(None)
+        rows.add_kept(
+            f"model_rng_state_{i}",
+            op=RNG_OP,
+            storage=rows.new_storage(trace.rng_state_bytes),
+            needed=True,
+            reason="the model's own checkpointing keeps the RNG state",
         )
     edges = [(index[a], index[n]) for n in values for a in n.all_input_nodes if a in index]
     problem = rows.build(edges, cost_unit=costs.estimator.unit, graph_hash=graph_hash(trace.graph))

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import contextlib
 import operator
+import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -110,6 +112,7 @@ class _Tracer:
         self.region: int | None = None
         self.region_list = list(regions.values())
         self.backward_in_step = False  # an op ran inside a backward of the step's own
+        self.own_rng_states = 0  # generator states the model's own checkpointing keeps
         self.replays = ViewReplays()  # autograd's view replays, left out
 
     # ---- values -----------------------------------------------------------------------------
@@ -248,6 +251,23 @@ class _Tracer:
                 h.remove()
 
     @contextlib.contextmanager
+    def checkpoints_keeping_rng_states(self) -> Iterator[None]:
+        """Count the generator states the model's own checkpointing keeps for its backward
+        (``torch.utils.checkpoint``, whose ``preserve_rng_state`` asks for the CPU's)."""
+        original = torch.get_rng_state
+
+        def counted() -> torch.Tensor:
+            if sys._getframe(1).f_code.co_filename.endswith(_CHECKPOINT):
+                self.own_rng_states += 1
+            return original()
+
+        torch.get_rng_state = counted
+        try:
+            yield
+        finally:
+            torch.get_rng_state = original
+
+    @contextlib.contextmanager
     def region_markers(self) -> Iterator[None]:
         """Wrap each candidate's forward (as checkpointing will) to mark its op calls."""
         installed = []
@@ -296,6 +316,7 @@ class _Tracer:
 
 
 _CACHES = "transformers.cache_utils"  # key-value caches a layer updates as it runs
+_CHECKPOINT = os.path.join("torch", "utils", "checkpoint.py")
 
 
 def trace_step(
@@ -334,6 +355,7 @@ def trace_step(
         stack.enter_context(fake.mode)
         stack.enter_context(KernelGaps())
         stack.enter_context(_Recorder(tracer))
+        stack.enter_context(tracer.checkpoints_keeping_rng_states())
         try:
             step(*fake_args, **fake_kwargs)
         except (T.DataDependentOutputException, T.DynamicOutputShapeException) as e:
@@ -363,4 +385,5 @@ def trace_step(
         reads=tracer.reads,
         outputs=tracer.outputs,
         backward_in_step=tracer.backward_in_step,
+        own_rng_states=tracer.own_rng_states,
     )

@@ -63,6 +63,9 @@ class Trace:
     reads: list[tuple[str, Any]] = field(default_factory=list)  # (op, value) read from data
     outputs: list[fx.Node] = field(default_factory=list)  # what the model's forward returned
     backward_in_step: bool = False  # the step ran a backward itself (torch.autograd.grad)
+    # generator states the model's own checkpointing keeps (torch.utils.checkpoint calls
+    # in its forward), each of rng_state_bytes, whatever the plan
+    own_rng_states: int = 0
 
     def region_of_value(self, node: fx.Node | None) -> int | None:
         """The region the op making ``node`` ran in (an item of a tuple: its op's)."""

@@ -127,9 +127,12 @@ def test_a_module_called_twice_or_never_cannot_be_a_region():
 def test_blocks_the_model_checkpoints_itself_are_said_to_free_nothing():
     """A model whose blocks call torch.utils.checkpoint in their forward (as transformers'
     and timm's checkpointing switches make them): budget.apply sees each save nothing but
-    its input, leaves it alone at any budget and says why, naming the switches; the same
+    its input, leaves it alone at any budget and says why, naming the switches, and counts
+    the generator states those checkpoints keep in the bytes the step keeps; the same
     blocks unwrapped are checkpointed, and a block left alone at b=1 gets no such note."""
     from torch.utils.checkpoint import checkpoint
+
+    from budget.eager.measure import measure_eager
 
     def model_and_args(self_checkpointed: bool):
         ex = gpt(layers=2, d=32, heads=2, seq=16, batch=2, vocab=64)
@@ -144,6 +147,9 @@ def test_blocks_the_model_checkpoints_itself_are_said_to_free_nothing():
     assert plan.checkpointed == [] and plan.min_bytes == plan.max_bytes
     for r in plan.regions:
         assert "frees nothing" in r.reason and "gradient_checkpointing_disable" in r.reason
+    # the generator state each of its checkpoints keeps is counted in what the step keeps
+    torch.manual_seed(0)
+    assert measure_eager(lambda: ex.step(*ex.args)).retained_bytes == plan.saved_bytes
     ex = model_and_args(False)
     assert budget.eager.plan(ex.model, *ex.args, step=ex.step, memory_budget=0.0).checkpointed
     plan = budget.eager.plan(ex.model, *ex.args, step=ex.step, memory_budget=1.0)
