@@ -35,6 +35,8 @@ from ..core.plan_files import PlanBook, PlanSource
 from ..core.settings import PlanLog, PlanSettings
 from ..errors import BudgetTooSmallError
 from ..planning.options import resolve_settings
+from ..runtime import _torch_private as T
+from ..runtime.values import storage_of
 from . import kernels, plan_cache, ranks, step_budget
 from .compiled_peak import CodeCapture
 from .inductor_hooks import InductorPartitioner, run_uncompiled
@@ -46,13 +48,15 @@ from .reuse import neutral_reuse
 
 class GraphJob(NamedTuple):
     """One graph to compile: dynamo's graph and inputs, the settings it is planned with
-    (the backend's, or its share of the step's peak budget) and whether the caller holds
-    its outputs through the backward (not past a graph break: budget.compile.peak)."""
+    (the backend's, or its share of the step's peak budget), whether the caller holds
+    its outputs through the backward (not past a graph break: budget.compile.peak), and
+    which of its inputs the user holds anyway."""
 
     gm: torch.fx.GraphModule
     example_inputs: Sequence[Any]
     settings: PlanSettings
     outputs_held: bool
+    held_inputs: frozenset[int]  # its inputs the user holds (:func:`held_inputs`)
 
 
 class BudgetBackend:
@@ -104,6 +108,7 @@ class BudgetBackend:
         # a graph that ends at a graph break hands its outputs to the code after it, which
         # drops them as the step returns: they are not held through the backward
         ended = graph_break(gm)
+        held_in = held_inputs(gm, later)
         # a peak budget is the step's: this graph gets what the graphs before it leave
         held = step_budget.held_before(self.log.plans) + self.eager_before.get(made, 0)
         outside = held
@@ -111,14 +116,15 @@ class BudgetBackend:
             mark = self.log.mark()
             settings = step_budget.share(self.settings, outside, made, self.saved_caps.get(made))
             try:
-                compiled = self._compile(GraphJob(gm, example_inputs, settings, not ended))
+                job = GraphJob(gm, example_inputs, settings, not ended, held_in)
+                compiled = self._compile(job)
             except BudgetTooSmallError as e:
                 if outside <= 0:
                     raise
                 raise step_budget.refusal(
                     self.settings, outside, made, e, self.preview or self.counting
                 ) from None
-            self._told(made, ended, later)
+            self._told(made, ended)
             over, kept = step_budget.excess(self.settings, self.log.plans[made:])
             if over <= 0 or held + kept == 0:
                 break
@@ -134,15 +140,13 @@ class BudgetBackend:
             return _marked(compiled, lambda: self.preview_runs.append(plan))
         return compiled
 
-    def _told(self, made: int, ended: str, later: bool) -> None:
+    def _told(self, made: int, ended: str) -> None:
         """This graph's plans (none without a backward), from index ``made``, with where
-        it ended, what it keeps of the code before it and what the step holds outside it."""
+        it ended and what the step holds outside it."""
         for i in range(made, len(self.log.plans)):
-            # where its inputs are the step's own, the user holds them anyway: none kept
-            kept = self.log.plans[i].kept_input_bytes if later else 0
             # training: each earlier graph once; a preview counts the runs (preview.py)
             held = step_budget.held_before(self.log.plans[:i]) + self.eager_before.get(i, 0)
-            self.log.update(i, graph_break=ended, kept_input_bytes=kept, held_bytes=held)
+            self.log.update(i, graph_break=ended, held_bytes=held)
 
     def _compile(self, job: GraphJob) -> Any:
         if self.compiler == "inductor":
@@ -169,13 +173,14 @@ class BudgetBackend:
                     settings=job.settings,
                     log=self.log,
                     outputs_held=job.outputs_held,
+                    held_inputs=job.held_inputs,
                 ),
             )(job.gm, job.example_inputs)
 
     def _inductor(self, job: GraphJob) -> Any:
         from ..runtime._torch_private import compile_fx, functorch_config
 
-        partitioner = InductorPartitioner(self, job.outputs_held, job.settings)
+        partitioner = InductorPartitioner(self, job.outputs_held, job.settings, job.held_inputs)
         if self.preview:  # a preview is the partitioner's plan: no cache may skip it
             patches = {"custom_partitioner_fn": partitioner, "fx_graph_cache": False}
             made = len(self.log.plans)
@@ -202,7 +207,7 @@ def _compile_within_peak(be: BudgetBackend, job: GraphJob) -> Any:
 
     def compile_with(settings: PlanSettings) -> Attempt:
         attempt = BudgetBackend(settings, PlanLog())
-        partitioner = InductorPartitioner(attempt, job.outputs_held)
+        partitioner = InductorPartitioner(attempt, job.outputs_held, held_inputs=job.held_inputs)
         with kernels.deferred() as unbuilt:  # built for the attempt kept only
             compiled = _compile_cached(attempt, partitioner, job.gm, job.example_inputs)
         return Attempt(compiled, attempt.log, unbuilt)
@@ -310,6 +315,30 @@ def _compile_cached(
             compiled = compile_and_read_peak(gm, example_inputs, config_patches=patches)
         plan_cache.store(key, be.log.plans[first:])
     return compiled
+
+
+def held_inputs(gm: torch.fx.GraphModule, later: bool) -> frozenset[int]:
+    """The inputs of dynamo's graph ``gm`` (by index) that the user holds through the step
+    anyway, which its backward does not keep alive: in the compiled call's own frame,
+    all but what dynamo makes per call; in a frame user code calls between graphs (a
+    module whose forward breaks the graph), the tensors given to the call. Where the call
+    is not found: every input of the step's first frame, none of a ``later`` one."""
+    values = T.graph_arg_values(gm)
+    per_call = T.made_per_call(gm)
+    call = T.compiled_call()
+    if call is None:
+        own, given = not later, set()
+    else:
+        own = call[1]
+        given = {st[0] for t in T.tree_leaves(call[0]) if (st := storage_of(t)) is not None}
+
+    def held(i: int, value: Any) -> bool:
+        if i in per_call:
+            return False
+        st = storage_of(value)
+        return own or (st is not None and st[0] in given)
+
+    return frozenset(i for i, v in enumerate(values) if held(i, v))
 
 
 def graph_break(gm: torch.fx.GraphModule) -> str:

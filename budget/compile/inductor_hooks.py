@@ -83,6 +83,7 @@ class InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
         backend: BudgetBackend,
         outputs_held: bool = True,
         settings: PlanSettings | None = None,
+        held_inputs: frozenset[int] = frozenset(),
     ) -> None:
         self.backend = backend
         # what this graph is planned with: the backend's, or its share of the step's peak
@@ -91,6 +92,8 @@ class InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
         # the caller holds the forward's outputs through the backward (not after a graph
         # break: budget.compile.peak); its peaks, and so its plans, depend on it
         self.outputs_held = outputs_held
+        # the graph's inputs the user holds (not kept for its backward: budget.compile.backend)
+        self.held_inputs = held_inputs
         self.calls = 0  # joint graphs partitioned: 0 when a compile cache skipped it
         self.num_fwd_outputs = 1  # the user's outputs of the forward (the last partitioned)
         self._uuid: str | None = None
@@ -110,12 +113,15 @@ class InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
             settings=settings,
             log=be.log,
             outputs_held=self.outputs_held,
+            held_inputs=self.held_inputs,
             **kwargs,
         )
 
     def uuid(self) -> str:
         if self._uuid is None:
             held = "" if self.outputs_held else ":outputs dropped"
+            if self.held_inputs:  # another kept_input_bytes
+                held += ":user holds " + ",".join(map(str, sorted(self.held_inputs)))
             self._uuid = plan_cache.settings_key(self.settings) + held
         return self._uuid
 

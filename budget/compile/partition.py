@@ -80,12 +80,14 @@ def budget_partition(
     log: PlanLog,
     static_lifetime_input_indices: list[int] | None = None,
     outputs_held: bool = True,
+    held_inputs: frozenset[int] = frozenset(),
     **_: Any,
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     """torch's partitioner signature; plans (or applies a saved plan) and partitions,
     writing what it made to ``log``. ``outputs_held``: the caller holds the forward's
     outputs through the backward (not where the graph ends at a graph break:
-    :func:`budget.compile.peak.predict_peak`)."""
+    :func:`budget.compile.peak.predict_peak`); ``held_inputs``: the inputs (by index) the
+    user holds anyway, which the backward does not keep (``Plan.kept_input_bytes``)."""
     with gc_paused():
         try:
             return _partition(
@@ -96,6 +98,7 @@ def budget_partition(
                 log,
                 static_lifetime_input_indices,
                 outputs_held,
+                held_inputs,
             )
         except SolverTimeout as e:  # the solver cannot know where the limit was set
             raise SolverTimeout(
@@ -112,6 +115,7 @@ def _partition(
     log: PlanLog,
     static_lifetime_input_indices: list[int] | None,
     outputs_held: bool,
+    held_inputs: frozenset[int],
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     t0 = time.perf_counter()
     joint_module = prepare_joint(joint_module)
@@ -136,6 +140,7 @@ def _partition(
             t0,
             static_lifetime_input_indices,
             outputs_held,
+            held_inputs,
         )
     min_cuts: dict = {}  # torch's min-cuts of this graph: b=1's here, the tie-break's later
     reference = b1_saved_set(graph, node_info, min_cuts)
@@ -159,6 +164,7 @@ def _partition(
         reference,
         outputs_held,
         min_cuts,
+        held_inputs,
     )
     rank, size = ranks.world()
     if size > 1:  # one plan on every rank: rank 0's
@@ -259,6 +265,7 @@ def _apply_saved_plan(
     t0: float,
     static_lifetime_input_indices: list[int] | None,
     outputs_held: bool,
+    held_inputs: frozenset[int],
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     """Partition by the saved plan made for this graph (no solve, no torch min-cut)."""
     assert settings.book is not None
@@ -286,6 +293,7 @@ def _apply_saved_plan(
         settings,
         static_lifetime_input_indices or [],
         outputs_held=outputs_held,
+        held_inputs=held_inputs,
     )
     return _finish(partitions, plan, log)
 

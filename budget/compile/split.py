@@ -57,6 +57,7 @@ class Partitions:
         reference: Sequence[fx.Node] | None = None,
         outputs_held: bool = True,
         min_cuts: dict | None = None,
+        held_inputs: Sequence[int] = (),
     ) -> None:
         self.joint_module, self.nodes, self.node_info = joint_module, nodes, node_info
         self.num_fwd_outputs, self.settings = num_fwd_outputs, settings
@@ -66,6 +67,8 @@ class Partitions:
         self._made: dict[tuple[tuple[str, ...], int | None], Made] = {}
         # parameters and buffers (dynamo's static inputs): resident, not the step's values
         self.static_inputs = {node_info.inputs[i].name for i in static_lifetime_input_indices}
+        # and the user's own inputs: held anyway, not kept for the backward
+        self.held_inputs = {node_info.inputs[i].name for i in held_inputs}
         self._reference = reference
         self._reference_peak: int | None = None
         # torch's min-cuts of this graph, each solved once (its saved sets at b=1 and at
@@ -85,7 +88,7 @@ class Partitions:
         saved = list(dict.fromkeys([*saved, *self.node_info.inputs]))
         fw, bw = extract(self.joint_module, saved, self.node_info, self.num_fwd_outputs, offloaded)
         copies = copied_inputs(fw, self.num_fwd_outputs, self.settings.compiler)
-        kept = kept_inputs(fw, self.num_fwd_outputs, self.static_inputs)
+        kept = kept_inputs(fw, self.num_fwd_outputs, self.static_inputs | self.held_inputs)
         channels_last = runs_channels_last(fw, self.settings.compiler)
         handed = handed_channels_last(fw, copies.keys(), channels_last)
 

@@ -125,10 +125,11 @@ class Plan:
     # checkpointing makes the backward recompute (budget.compile.rng_states), counted in
     # saved_bytes, min_bytes and max_bytes; 0 where there are none
     rng_state_bytes: int = 0
-    # in a graph of any frame but the step's own first one (after a graph break): bytes of
-    # its inputs (parameters and buffers aside) its backward reads, i.e. activations of the
-    # code before it, alive for the backward, that no plan of this graph can free (0 in
-    # the step's first frame, whose inputs are the user's)
+    # bytes of its inputs its backward reads that the user does not hold (parameters,
+    # buffers and the tensors given to the compiled call aside): activations of the code
+    # before it (after a graph break, or in a module's frame user code calls between
+    # graphs), and numbers dynamo makes a tensor of at every call; alive for the backward,
+    # and no plan of this graph can free them
     kept_input_bytes: int = 0
     # why dynamo ended this graph early, where ("" if the graph ran to the step's end):
     # what comes after it runs eagerly or in another graph, outside this plan

@@ -25,6 +25,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -238,6 +240,60 @@ def frame_code() -> Any:
     return codes[0] if codes else None
 
 
+# the function torch.compile wraps a compiled function's call in (its name varies by version)
+_COMPILED_CALL = ("compile_wrapper", "_fn")
+_EVAL_FRAME = os.path.join("_dynamo", "eval_frame.py")
+_INSIDE = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))
+
+
+def compiled_call() -> tuple[tuple, bool] | None:
+    """The ``(args, kwargs)`` the user gave the ``torch.compile``'d call that dynamo
+    compiles a frame of now (the outermost wrapper on the stack), and whether that frame
+    is the call's own (the wrapper calls it, not user code running between graphs);
+    None where no wrapper is found."""
+    found, direct, first = None, False, True
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name in _COMPILED_CALL and code.co_filename.endswith(_EVAL_FRAME):
+            found = frame
+            direct = direct or first
+            first = False
+        elif first and not code.co_filename.startswith(_INSIDE):
+            first = False  # user code called the frame
+        frame = frame.f_back
+    if found is None:
+        return None
+    args, kwargs = found.f_locals.get("args"), found.f_locals.get("kwargs")
+    if not isinstance(args, tuple) or not isinstance(kwargs, dict):
+        return None
+    return (args, kwargs), direct
+
+
+def graph_arg_values(gm: torch.fx.GraphModule) -> list[Any]:
+    """The value behind each of a dynamo graph's inputs, in order (None where unknown)."""
+    out = []
+    for node in gm.graph.find_nodes(op="placeholder"):
+        arg = node.meta.get("grapharg")
+        try:
+            out.append(None if arg is None else arg.example)
+        except Exception:  # an example dynamo let go of
+            out.append(None)
+    return out
+
+
+def made_per_call(gm: torch.fx.GraphModule) -> frozenset[int]:
+    """A dynamo graph's inputs (by index) that dynamo makes at every call: Python numbers
+    the graph takes as tensors (a float attribute under dynamic shapes, ``.item()``'s
+    value after a graph break)."""
+    nodes = gm.graph.find_nodes(op="placeholder")
+    return frozenset(
+        i
+        for i, n in enumerate(nodes)
+        if getattr(n.meta.get("grapharg"), "pass_arg_as_tensor", False)
+    )
+
+
 def fake_mode_active() -> bool:
     """Whether a FakeTensorMode is on the dispatch stack (compile-time tracing runs ops)."""
     return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
@@ -349,6 +405,9 @@ __all__ = [
     # loaded with torch
     "DataDependentOutputException",
     "DynamicOutputShapeException",
+    "compiled_call",
+    "graph_arg_values",
+    "made_per_call",
     "FakeTensorMode",
     "HigherOrderOperator",
     "OpOverload",

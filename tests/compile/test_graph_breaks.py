@@ -49,6 +49,68 @@ def test_measured_bytes_are_the_plans_and_the_kept_inputs():
         assert measured == planned + be.plans[1].kept_input_bytes, b
 
 
+class _Reads(torch.nn.Module):
+    """A block whose forward breaks the graph (``.item()``) and scales by what it read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(32, 32)
+        self.b = torch.nn.Linear(32, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x + torch.tanh(self.a(x))
+        s = h.mean().item()
+        return h + torch.tanh(self.b(h)) * (1 + s)
+
+
+class _TwoReads(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second = _Reads(), _Reads()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(self.first(x)).square().sum()
+
+
+@pytest.mark.parametrize("b", [1.0, 0.0])
+def test_what_each_graph_keeps_is_told_by_who_holds_its_inputs(b):
+    """Two blocks whose forwards break the graph: dynamo compiles each block's frame (the
+    same code twice), called from the step's code between graphs. The first block's
+    input is the user's (held anyway), the second's is the first's output (kept alive by
+    its backward); the value read after each break is a number dynamo makes a tensor of
+    at every call (kept too). Measured, the step saves what its plans save and keep."""
+    torch.manual_seed(0)
+    model, x = _TwoReads(), torch.randn(64, 32)
+    be = budget.backend(b, compiler="eager")
+    step = torch.compile(model, backend=be)
+    measured = saved_bytes(step, x, exclude=list(model.parameters())).saved_bytes
+    assert len(be.plans) == 5  # two per block, and the loss
+    kept = [p.kept_input_bytes for p in be.plans]
+    assert kept[0] == 0 and kept[2] >= x.numel() * 4  # the user's input; an activation
+    assert measured == sum(p.saved_bytes + p.kept_input_bytes for p in be.plans)
+
+
+def test_numbers_dynamo_passes_as_tensors_are_kept_not_held():
+    """Under dynamic shapes a float attribute becomes a 0-dim tensor dynamo makes at every
+    call: the backward keeps it (8 bytes), and the plan says so."""
+
+    class Scaled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin, self.scale = torch.nn.Linear(16, 16), 1.7
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.tanh(self.lin(x) * self.scale).sum()
+
+    model, x = Scaled(), torch.randn(4, 16)
+    be = budget.backend(0.5, compiler="eager")
+    step = torch.compile(model, backend=be, dynamic=True)
+    measured = saved_bytes(step, x, exclude=list(model.parameters())).saved_bytes
+    (plan,) = be.plans
+    assert plan.kept_input_bytes == 8
+    assert measured == plan.saved_bytes + plan.kept_input_bytes
+
+
 class EagerExperts(torch.nn.Module):
     """A MoE layer whose routing runs eagerly between graphs, with a data-dependent op."""
 
