@@ -20,6 +20,7 @@ from ..runtime._torch_private import (
     FakeTensor,
     FakeTensorMode,
     forget_compiled,
+    sizes_seen_kept,
     tree_leaves,
     tree_map,
 )
@@ -39,8 +40,13 @@ def run_on_fake(
     be: BudgetBackend, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> None:
     # A shape environment lets eager code between graphs run data-dependent ops (nonzero,
-    # masked_select: a MoE's routing) on fake tensors, as training runs them for real.
-    with FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv()) as mode:
+    # masked_select: a MoE's routing) on fake tensors, as training runs them for real. A
+    # number read from a tensor (``.item()``) is not made a symbol: where training gets
+    # the number, the code after it would take a symbol (dynamo then runs that frame
+    # eagerly, and marks it so for training too); the read raises, and the step runs on
+    # its examples instead.
+    shape_env = ShapeEnv(allow_scalar_outputs=False)
+    with FakeTensorMode(allow_non_fake_inputs=True, shape_env=shape_env) as mode:
 
         def fake(x: Any) -> Any:
             return mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else x
@@ -89,9 +95,15 @@ def _run(
     kwargs: dict[str, Any],
     outside: OutsideSaves,
 ) -> None:
-    compiled = torch.compile(_own_code(fn), backend=be, dynamic=False)
+    # compiled as training compiles it (torch.compile's default, dynamic=None: a module's
+    # frame compiled again at other sizes gets symbolic ones), leaving what dynamo has
+    # seen as it was, so that training compiles the same graphs after it
+    compiled = torch.compile(_own_code(fn), backend=be)
     try:
-        with torch.autograd.graph.saved_tensors_hooks(outside.pack, lambda t: t):
+        with (
+            sizes_seen_kept(),
+            torch.autograd.graph.saved_tensors_hooks(outside.pack, lambda t: t),
+        ):
             compiled(*args, **kwargs)
     except BackendCompilerFailed as e:  # show our own error, not dynamo's wrapper
         raise e.inner_exception from None

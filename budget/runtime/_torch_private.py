@@ -23,6 +23,7 @@ Exports come in two kinds:
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import importlib
 import os
@@ -270,6 +271,25 @@ def compiled_call() -> tuple[tuple, bool] | None:
     return (args, kwargs), direct
 
 
+@contextlib.contextmanager
+def sizes_seen_kept() -> Iterator[None]:
+    """Within the block, dynamo compiles as a training compile would now (automatic
+    dynamic shapes: a code compiled again at other sizes or values gets symbolic ones),
+    from the sizes it has seen so far, and after it they are as they were, on disk too
+    (its profile of them, ``automatic_dynamic_local_pgo``, is not written)."""
+    from torch._dynamo import config as dynamo_config
+    from torch._dynamo import pgo
+
+    before = copy.deepcopy(pgo.get_code_state())  # read from its profile, as training would
+    try:
+        with dynamo_config.patch(
+            automatic_dynamic_local_pgo=False, automatic_dynamic_remote_pgo=False
+        ):
+            yield
+    finally:
+        pgo._CODE_STATE = before
+
+
 def graph_arg_values(gm: torch.fx.GraphModule) -> list[Any]:
     """The value behind each of a dynamo graph's inputs, in order (None where unknown)."""
     out = []
@@ -406,6 +426,7 @@ __all__ = [
     "DataDependentOutputException",
     "DynamicOutputShapeException",
     "compiled_call",
+    "sizes_seen_kept",
     "graph_arg_values",
     "made_per_call",
     "FakeTensorMode",

@@ -90,6 +90,23 @@ def test_what_each_graph_keeps_is_told_by_who_holds_its_inputs(b):
     assert measured == sum(p.saved_bytes + p.kept_input_bytes for p in be.plans)
 
 
+def test_a_preview_compiles_a_frame_compiled_again_as_training_does():
+    """The second block's frames are compiled again, with another value read: training
+    (torch.compile's default, automatic dynamic shapes) makes that value a graph input. A
+    preview compiles the same graphs, so training takes its plans; and it leaves dynamo's
+    record of what it has seen as it was (a second preview plans the same)."""
+    torch.manual_seed(0)
+    model, x = _TwoReads(), torch.randn(64, 32)
+    previews = budget.plans(model, x, memory_budget=0.5, compiler="eager")
+    again = budget.plans(model, x, memory_budget=0.5, compiler="eager")
+    assert [p.graph_hash for p in again] == [p.graph_hash for p in previews]
+    torch._dynamo.reset()
+    be = budget.backend(plan=previews, compiler="eager")
+    torch.compile(model, backend=be)(x).backward()  # no PlanMismatchError
+    assert [p.graph_hash for p in be.plans] == [p.graph_hash for p in previews]
+    assert [p.saved_bytes for p in be.plans] == [p.saved_bytes for p in previews]
+
+
 def test_numbers_dynamo_passes_as_tensors_are_kept_not_held():
     """Under dynamic shapes a float attribute becomes a 0-dim tensor dynamo makes at every
     call: the backward keeps it (8 bytes), and the plan says so."""
