@@ -36,6 +36,7 @@ SEAM = ROOT / "budget" / "runtime" / "_torch_private.py"
 # functorch_config). Loaded with torch itself:
 EAGER = {
     "DataDependentOutputException": "torch._subclasses.fake_tensor",
+    "DynamicOutputShapeException": "torch._subclasses.fake_tensor",
     "FakeTensorMode": "torch._subclasses.fake_tensor",
     "HigherOrderOperator": "torch._ops",
     "OpOverload": "torch._ops",
@@ -97,7 +98,12 @@ LAZY = {
 }
 OWN = {
     "boykov_kolmogorov_cuts",
+    "compiled_call",
     "compiled_versions",
+    "graph_arg_values",
+    "in_backward",
+    "made_per_call",
+    "sizes_seen_kept",
     "in_compiled_step",
     "fake_mode_active",
     "forget_compiled",

@@ -426,6 +426,7 @@ __all__ = [
     "DataDependentOutputException",
     "DynamicOutputShapeException",
     "compiled_call",
+    "in_backward",
     "sizes_seen_kept",
     "graph_arg_values",
     "made_per_call",
