@@ -35,10 +35,9 @@ from ..core.plan_files import PlanBook, PlanSource
 from ..core.settings import PlanLog, PlanSettings
 from ..errors import BudgetTooSmallError
 from ..planning.options import resolve_settings
-from ..runtime import _torch_private as T
-from ..runtime.values import storage_of
 from . import kernels, plan_cache, ranks, step_budget
 from .compiled_peak import CodeCapture
+from .dynamo_graph import graph_break, held_inputs
 from .inductor_hooks import InductorPartitioner, run_uncompiled
 from .layout import backward_keeps_layouts
 from .partition import budget_partition
@@ -315,46 +314,6 @@ def _compile_cached(
             compiled = compile_and_read_peak(gm, example_inputs, config_patches=patches)
         plan_cache.store(key, be.log.plans[first:])
     return compiled
-
-
-def held_inputs(gm: torch.fx.GraphModule, later: bool) -> frozenset[int]:
-    """The inputs of dynamo's graph ``gm`` (by index) that the user holds through the step
-    anyway, which its backward does not keep alive: in the compiled call's own frame,
-    all but what dynamo makes per call; in a frame user code calls between graphs (a
-    module whose forward breaks the graph), the tensors given to the call. Where the call
-    is not found: every input of the step's first frame, none of a ``later`` one."""
-    values = T.graph_arg_values(gm)
-    per_call = T.made_per_call(gm)
-    call = T.compiled_call()
-    if call is None:
-        own, given = not later, set()
-    else:
-        own = call[1]
-        given = {st[0] for t in T.tree_leaves(call[0]) if (st := storage_of(t)) is not None}
-
-    def held(i: int, value: Any) -> bool:
-        if i in per_call:
-            return False
-        st = storage_of(value)
-        return own or (st is not None and st[0] in given)
-
-    return frozenset(i for i, v in enumerate(values) if held(i, v))
-
-
-def graph_break(gm: torch.fx.GraphModule) -> str:
-    """Why dynamo ended this graph before the end of the step ("" if it did not): its
-    reason and the user's line, as ``torch._dynamo.explain`` reports them."""
-    reason = getattr(gm, "compile_subgraph_reason", None)
-    if reason is None or not getattr(reason, "graph_break", False):
-        return ""
-    stack = getattr(reason, "user_stack", None) or []
-    where = ""
-    if stack:
-        frame = stack[-1]
-        path = frame.filename.rsplit("site-packages/", 1)[-1]  # the package's own path
-        where = f" at {path}:{frame.lineno} in {frame.name}"
-    first = str(reason.reason).strip().splitlines()[0] if str(reason.reason).strip() else "?"
-    return f"{first}{where}"
 
 
 def root_error(e: BaseException) -> BaseException:

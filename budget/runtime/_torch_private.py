@@ -241,77 +241,58 @@ def frame_code() -> Any:
     return codes[0] if codes else None
 
 
-# the function torch.compile wraps a compiled function's call in (its name varies by version)
-_COMPILED_CALL = ("compile_wrapper", "_fn")
+_COMPILED_CALL = ("compile_wrapper", "_fn")  # torch.compile's wrapper of a call (by version)
 _EVAL_FRAME = os.path.join("_dynamo", "eval_frame.py")
 _INSIDE = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))
 
 
 def compiled_call() -> tuple[tuple, bool] | None:
-    """The ``(args, kwargs)`` the user gave the ``torch.compile``'d call that dynamo
-    compiles a frame of now (the outermost wrapper on the stack), and whether that frame
-    is the call's own (the wrapper calls it, not user code running between graphs);
-    None where no wrapper is found."""
+    """The ``(args, kwargs)`` given to the ``torch.compile``'d call dynamo compiles a frame
+    of now (the outermost wrapper on the stack), and whether the wrapper calls that frame
+    itself (not user code running between graphs); None where no wrapper is found."""
     found, direct, first = None, False, True
     frame = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
         if code.co_name in _COMPILED_CALL and code.co_filename.endswith(_EVAL_FRAME):
-            found = frame
-            direct = direct or first
-            first = False
-        elif first and not code.co_filename.startswith(_INSIDE):
+            found, direct, first = frame, direct or first, False
+        elif not code.co_filename.startswith(_INSIDE):
             first = False  # user code called the frame
         frame = frame.f_back
-    if found is None:
+    given = None if found is None else (found.f_locals.get("args"), found.f_locals.get("kwargs"))
+    if given is None or not isinstance(given[0], tuple) or not isinstance(given[1], dict):
         return None
-    args, kwargs = found.f_locals.get("args"), found.f_locals.get("kwargs")
-    if not isinstance(args, tuple) or not isinstance(kwargs, dict):
-        return None
-    return (args, kwargs), direct
+    return given, direct
 
 
-@contextlib.contextmanager
-def sizes_seen_kept() -> Iterator[None]:
-    """Within the block, dynamo compiles as a training compile would now (automatic
-    dynamic shapes: a code compiled again at other sizes or values gets symbolic ones),
-    from the sizes it has seen so far, and after it they are as they were, on disk too
-    (its profile of them, ``automatic_dynamic_local_pgo``, is not written)."""
-    from torch._dynamo import config as dynamo_config
-    from torch._dynamo import pgo
-
-    before = copy.deepcopy(pgo.get_code_state())  # read from its profile, as training would
-    try:
-        with dynamo_config.patch(
-            automatic_dynamic_local_pgo=False, automatic_dynamic_remote_pgo=False
-        ):
-            yield
-    finally:
-        pgo._CODE_STATE = before
-
-
-def graph_arg_values(gm: torch.fx.GraphModule) -> list[Any]:
-    """The value behind each of a dynamo graph's inputs, in order (None where unknown)."""
+def graph_args(gm: torch.fx.GraphModule) -> list[tuple[Any, bool]]:
+    """For each input of dynamo's graph ``gm``: the value behind it (None where unknown),
+    and whether dynamo makes it at every call (a Python number the graph takes as a
+    tensor: a float attribute under dynamic shapes, ``.item()``'s value after a break)."""
     out = []
     for node in gm.graph.find_nodes(op="placeholder"):
         arg = node.meta.get("grapharg")
         try:
-            out.append(None if arg is None else arg.example)
+            value = None if arg is None else arg.example
         except Exception:  # an example dynamo let go of
-            out.append(None)
+            value = None
+        out.append((value, bool(getattr(arg, "pass_arg_as_tensor", False))))
     return out
 
 
-def made_per_call(gm: torch.fx.GraphModule) -> frozenset[int]:
-    """A dynamo graph's inputs (by index) that dynamo makes at every call: Python numbers
-    the graph takes as tensors (a float attribute under dynamic shapes, ``.item()``'s
-    value after a graph break)."""
-    nodes = gm.graph.find_nodes(op="placeholder")
-    return frozenset(
-        i
-        for i, n in enumerate(nodes)
-        if getattr(n.meta.get("grapharg"), "pass_arg_as_tensor", False)
-    )
+@contextlib.contextmanager
+def sizes_seen_kept() -> Iterator[None]:
+    """Dynamo compiles in the block as a training compile would now (automatic dynamic
+    shapes, from the sizes it has seen), and those are as they were after it, on disk too
+    (its profile, ``automatic_dynamic_local_pgo``, is not written)."""
+    from torch._dynamo import config, pgo
+
+    before = copy.deepcopy(pgo.get_code_state())  # read from its profile, as training would
+    try:
+        with config.patch(automatic_dynamic_local_pgo=False, automatic_dynamic_remote_pgo=False):
+            yield
+    finally:
+        pgo._CODE_STATE = before
 
 
 def fake_mode_active() -> bool:
@@ -428,8 +409,7 @@ __all__ = [
     "compiled_call",
     "in_backward",
     "sizes_seen_kept",
-    "graph_arg_values",
-    "made_per_call",
+    "graph_args",
     "FakeTensorMode",
     "HigherOrderOperator",
     "OpOverload",

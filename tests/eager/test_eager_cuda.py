@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers.steps import assert_same_grads
 
 import budget
 from budget.eager.measure import measure_eager
@@ -84,8 +85,7 @@ def test_apply_on_cuda_recomputes_cudnn_batchnorm_with_its_statistics_updated_on
     assert plan.checkpointed == ["0", "1"]
     for m in (model, ref):
         loss(m).backward()
-    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    assert_same_grads(model, ref, rtol=1e-4, atol=1e-5)
     for b, c in zip(model.buffers(), ref.buffers(), strict=True):
         torch.testing.assert_close(b, c, rtol=1e-5, atol=1e-6)  # updated once, not twice
     model.zero_grad(set_to_none=True)

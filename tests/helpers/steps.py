@@ -61,3 +61,9 @@ def grads_of(
     for t in tensors:
         t.grad = None
     return detached, grads
+
+
+def assert_same_grads(model: torch.nn.Module, ref: torch.nn.Module, **tolerance: Any) -> None:
+    """Every parameter of ``model`` has the gradient of ``ref``'s in the same place."""
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, **tolerance)

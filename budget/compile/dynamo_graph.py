@@ -1,0 +1,49 @@
+"""What dynamo's graph of a frame says about the step around it: where the graph ended
+(a graph break, and why), and which of its inputs the user holds anyway, so that its
+backward keeping them costs nothing (``Plan.kept_input_bytes`` counts the others)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..runtime import _torch_private as T
+from ..runtime.values import storage_of
+
+
+def held_inputs(gm: torch.fx.GraphModule, later: bool) -> frozenset[int]:
+    """The inputs of dynamo's graph ``gm`` (by index) that the user holds through the step
+    anyway, which its backward does not keep alive: in the compiled call's own frame,
+    all but what dynamo makes per call; in a frame user code calls between graphs (a
+    module whose forward breaks the graph), the tensors given to the call. Where the call
+    is not found: every input of the step's first frame, none of a ``later`` one."""
+    args = T.graph_args(gm)
+    call = T.compiled_call()
+    if call is None:
+        own, given = not later, set()
+    else:
+        own = call[1]
+        given = {st[0] for t in T.tree_leaves(call[0]) if (st := storage_of(t)) is not None}
+
+    def held(value: Any, per_call: bool) -> bool:
+        st = storage_of(value)
+        return not per_call and (own or (st is not None and st[0] in given))
+
+    return frozenset(i for i, (v, per_call) in enumerate(args) if held(v, per_call))
+
+
+def graph_break(gm: torch.fx.GraphModule) -> str:
+    """Why dynamo ended this graph before the end of the step ("" if it did not): its
+    reason and the user's line, as ``torch._dynamo.explain`` reports them."""
+    reason = getattr(gm, "compile_subgraph_reason", None)
+    if reason is None or not getattr(reason, "graph_break", False):
+        return ""
+    stack = getattr(reason, "user_stack", None) or []
+    where = ""
+    if stack:
+        frame = stack[-1]
+        path = frame.filename.rsplit("site-packages/", 1)[-1]  # the package's own path
+        where = f" at {path}:{frame.lineno} in {frame.name}"
+    first = str(reason.reason).strip().splitlines()[0] if str(reason.reason).strip() else "?"
+    return f"{first}{where}"
