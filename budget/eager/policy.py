@@ -147,8 +147,7 @@ def fake_run() -> Iterator[None]:
     """Policies answer as in an eager step although the tensors are fake: for
     :mod:`budget.eager.peak`, which runs the step with the plan applied on fake tensors
     (op calls are then checked one by one, as in a real step, less autograd's view
-    replays, which only fake tensors make: :mod:`budget.eager.replays`). Enter it before
-    the step's other dispatch modes."""
+    replays, which only fake tensors make: :mod:`budget.eager.replays`)."""
     before = getattr(_local, "fake_run", False), getattr(_local, "replays", None)
     _local.fake_run, _local.replays = True, ViewReplays()
     try:
