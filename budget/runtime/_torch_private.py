@@ -241,7 +241,7 @@ def frame_code() -> Any:
     return codes[0] if codes else None
 
 
-_COMPILED_CALL = ("compile_wrapper", "_fn")  # torch.compile's wrapper of a call (by version)
+_COMPILED_CALL = "compile_wrapper"  # torch.compile's wrapper of a call (torch 2.11-2.13)
 _EVAL_FRAME = os.path.join("_dynamo", "eval_frame.py")
 _INSIDE = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))
 
@@ -254,7 +254,7 @@ def compiled_call() -> tuple[tuple, bool] | None:
     frame = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
-        if code.co_name in _COMPILED_CALL and code.co_filename.endswith(_EVAL_FRAME):
+        if code.co_name == _COMPILED_CALL and code.co_filename.endswith(_EVAL_FRAME):
             found, direct, first = frame, direct or first, False
         elif not code.co_filename.startswith(_INSIDE):
             first = False  # user code called the frame
