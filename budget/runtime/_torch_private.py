@@ -2,22 +2,16 @@
 
 budget reuses torch's own machinery (the joint-graph node classification, the fwd/bwd
 extraction, the min-cut that defines the b=1.0 end, RNG functionalisation, the compile
-stack it plugs into) instead of re-deriving it. Those are private APIs: every ``torch._*``
-module (``torch._C`` internals included) and every ``torch.utils._*`` module budget uses is
-imported here and nowhere else. ruff's TID251 bans them in the rest of budget/
-(pyproject.toml); tests/compile/test_torch_seam.py checks that every name exported here is
-still the torch object it names, and that no other module of budget reaches for a private
-torch name, by import or by attribute (``torch._dynamo.reset()``). The tested torch range
-is pinned in pyproject.toml.
+stack it plugs into) instead of re-deriving it. Every ``torch._*`` module (``torch._C``
+internals included) and ``torch.utils._*`` module budget uses is imported here and nowhere
+else: ruff's TID251 bans them elsewhere (pyproject.toml), and tests/test_torch_seam.py
+checks that each name exported here is still the torch object it names and that no other
+module reaches for a private torch name. The tested torch range is pinned in pyproject.toml.
 
-Exports come in two kinds:
-
-- names whose modules ``import torch`` has already loaded (pytree, op classes, dispatch
-  modes...): imported eagerly, so the estimators get them for free;
-- the compile stack (functorch's partitioner, dynamo, Inductor): loaded on first use
-  (PEP 562 ``__getattr__``), so that importing this module, and with it
-  ``budget.estimators``, loads none of it. ``from ._torch_private import compile_fx``
-  loads it then.
+Names whose modules ``import torch`` has loaded already (pytree, op classes, dispatch
+modes) are imported eagerly; the compile stack (functorch's partitioner, dynamo, Inductor)
+on first use (PEP 562 ``__getattr__``), so importing this module, and with it
+``budget.estimators``, loads none of it.
 """
 
 from __future__ import annotations
@@ -45,6 +39,8 @@ from torch._subclasses.fake_tensor import (
 from torch.fx.experimental.proxy_tensor import is_sym_node
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_leaves, tree_map
+
+from .maxflow import boykov_kolmogorov_cuts
 
 # The compile stack, loaded on first use: exported name -> (module, attribute; None for
 # the module itself).
@@ -179,26 +175,6 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-@contextlib.contextmanager
-def boykov_kolmogorov_cuts() -> Iterator[None]:
-    """Make torch's min-cut partitioner use networkx's Boykov-Kolmogorov max flow.
-
-    torch calls ``nx.minimum_cut`` with the default preflow-push. The minimum cut it reads
-    (the nodes that reach the sink in the residual graph) is the same for every maximum
-    flow, so the partition is unchanged; Boykov-Kolmogorov is several times faster on
-    joint graphs (``python bench/solvers.py``). Restored on exit.
-    """
-    import networkx as nx
-    from networkx.algorithms.flow import boykov_kolmogorov
-
-    original = nx.minimum_cut
-    nx.minimum_cut = functools.partial(original, flow_func=boykov_kolmogorov)
-    try:
-        yield
-    finally:
-        nx.minimum_cut = original
-
-
 def torch_saved_set(
     graph: Any, node_info: Any, memory_budget: float, cuts: dict[Any, Any]
 ) -> list[Any]:
@@ -259,10 +235,9 @@ def compiled_call() -> tuple[tuple, bool] | None:
         elif not code.co_filename.startswith(_INSIDE):
             first = False  # user code called the frame
         frame = frame.f_back
-    given = None if found is None else (found.f_locals.get("args"), found.f_locals.get("kwargs"))
-    if given is None or not isinstance(given[0], tuple) or not isinstance(given[1], dict):
-        return None
-    return given, direct
+    args, kwargs = (None, None) if found is None else map(found.f_locals.get, ("args", "kwargs"))
+    ok = isinstance(args, tuple) and isinstance(kwargs, dict)
+    return ((args, kwargs), direct) if ok else None
 
 
 def graph_args(gm: torch.fx.GraphModule) -> list[tuple[Any, bool]]:
@@ -392,7 +367,6 @@ def nodes_prefer_channels_last(graph: Any) -> set[Any]:
 
 __all__ = [
     # budget's own
-    "boykov_kolmogorov_cuts",
     "torch_saved_set",
     "compiled_versions",
     "in_compiled_step",
