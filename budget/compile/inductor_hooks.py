@@ -92,7 +92,7 @@ class InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
         # the caller holds the forward's outputs through the backward (not after a graph
         # break: budget.compile.peak); its peaks, and so its plans, depend on it
         self.outputs_held = outputs_held
-        # the graph's inputs the user holds (not kept for its backward: budget.compile.backend)
+        # the graph's inputs the user holds (not kept for its backward: compile/dynamo_graph.py)
         self.held_inputs = held_inputs
         self.calls = 0  # joint graphs partitioned: 0 when a compile cache skipped it
         self.num_fwd_outputs = 1  # the user's outputs of the forward (the last partitioned)

@@ -207,26 +207,21 @@ _OWN_BACKWARD = (
 
 def noted(plan: EagerPlan, trace: Trace) -> EagerPlan:
     """``plan`` with why each region it leaves alone is left alone, where that is known:
-    it ran, saving nothing but the tensors it was given (a module the model checkpoints
-    inside its own forward shows so: its inputs, kept for the recomputation, and nothing
-    else), or the step runs a backward of its own and no plan frees anything."""
-    if trace.backward_in_step and plan.min_bytes == plan.max_bytes:
-        regions = [
-            c if c.checkpoint or c.reason else replace(c, reason=_OWN_BACKWARD)
-            for c in plan.regions
-        ]
-        return replace(plan, regions=regions)
+    the step runs a backward of its own and no plan frees anything, or the region ran,
+    saving nothing but the tensors it was given (a module the model checkpoints inside
+    its own forward shows so: its inputs, kept for the recomputation, and nothing else)."""
+    own_backward = trace.backward_in_step and plan.min_bytes == plan.max_bytes
 
-    def frees_nothing(r: int) -> bool:
+    def why(r: int) -> str:
+        if own_backward:
+            return _OWN_BACKWARD
         region = trace.regions[r]
         saves = [s.value for s in trace.saves if s.region == r]
         ran = region.calls == 1 and region.end > region.start  # op calls of its own
-        return ran and all(v in region.args for v in saves)
+        return _FREES_NOTHING if ran and all(v in region.args for v in saves) else ""
 
     regions = [
-        replace(c, reason=_FREES_NOTHING)
-        if not c.checkpoint and not c.reason and frees_nothing(r)
-        else c
+        c if c.checkpoint or c.reason else replace(c, reason=why(r))
         for r, c in enumerate(plan.regions)
     ]
     return replace(plan, regions=regions)
