@@ -154,8 +154,10 @@ class ProblemBuilder:
         cost_unit: str,
         reference_saved: Iterable[int] = (),
         graph_hash: str = "",
+        guessed_sizes: Iterable[str] = (),
     ) -> Problem:
-        """The Problem of the rows added; ``edges``: (u, v) where u is an input of v."""
+        """The Problem of the rows added; ``edges``: (u, v) where u is an input of v;
+        ``guessed_sizes``: the rows whose bytes are a guess (Problem.guessed_sizes)."""
         return Problem(
             names=list(self.names),
             edges=list(edges),
@@ -163,6 +165,7 @@ class ProblemBuilder:
             cost_unit=cost_unit,
             reference_saved=sorted(set(reference_saved)),
             graph_hash=graph_hash,
+            guessed_sizes=list(guessed_sizes),
             **{column: list(values) for column, values in self._columns.items()},
         )
 

@@ -14,14 +14,15 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-PLAN_FORMAT_VERSION = 10
+PLAN_FORMAT_VERSION = 11
 # version 1: no peak_bytes, no timeline; version 2: no recomputed_again, again_cost/flops
 # version 3: no eager_saved_bytes; version 4: no compiled_peak_bytes; version 5: no
 # reference_peak_bytes; version 6: no tie_break, previewed_on, held_bytes; version 7: no
 # offload (offload_cost, offloaded_bytes, offload_transfer, the "offload" decision);
 # version 8: no reference_compiled_peak_bytes, training_check; version 9: no
-# LivePoint.peak_bytes, no RegionChoice.backward_at (eager plans)
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+# LivePoint.peak_bytes, no RegionChoice.backward_at (eager plans); version 10: no
+# guessed_sizes
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
 # "offload": saved, but kept in host memory between the forward and the backward
 Choice = Literal["save", "offload", "recompute", "input"]
 
@@ -116,6 +117,11 @@ class Plan:
     # memory budget (budget.planning.tie_break): which plan, its predicted peak and the
     # cheapest's; "" where it did not run (b=1, a peak budget, a plan file, eager plans)
     tie_break: str = ""
+    # the values among the decisions whose size depends on tensor values (data-dependent
+    # ops such as nonzero under dynamo's capture of them): the graph does not know it, so
+    # each unknown dimension is priced at budget.runtime.values.FALLBACK_SIZE, and the
+    # saved bytes, target and peak are estimates, not the step's; [] where every size is known
+    guessed_sizes: list[str] = field(default_factory=list)
     # ---- memory outside the decisions, and what partitioning added
     # bytes of graph inputs the compiled forward saves as copies in another layout
     # (Inductor's channels-last convolution inputs and weights: budget.compile.layout),

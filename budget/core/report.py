@@ -54,7 +54,8 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
         f" ({plan.saved_bytes / plan.max_bytes:.1%} of the budget-1 end)" if plan.max_bytes else ""
     )
     lines.append(f"  saved      {format_bytes(plan.saved_bytes)}{share}")
-    lines += _offload_lines(plan) + _outside_lines(plan) + _peak_lines(plan)
+    lines += _offload_lines(plan) + _outside_lines(plan) + _guessed_lines(plan)
+    lines += _peak_lines(plan)
     lines.append(f"  recompute  {_cost_line(plan)}")
     lines += _again_lines(plan)
     if plan.graph_break:
@@ -95,6 +96,19 @@ def _outside_lines(plan: Plan) -> list[str]:
             "eager code after this graph, outside the plans"
         )
     return lines
+
+
+def _guessed_lines(plan: Plan) -> list[str]:
+    """The values whose sizes depend on tensor values, priced at a guess."""
+    if not plan.guessed_sizes:
+        return []
+    n = len(plan.guessed_sizes)
+    values = "1 value's size" if n == 1 else f"{n} values' sizes"
+    return [
+        f"  guessed    {values} depend on tensor values (data-dependent ops): each",
+        "             unknown dimension is priced at a guess, so saved bytes and peak are",
+        "             estimates: " + shorten(", ".join(plan.guessed_sizes), WIDTH - 24),
+    ]
 
 
 def _peak_lines(plan: Plan) -> list[str]:

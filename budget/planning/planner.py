@@ -270,6 +270,7 @@ def make_plan(
         graph_hash=problem.graph_hash,
         decisions=decisions,
         timings=timings,
+        guessed_sizes=[d.name for d in decisions if d.name in set(problem.guessed_sizes)],
         copied_input_bytes=problem.fixed_bytes - problem.rng_state_bytes,
         rng_state_bytes=problem.rng_state_bytes,
         # where offload is not priced (a plan file applied): 0 here, the file's own figure

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch.fx.experimental.symbolic_shapes import optimization_hint
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, optimization_hint
 
 from ._torch_private import _has_storage, tree_leaves
 
@@ -30,6 +30,16 @@ def hint(x: Any) -> int:
     if isinstance(x, torch.SymBool):
         return int(bool(optimization_hint(torch.sym_ite(x, 1, 0), fallback=0)))
     return int(optimization_hint(x, fallback=FALLBACK_SIZE))
+
+
+def size_guessed(val: object) -> bool:
+    """Whether a tensor value's storage size depends on tensor values (an unbacked symbol:
+    ``nonzero``'s rows, a size read with ``.item()``), so that :func:`hint` prices it with
+    ``FALLBACK_SIZE`` per unknown dimension rather than the size the step will have."""
+    if not isinstance(val, torch.Tensor) or not _has_storage(val):
+        return False
+    nbytes = val.untyped_storage().nbytes()
+    return isinstance(nbytes, torch.SymInt) and bool(free_unbacked_symbols(nbytes))
 
 
 def hint_float(x: Any) -> float:

@@ -150,3 +150,35 @@ def test_dropout_replays_or_keeps_its_mask(b):
     for g, r in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(g, r)
     assert be.plans[0].saved_bytes <= be.plans[0].target_bytes
+
+
+def test_sizes_that_depend_on_data_are_named_as_guessed():
+    """Under dynamo's capture of data-dependent ops, the rows nonzero picks have a size the
+    graph does not know: the plan names each value so priced, and no other."""
+    torch.manual_seed(0)
+    w = torch.randn(32, 32, requires_grad=True)
+    x = torch.randn(64, 32)
+
+    def step(x, w):
+        h = torch.mm(x, w).tanh()  # a size the graph knows
+        rows = h[(h[:, 0] > 0).nonzero().squeeze(1)]  # a size it does not
+        return torch.mm(rows, w).sin().sum() + h.cos().sum()
+
+    ref_out, ref_grads = grads_of(step, [w], x, w)
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        f, be = compile_with(step, 1.0)
+        out, grads = grads_of(f, [w], x, w)
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(grads[0], ref_grads[0])
+    (plan,) = be.plans
+    ops = {d.name: d.op for d in plan.decisions}
+    assert plan.guessed_sizes and set(plan.guessed_sizes) <= set(ops)
+    assert "aten.mm.default" in {ops[n] for n in plan.guessed_sizes}  # mm(rows, w)
+    knows = [n for n, op in ops.items() if op == "aten.tanh.default"]
+    assert knows and not set(knows) & set(plan.guessed_sizes)
+    assert "guessed" in str(plan)
+
+    torch._dynamo.reset()
+    f, be = compile_with(lambda x, w: torch.mm(x, w).tanh().sum(), 1.0)
+    grads_of(f, [w], x, w)
+    assert be.plans[0].guessed_sizes == [] and "guessed" not in str(be.plans[0])
