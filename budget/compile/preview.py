@@ -193,10 +193,11 @@ def compiled_plans(
 ) -> list[Plan]:
     """The plans training makes (``budget solve --compile``): ``fn`` compiled by the
     backend with ``backend_options`` (Inductor generates its code, so each plan carries
-    its code's peak), its forward run once on the example inputs, the modules it reaches
-    and the generators restored after; what eager code saves and the order graphs run in
-    are counted as in a preview, so the plans' ``step_peak`` is the step's. A step peak
-    budget is divided across the graphs as a preview divides it (:func:`_divided`)."""
+    its code's peak), its forward run once on the example inputs, the modules and
+    optimizers it reaches and the generators restored after; what eager code saves and the
+    order graphs run in are counted as in a preview, so the plans' ``step_peak`` is the
+    step's. A step peak budget is divided across the graphs as a preview divides it
+    (:func:`_divided`)."""
     made: list[BudgetBackend] = []
 
     def run(caps: dict[int, int], eager: dict[int, int]) -> tuple[BudgetBackend, str]:

@@ -24,7 +24,7 @@ from ..runtime._torch_private import (
     tree_leaves,
     tree_map,
 )
-from ..runtime.restore import modules_of, restored
+from ..runtime.restore import modules_of, optimizers_of, references_kept, restored
 from .backend import BudgetBackend, in_compiled_graph
 
 # torch's errors for Python that needs a fake tensor's values (a branch on a data-dependent
@@ -52,7 +52,8 @@ def run_on_fake(
             return mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else x
 
         args, kwargs = tree_map(fake, (args, kwargs))
-        _run(be, fn, args, kwargs, OutsideSaves(be, (args, kwargs), mode))
+        with references_kept(modules_of(fn), optimizers_of(fn)):
+            _run(be, fn, args, kwargs, OutsideSaves(be, (args, kwargs), mode))
 
 
 def run_on_examples(
@@ -79,12 +80,13 @@ def run_on_examples(
 def run_for_real(
     be: BudgetBackend, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> None:
-    """``fn`` on real tensors: the modules it reaches and the generators restored after,
-    their parameters and buffers not counted as eager code's saves."""
+    """``fn`` on real tensors: the modules and optimizers it reaches and the generators
+    restored after (a train step's own optimizer step undone), the modules' parameters and
+    buffers not counted as eager code's saves."""
     modules = modules_of(fn)
     resident = [t for m in modules for t in (*m.parameters(), *m.buffers())]
     outside = OutsideSaves(be, (args, kwargs, resident), None)
-    with restored(modules):
+    with restored(modules, optimizers_of(fn)):
         _run(be, fn, args, kwargs, outside)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers.graph_breaks import BreakInTheMiddle, ThreeGraphs
+from helpers.steps import assert_same_grads
 
 import budget
 from budget.runtime.measure import measure_peak, saved_bytes
@@ -208,6 +209,53 @@ def test_a_step_whose_eager_code_needs_tensor_values_previews_on_its_example_inp
     assert [p.saved for p in preview] == [p.saved for p in be.plans]
     assert [p.saved_bytes for p in preview] == [p.saved_bytes for p in be.plans]
     assert {p.previewed_on for p in be.plans} == {""}
+
+
+def _train_step(reads_values: bool):
+    """A whole train step (its backward and an AdamW step inside) after one real step,
+    which leaves gradients and optimizer state to keep; ``reads_values``: an ``.item()``
+    makes a preview run it on its example inputs."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 8))
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+
+    def step(x):
+        h = model[0](x)
+        scale = 1 + h.mean().item() if reads_values else 1.0
+        loss = (model[2](model[1](h)) * scale).square().mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    x = torch.randn(8, 16)
+    step(x)
+    model[0].weight.grad = None  # a gradient that is None, beside ones that are not
+    return model, opt, step, x
+
+
+def _state(model, opt):
+    tensors = [t for p in model.parameters() for t in (p, p.grad) if t is not None]
+    tensors += [v for s in opt.state.values() for v in s.values()]
+    return [t.clone() for t in tensors], [p.grad is None for p in model.parameters()]
+
+
+@pytest.mark.parametrize("reads_values", [True, False])
+def test_a_preview_of_a_whole_train_step_leaves_model_and_optimizer_as_they_were(reads_values):
+    model, opt, step, x = _train_step(reads_values)
+    before, nones = _state(model, opt)
+    preview = budget.plans(step, x, memory_budget=0.5, compiler="eager")
+    runs_on = "the example inputs" if reads_values else "fake tensors"
+    assert preview and {p.previewed_on for p in preview} == {runs_on}
+    after, nones_after = _state(model, opt)
+    assert nones_after == nones and len(after) == len(before)
+    assert all(torch.equal(a, b) for a, b in zip(after, before, strict=True))
+    assert sorted(len(s) for s in opt.state.values()) == [3] * 4  # step, exp_avg, exp_avg_sq
+    step(x)  # and training goes on as if no preview had run
+    ref_model, _, ref_step, _ = _train_step(reads_values)
+    ref_step(x)
+    assert_same_grads(model, ref_model)
+    for p, q in zip(model.parameters(), ref_model.parameters(), strict=True):
+        torch.testing.assert_close(p, q)
 
 
 def test_a_preview_that_fails_on_its_example_inputs_too_says_where():
