@@ -33,6 +33,22 @@ def held_inputs(gm: torch.fx.GraphModule, later: bool) -> frozenset[int]:
     return frozenset(i for i, (v, per_call) in enumerate(args) if held(v, per_call))
 
 
+def tokens_ahead(joint: torch.fx.Graph) -> int:
+    """How many effect tokens AOTAutograd put in front of the joint graph's inputs (torch's
+    Note [Side-Effectful Tokens in AOTAutograd]: an op registered as effectful, threaded
+    through ``with_effects``): the indices of dynamo's inputs, and of torch's static
+    inputs, count from after them."""
+    count = 0
+    for node in joint.find_nodes(op="placeholder"):
+        if not node.users or any(
+            u.target is not torch.ops.higher_order.with_effects or u.args[0] is not node
+            for u in node.users
+        ):
+            break
+        count += 1
+    return count
+
+
 def graph_break(gm: torch.fx.GraphModule) -> str:
     """Why dynamo ended this graph before the end of the step ("" if it did not): its
     reason and the user's line, as ``torch._dynamo.explain`` reports them."""

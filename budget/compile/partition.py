@@ -29,6 +29,7 @@ from ..planning.planner import plan_like, solve_problem, solve_sweep
 from ..runtime import _torch_private as T
 from ..runtime.collector import gc_paused
 from . import offload, ranks
+from .dynamo_graph import tokens_ahead
 from .graph import build_problem, estimator_for, graph_hash
 from .layout import copied_inputs_bound
 from .peak_plan import plan_for_peak
@@ -120,7 +121,11 @@ def _partition(
     t0 = time.perf_counter()
     joint_module = prepare_joint(joint_module)
     graph = joint_module.graph
-    node_info = T.classify_nodes(joint_module, static_lifetime_input_indices or [], num_fwd_outputs)
+    # dynamo's input indices (torch's static ones too) as the joint graph's: past its tokens
+    ahead = tokens_ahead(graph)
+    static_lifetime_input_indices = [i + ahead for i in static_lifetime_input_indices or []]
+    held_inputs = frozenset(i + ahead for i in held_inputs)
+    node_info = T.classify_nodes(joint_module, static_lifetime_input_indices, num_fwd_outputs)
     if len(node_info.required_bw_nodes) == 0:
         return T.default_partition(
             joint_module,

@@ -129,6 +129,43 @@ def test_numbers_dynamo_passes_as_tensors_are_kept_not_held():
     assert measured == plan.saved_bytes + plan.kept_input_bytes
 
 
+@torch.library.custom_op("budget_tests::note", mutates_args=())
+def _note(x: torch.Tensor) -> None:
+    """An op with a side effect only (a logger's): AOTAutograd threads effect tokens."""
+
+
+@_note.register_fake
+def _(x: torch.Tensor) -> None:
+    return None
+
+
+@pytest.mark.parametrize("compiler", ["eager", "inductor"])
+def test_effect_tokens_in_front_of_the_graphs_inputs_shift_no_input(compiler):
+    """An effectful op puts a token in front of the joint graph's inputs: dynamo's indices
+    (the inputs the user holds, torch's static ones) are read past it, so nothing the user
+    holds is counted as kept (read one index off, the weight was)."""
+    from torch._higher_order_ops.effects import _EffectType, _register_effectful_op
+
+    _register_effectful_op(torch.ops.budget_tests.note.default, _EffectType.ORDERED)
+    torch.manual_seed(0)
+    w, x = torch.randn(64, 64, requires_grad=True), torch.randn(32, 64)
+
+    def step(x, w):
+        h = torch.mm(x, w).tanh()
+        torch.ops.budget_tests.note(h)
+        return torch.mm(h, w).sin().sum()
+
+    step(x, w).backward()
+    ref, w.grad = w.grad, None
+    be = budget.backend(1.0, compiler=compiler)
+    run = saved_bytes(torch.compile(step, backend=be), x, w, exclude=[w])
+    run.output.backward()
+    (plan,) = be.plans
+    assert plan.kept_input_bytes == 0
+    assert run.saved_bytes == plan.saved_bytes > 0
+    torch.testing.assert_close(w.grad, ref, atol=1e-5, rtol=1e-4)
+
+
 class EagerExperts(torch.nn.Module):
     """A MoE layer whose routing runs eagerly between graphs, with a data-dependent op."""
 
