@@ -105,7 +105,7 @@ def plan(
         once = [r for r, t in zip(p.regions, trace.regions, strict=True) if t.calls == 1]
         marks = [named[r.module] for r in once]
         try:
-            found = _simulate(model, run, example_inputs, example_kwargs, trace, settings, marks)
+            found = _simulate(model, run, example_inputs, example_kwargs, trace, settings, p, marks)
         finally:
             unapply(model)
         at = dict(zip((r.module for r in once), found.backward_at, strict=True))
@@ -169,9 +169,11 @@ def _simulate(
     kwargs: dict[str, Any],
     trace: Trace,
     settings: PlanSettings,
+    plan: EagerPlan,
     marks: list[nn.Module] | None = None,
 ) -> EagerPeak:
-    """The peak of the step as ``model`` is now (:func:`budget.eager.peak.simulate`)."""
+    """The peak of the step as ``model`` is now, ``plan`` applied
+    (:func:`budget.eager.peak.simulate`)."""
     try:
         return simulate(
             model,
@@ -181,14 +183,14 @@ def _simulate(
             trace,
             measure_workspace=settings.measure_workspace,
             marks=marks,
+            regions=plan.regions,
         )
     except (T.DataDependentOutputException, T.DynamicOutputShapeException) as e:
         raise PreviewError(
-            "cannot predict this step's peak: a checkpointed module reads a tensor's "
-            "value in Python, or makes a tensor whose size depends on values (a MoE's "
-            "routing), which it does again when it is recomputed in the backward, where "
-            "the fake run has no value to give it; plan without a peak budget, or leave "
-            "that module out (modules=)"
+            "cannot predict this step's peak: run with the plan applied, the step read a "
+            "tensor's value in Python, or made a tensor whose size depends on values, "
+            f"where the trace read none of that op ({e}), so the fake run has no value to "
+            "give it; plan without a peak budget, or leave that module out (modules=)"
         ) from e
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
@@ -39,8 +39,9 @@ from ..core.plan import LivePoint
 from ..estimators.live import LiveStorages
 from ..runtime import _torch_private as T
 from .fake import KernelGaps, fake_step
-from .policy import fake_run
-from .reads import reads_as_traced
+from .plan import RegionChoice
+from .policy import fake_run, recomputing
+from .reads import reads_as_traced, recomputed_reads
 from .traced import Trace
 
 
@@ -125,13 +126,15 @@ def simulate(
     *,
     measure_workspace: bool = True,
     marks: list[nn.Module] | None = None,
+    regions: Sequence[RegionChoice] = (),
 ) -> EagerPeak:
     """The peak of ``run(*args, **kwargs).backward()`` as ``model`` is now (with or without
     a plan applied), on fake tensors. ``trace``: the step's trace, whose reads of tensor
     data (data-dependent Python) the run is given, so that it takes the same path.
     ``measure_workspace``: CPU kernels' workspace measured on this host, else by rule.
     ``marks``: modules (each called once in the forward) whose backward's start to find
-    in the timeline (:attr:`EagerPeak.backward_at`)."""
+    in the timeline (:attr:`EagerPeak.backward_at`). ``regions``: the plan applied, one
+    choice per region of ``trace``, whose recomputations read values again."""
     live = _Live(measure_workspace=measure_workspace)
     get_rng_state = torch.get_rng_state
 
@@ -151,7 +154,7 @@ def simulate(
             mock.patch.object(torch, "get_rng_state", counted_rng_state),
             fake.mode,
             KernelGaps(),
-            reads_as_traced(trace.reads) if trace is not None else contextlib.nullcontext(),
+            _reads(trace, regions),
             live,
             _SavedNumbers(live),
             _marked(marks or [], live),
@@ -163,6 +166,14 @@ def simulate(
             del loss, seed
     at = [live.marks.get(i) for i in range(len(marks or []))]
     return EagerPeak(peak_bytes=live.peak, timeline=live.timeline, backward_at=at)
+
+
+def _reads(trace: Trace | None, regions: Sequence[RegionChoice]) -> Any:
+    """The trace's reads of tensor data, and its checkpointed regions' again."""
+    if trace is None:
+        return contextlib.nullcontext()
+    again = recomputed_reads(trace.reads, trace.regions, regions) if regions else None
+    return reads_as_traced(trace.reads, again, recomputing)
 
 
 @contextlib.contextmanager

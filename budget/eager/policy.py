@@ -124,6 +124,7 @@ class _StatsAside:
         stack = contextlib.ExitStack()
         stack.enter_context(StatsAside())
         stack.enter_context(self.recompute)
+        stack.enter_context(_recomputing(self.module))
         self.stack.append(stack)
 
     def __exit__(self, kind: Any, error: Any, tb: Any) -> bool | None:
@@ -155,6 +156,27 @@ def fake_run() -> Iterator[None]:
             yield
     finally:
         _local.fake_run, _local.replays = before
+
+
+@contextlib.contextmanager
+def _recomputing(module: str) -> Iterator[None]:
+    """In a fake run, marks the recomputation of ``module`` (:func:`recomputing`)."""
+    if not getattr(_local, "fake_run", False):
+        yield
+        return
+    _local.serial = getattr(_local, "serial", 0) + 1
+    _local.recomputing = [*getattr(_local, "recomputing", []), (module, _local.serial)]
+    try:
+        yield
+    finally:
+        _local.recomputing = _local.recomputing[:-1]
+
+
+def recomputing() -> tuple[str, int] | None:
+    """In a fake run (:func:`fake_run`), the checkpointed module being recomputed now and
+    a number of that recomputation's own; None outside recomputations."""
+    stack = getattr(_local, "recomputing", [])
+    return stack[-1] if stack else None
 
 
 def _tracing(func: Any, args: tuple, kwargs: dict) -> bool:

@@ -11,7 +11,8 @@ the branch the real step takes. Libraries that test for fake tensors to skip suc
 are told they are not tracing (Hugging Face transformers:
 :func:`transformers_reads_values`). The values read are kept (``Trace.reads``):
 :func:`reads_as_traced` gives them to another fake run of the same step (the plan applied,
-for its peak: :mod:`budget.eager.peak`), which then takes the same path.
+for its peak: :mod:`budget.eager.peak`), which then takes the same path, its checkpointed
+regions' recomputations included (:func:`recomputed_reads`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import operator
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -27,6 +28,8 @@ import torch.fx as fx
 
 from ..runtime import _torch_private as T
 from ..runtime.values import storage_of
+from .plan import RegionChoice
+from .traced import Read, Region
 
 
 def real_value(tracer: Any, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -129,22 +132,55 @@ def _dependencies(tracer: Any, roots: list[fx.Node]) -> set[fx.Node]:
     return seen
 
 
-class _Answers(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
-    """Answers a fake run's reads of tensor data with a trace's, in order."""
+def recomputed_reads(
+    reads: Sequence[Read], regions: Sequence[Region], choices: Sequence[RegionChoice]
+) -> dict[str, list[Read]]:
+    """For each checkpointed region of a plan (by module name), the reads its
+    recomputation makes again, in order: those of the calls the plan does not cache (a
+    cached call's output is handed back, not made again). ``regions``: the trace's,
+    ``choices``: the plan's, one per region."""
+    again: dict[str, list[Read]] = {}
+    for r, (region, choice) in enumerate(zip(regions, choices, strict=True)):
+        if choice.checkpoint:
+            again[region.name] = [
+                read
+                for read in reads
+                if read.region == r and (read.call is None or choice.policy[read.call] != "save")
+            ]
+    return again
 
-    def __init__(self, reads: list[tuple[str, Any]]) -> None:
+
+class _Answers(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
+    """Answers a fake run's reads of tensor data with a trace's, in order: the forward's
+    from ``reads``, a recomputation's (``recomputing()``: the module and a number of the
+    recomputation's own, or None) from ``again``, the reads of that module's calls the
+    plan does not cache."""
+
+    def __init__(
+        self,
+        reads: Sequence[Read],
+        again: Mapping[str, list[Read]],
+        recomputing: Callable[[], tuple[str, int] | None],
+    ) -> None:
         super().__init__()
-        self.reads = reads
+        self.reads, self.again, self.recomputing = reads, again, recomputing
         self.next = 0
+        self.next_again: dict[int, int] = {}  # a recomputation's number -> its next read
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         try:
             return func(*args, **(kwargs or {}))
         except (T.DataDependentOutputException, T.DynamicOutputShapeException):
-            if self.next >= len(self.reads) or self.reads[self.next][0] != str(func):
+            now = self.recomputing()
+            if now is None:
+                reads, at = self.reads, self.next
+                self.next += 1
+            else:
+                reads, at = self.again.get(now[0], []), self.next_again.get(now[1], 0)
+                self.next_again[now[1]] = at + 1
+            if at >= len(reads) or reads[at].op != str(func):
                 raise
-            self.next += 1
-            return fake_like(self.reads[self.next - 1][1])
+            return fake_like(reads[at].value)
 
 
 @contextlib.contextmanager
@@ -170,13 +206,19 @@ def transformers_reads_values() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def reads_as_traced(reads: list[tuple[str, Any]]) -> Iterator[None]:
+def reads_as_traced(
+    reads: Sequence[Read],
+    again: Mapping[str, list[Read]] | None = None,
+    recomputing: Callable[[], tuple[str, int] | None] = lambda: None,
+) -> Iterator[None]:
     """Run the traced step again on fake tensors so that it takes the path the trace took
     (the one the real step takes): transformers is told it is not tracing, and each read of
     tensor data gets the value the trace read at that point (in call order; a read the
     trace did not make, or another op, raises as before). Enter it after (inside) the
     FakeTensorMode. A read inside a checkpointed region is made again when the region is
-    recomputed, which the trace did not see: such a read raises there. ``reads``: the
-    trace's (``Trace.reads``)."""
-    with transformers_reads_values(), _Answers(reads) if reads else contextlib.nullcontext():
+    recomputed: it gets the value from ``again`` (:func:`recomputed_reads`), by the module
+    ``recomputing`` names (budget.eager.policy.recomputing). ``reads``: the trace's
+    (``Trace.reads``)."""
+    answers = _Answers(reads, again or {}, recomputing) if reads else contextlib.nullcontext()
+    with transformers_reads_values(), answers:
         yield

@@ -50,7 +50,7 @@ from ..runtime.values import generator_state_bytes, storage_of, written_args
 from .fake import KernelGaps, fake_step
 from .reads import fake_like, real_output, real_value, transformers_reads_values
 from .replays import ViewReplays
-from .traced import Region, Save, Trace
+from .traced import Read, Region, Save, Trace
 
 
 class _Recorder(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
@@ -71,14 +71,14 @@ class _Recorder(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
             out = real_value(self.tracer, func, args, kwargs)
             if out is None:
                 raise
-            self.tracer.reads.append((str(func), out))
+            self.tracer.read(func, out)
         except T.DynamicOutputShapeException:
             # an output whose size depends on values (``nonzero``): the real step's size
             real = real_output(self.tracer, func, args, kwargs)
             if real is None:
                 raise
             out = fake_like(real)
-            self.tracer.reads.append((str(func), out))
+            self.tracer.read(func, out)
         replays.note(func, args, kwargs, out, replay)
         if replay:  # autograd's, on fake tensors only: not a call of the real step
             self.tracer.same_as_written(out)
@@ -106,7 +106,7 @@ class _Tracer:
         self.producers: dict[int, list[fx.Node]] = {}  # storage key -> ops whose output has it
         self.writers: dict[int, list[fx.Node]] = {}  # storage key -> ops writing it, in order
         self.real: dict[fx.Node, torch.Tensor] = {}  # placeholder -> its real tensor
-        self.reads: list[tuple[str, Any]] = []  # (op, value) of each read of tensor data
+        self.reads: list[Read] = []  # each read of tensor data
         self.module_stack: list[str] = []
         self.outputs: list[fx.Node] = []  # what the model's forward returned
         self.region: int | None = None
@@ -169,6 +169,12 @@ class _Tracer:
         return a
 
     # ---- op calls ---------------------------------------------------------------------------
+
+    def read(self, func: Any, out: Any) -> None:
+        """``func``'s call, about to be recorded, read ``out`` from tensor data."""
+        region = None if self.region is None else self.region_list[self.region]
+        call = len(region.ops) if region is not None and func not in SAC_IGNORED_OPS else None
+        self.reads.append(Read(str(func), out, self.region, call))
 
     def record(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         node = self.graph.call_function(func, self.arg(args), self.arg(kwargs))

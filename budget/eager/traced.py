@@ -39,6 +39,19 @@ class Save(NamedTuple):
     in_model: bool  # saved during the model's own forward (not the loss or step code)
 
 
+class Read(NamedTuple):
+    """A value the traced step read from tensor data (``.item()``, a branch), or an output
+    whose size depends on values (``nonzero``), as the real step has it."""
+
+    op: str  # the op overload whose fake call could not answer
+    value: Any
+    region: int | None  # the candidate region it was read in (None: outside all)
+    # its position among the region's op calls (Region.ops), whose policy says whether a
+    # recomputation runs it again; None where checkpointing never caches the call (torch's
+    # SAC_IGNORED_OPS), so a recomputation always runs it again
+    call: int | None
+
+
 def op_of(node: fx.Node) -> fx.Node:
     """The op call behind ``node`` (a getitem's tuple-valued op)."""
     return node.args[0] if node.target is operator.getitem else node  # type: ignore[return-value]
@@ -60,7 +73,7 @@ class Trace:
     mutated_after: dict[fx.Node, int]  # op node -> last op that writes its output's storage
     rng_state_bytes: int  # bytes of the RNG state checkpointing keeps per region call
     device: torch.device
-    reads: list[tuple[str, Any]] = field(default_factory=list)  # (op, value) read from data
+    reads: list[Read] = field(default_factory=list)  # values read from tensor data, in order
     outputs: list[fx.Node] = field(default_factory=list)  # what the model's forward returned
     backward_in_step: bool = False  # the step ran a backward itself (torch.autograd.grad)
     # generator states the model's own checkpointing keeps (torch.utils.checkpoint calls

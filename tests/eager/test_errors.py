@@ -13,6 +13,7 @@ import budget
 import budget.eager
 from budget.eager.regions import default_candidates, select_candidates
 from budget.models import Block, gpt, mlp, resnet
+from budget.runtime.measure import measure_peak
 
 
 def _gpt():
@@ -267,13 +268,19 @@ def test_sparse_gradients_are_planned_and_trained():
         torch.testing.assert_close(p.grad.to_dense(), q.grad.to_dense())
 
 
-def test_a_read_inside_a_checkpointed_module_leaves_the_peak_unknown():
+def test_a_read_inside_a_checkpointed_module_is_answered_again_when_it_is_recomputed():
+    """The recomputation reads the value again: the fake run of the planned step gives it
+    the trace's, so the peak is predicted (the one measured) and a peak budget is met."""
     torch.manual_seed(0)
     model, ids = _Net(read=True), torch.randint(32, (32, 16))
-    plan = budget.eager.plan(model, ids, memory_budget=0.0)
-    assert "blocks.0" in plan.checkpointed and plan.peak_bytes is None
-    with pytest.raises(budget.PreviewError, match="read again|reads a tensor's value"):
-        budget.eager.plan(model, ids, memory_budget=0.0, peak_memory_budget="1GiB")
+    plan = budget.apply(model, ids, memory_budget=0.0)
+    assert "blocks.0" in plan.checkpointed and plan.peak_bytes is not None
+    assert measure_peak(lambda: model(ids)) == plan.peak_bytes
+    budget.unapply(model)
+    capped = budget.apply(model, ids, memory_budget=1.0, peak_memory_budget=f"{plan.peak_bytes}B")
+    assert capped.peak_bytes is not None and capped.peak_bytes <= plan.peak_bytes
+    model.zero_grad(set_to_none=True)
+    assert measure_peak(lambda: model(ids)) == capped.peak_bytes
 
 
 def test_a_read_of_a_random_value_is_refused_not_guessed():
