@@ -61,6 +61,18 @@ def estimator_for(spec: str, compiler: str) -> Estimator:
     return estimator
 
 
+def written_inputs(graph: fx.Graph) -> set[fx.Node]:
+    """The graph's inputs whose values the step writes: as the forward returns (AOTAutograd
+    copies in the new values its output names: a buffer updated in place, such as
+    spectral norm's power iteration) or inside the graph (``copy_``). A recomputation in
+    the backward that read one would read its new value, not the one the forward read."""
+    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    mutated = set(T.input_mutation_outputs(output).values())
+    written = {n for n in graph.find_nodes(op="placeholder") if n.meta.get("desc") in mutated}
+    copies = graph.find_nodes(op="call_function", target=torch.ops.aten.copy_.default)
+    return written | {n.args[0] for n in copies if n.args[0].op == "placeholder"}
+
+
 def build_problem(
     graph: fx.Graph,
     node_info: T.NodeInfo,
@@ -81,6 +93,7 @@ def build_problem(
     nodes = inputs + candidates
     index = {n: i for i, n in enumerate(nodes)}
     free = {st[0] for n in inputs if (st := storage_of(n.meta.get("val"))) is not None}
+    written = written_inputs(graph)
 
     rows = ProblemBuilder()
 
@@ -107,7 +120,10 @@ def build_problem(
         why_not_save = "" if savable else "not a tensor (saved through its getitems)"
         if T.must_recompute(n):
             savable, why_not_save = False, "tagged MUST_RECOMPUTE"
-        why_not_recompute = forbidden_recompute(n)
+        why_not_recompute = forbidden_recompute(n) or next(
+            (f"reads {a.name}, which the step writes" for a in n.all_input_nodes if a in written),
+            "",
+        )
         # An unclaimed node runs once either way (in forward if saved, else in backward):
         # recomputing it costs nothing, and it is not priced (nor profiled).
         rows.add_value(

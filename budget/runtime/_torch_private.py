@@ -127,17 +127,17 @@ def memory_events(prof: Any) -> list[tuple[int, int]]:
     ]
 
 
-def input_mutation_outputs(output: Any) -> frozenset[int]:
+def input_mutation_outputs(output: Any) -> dict[int, Any]:
     """Positions, among an AOTAutograd graph's ``output`` node's outputs, of the new values
-    of mutated inputs: AOTAutograd's runtime copies each into its input as the graph
+    of mutated inputs, each with the descriptor of its input (a placeholder's
+    ``meta["desc"]``): AOTAutograd's runtime copies each into its input as the graph
     returns and drops it (BatchNorm's running statistics under a compiler that keeps no
-    mutation in the graph). Read off the node's output descriptors (``meta["desc"]``);
-    empty where it has none."""
+    mutation in the graph). Read off the node's output descriptors; empty where it has none."""
     descs = output.meta.get("desc")
     if not isinstance(descs, (list, tuple)):
-        return frozenset()
+        return {}
     kind = __getattr__("InputMutationAOTOutput")
-    return frozenset(i for i, d in enumerate(descs) if isinstance(d, kind))
+    return {i: d.mutated_input for i, d in enumerate(descs) if isinstance(d, kind)}
 
 
 @functools.cache

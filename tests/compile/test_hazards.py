@@ -12,6 +12,8 @@ import torch.nn.functional as F
 from helpers.steps import compile_with, grads_of
 from torch import nn
 
+import budget
+
 BUDGETS = [1.0, 0.5, 0.2, 0.0]
 
 
@@ -182,3 +184,53 @@ def test_sizes_that_depend_on_data_are_named_as_guessed():
     f, be = compile_with(lambda x, w: torch.mm(x, w).tanh().sum(), 1.0)
     grads_of(f, [w], x, w)
     assert be.plans[0].guessed_sizes == [] and "guessed" not in str(be.plans[0])
+
+
+class _PowerIteration(nn.Module):
+    """A buffer updated in place, under no_grad, then read by differentiable code: the
+    power iteration of spectral norm (as torch.nn.utils.parametrizations.spectral_norm)."""
+
+    def __init__(self, d: int = 16) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(d, d) / d**0.5)
+        self.register_buffer("u", F.normalize(torch.randn(d), dim=0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            self.u.copy_(F.normalize(self.w @ self.u, dim=0))
+        u = self.u.clone()
+        return (x @ (self.w / (u @ (self.w @ u))).t()).tanh().sum()
+
+
+def _spectral_mlp() -> nn.Module:
+    sn = nn.utils.parametrizations.spectral_norm
+    return nn.Sequential(sn(nn.Linear(16, 32)), nn.GELU(), sn(nn.Linear(32, 16)))
+
+
+@pytest.mark.parametrize("compiler", ["eager", "inductor"])
+@pytest.mark.parametrize("make", [_PowerIteration, _spectral_mlp])
+def test_inputs_the_step_writes_are_never_read_again_by_a_recomputation(make, compiler):
+    """The forward's new buffer value is copied in as the graph returns: a recomputation
+    from the buffer would read the new value, not the one the forward read (wrong
+    gradients, silently under Inductor). Values read from it are saved instead: gradients
+    and buffers are those of torch's own pipeline."""
+    torch.manual_seed(1)
+    x = torch.randn(4, 16)
+
+    def run(backend):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = make()
+        torch.compile(lambda x: model(x).sum(), backend=backend)(x).backward()
+        return model
+
+    tolerance = {"eager": {}, "inductor": dict(atol=1e-4, rtol=1e-3)}[compiler]
+    ref = run("aot_eager_decomp_partition" if compiler == "eager" else "inductor")
+    for b in BUDGETS if compiler == "eager" else [0.0]:
+        be = budget.backend(b, compiler=compiler)
+        model = run(be)
+        for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad, **tolerance, msg=f"b={b}")
+        for p, q in zip(model.buffers(), ref.buffers(), strict=True):
+            torch.testing.assert_close(p, q, **tolerance, msg=f"b={b}")
+        assert any("the step writes" in r for p in be.log.problems for r in p.reason)
