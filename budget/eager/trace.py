@@ -166,6 +166,8 @@ class _Tracer:
             return self.node_for(a)
         if isinstance(a, (list, tuple)):
             return type(a)(self.arg(x) for x in a)
+        if isinstance(a, dict):  # keyword arguments (a write through ``out=``)
+            return {k: self.arg(x) for k, x in a.items()}
         return a
 
     # ---- op calls ---------------------------------------------------------------------------

@@ -331,3 +331,37 @@ def test_in_place_ops_on_views_run_as_planned(kind):
     assert measure_eager(lambda: loss(model)).retained_bytes == plan.saved_bytes
     model.zero_grad(set_to_none=True)
     assert measure_peak(lambda: loss(model)) == plan.peak_bytes
+
+
+class _SpectralBlock(torch.nn.Module):
+    def __init__(self, d: int = 32) -> None:
+        super().__init__()
+        sn = torch.nn.utils.parametrizations.spectral_norm
+        self.a, self.b = sn(torch.nn.Linear(d, 4 * d)), sn(torch.nn.Linear(4 * d, d))
+        self.ln = torch.nn.LayerNorm(d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.b(torch.nn.functional.gelu(self.a(self.ln(x))))
+
+
+@pytest.mark.parametrize("b", [0.5, 0.2])
+def test_writes_through_out_arguments_are_not_run_again(b):
+    """Spectral norm's power iteration writes its buffers through ``out=`` (F.normalize):
+    a keyword argument. The trace records it as an input the op writes, so the op is not
+    recomputed (the buffers would be updated twice a step, the gradients drift)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(_SpectralBlock() for _ in range(3)), torch.nn.Linear(32, 8))
+    ref = copy.deepcopy(model)
+    x = torch.randn(4, 16, 32)
+    loss = dict(loss_fn=lambda out: out.square().mean())
+    plan = budget.apply(model, x, memory_budget=b, modules=["0", "1", "2"], **loss)
+    assert plan.checkpointed == ["0", "1", "2"]
+    writes = [
+        p for r in plan.regions for o, p in zip(r.ops, r.policy, strict=True) if o.endswith(".out")
+    ]
+    assert writes and set(writes) == {"save"}
+    for m in (model, ref):
+        m(x).square().mean().backward()
+    assert_same_grads(model, ref)
+    for p, q in zip(model.buffers(), ref.buffers(), strict=True):
+        torch.testing.assert_close(p, q)
