@@ -43,6 +43,7 @@ from .layout import backward_keeps_layouts
 from .partition import budget_partition
 from .peak_check import Attempt, fit_compiled_peak, hold_b1_peak, training_check
 from .reuse import neutral_reuse
+from .step_runs import StepRuns
 
 
 class GraphJob(NamedTuple):
@@ -83,6 +84,12 @@ class BudgetBackend:
         # before each graph saves, from an earlier run of the step (held beside it)
         self.saved_caps: dict[int, int] = {}
         self.eager_before: dict[int, int] = {}
+        # training under a step peak budget: the graphs' live runs, checked before each
+        self.runs = (
+            None
+            if settings.peak_bytes is None
+            else StepRuns(lambda: log.plans, settings.peak_bytes)
+        )
 
     @property
     def compiler(self) -> str:
@@ -137,6 +144,8 @@ class BudgetBackend:
         if self.preview or self.counting:  # autograd's saves outside graphs: eager code's
             plan = made if len(self.log.plans) > made else None
             return _marked(compiled, lambda: self.preview_runs.append(plan))
+        if self.runs is not None and len(self.log.plans) > made:
+            return self.runs.tracked(compiled, made)  # a graph run more than planned for
         return compiled
 
     def _told(self, made: int, ended: str) -> None:

@@ -17,7 +17,10 @@ def held_inputs(gm: torch.fx.GraphModule, later: bool) -> frozenset[int]:
     anyway, which its backward does not keep alive: in the compiled call's own frame,
     all but what dynamo makes per call; in a frame user code calls between graphs (a
     module whose forward breaks the graph), the tensors given to the call. Where the call
-    is not found: every input of the step's first frame, none of a ``later`` one."""
+    is not found: every input of the step's first frame, none of a ``later`` one. Never
+    an activation (a tensor autograd made, with a ``grad_fn``): given to a module
+    compiled on its own (a block of a model compiled block by block), it is the output of
+    the code before, which this graph's backward keeps."""
     args = T.graph_args(gm)
     call = T.compiled_call()
     if call is None:
@@ -27,8 +30,10 @@ def held_inputs(gm: torch.fx.GraphModule, later: bool) -> frozenset[int]:
         given = {st[0] for t in T.tree_leaves(call[0]) if (st := storage_of(t)) is not None}
 
     def held(value: Any, per_call: bool) -> bool:
+        if per_call or getattr(value, "grad_fn", None) is not None:
+            return False
         st = storage_of(value)
-        return not per_call and (own or (st is not None and st[0] in given))
+        return own or (st is not None and st[0] in given)
 
     return frozenset(i for i, (v, per_call) in enumerate(args) if held(v, per_call))
 

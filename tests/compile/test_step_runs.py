@@ -1,0 +1,83 @@
+"""budget.compile.step_runs: a step peak budget checked as training's graphs run, where a
+graph runs more often in a step than training planned it for."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import budget
+from budget.runtime.measure import saved_bytes
+
+
+class _Block(nn.Module):
+    def __init__(self, d: int = 32) -> None:
+        super().__init__()
+        self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(torch.tanh(self.up(x)))
+
+
+def _blocks(be, n: int = 3):
+    """A model compiled block by block (as torchtitan compiles it): one graph per block,
+    dynamo's, which the blocks after the second run again."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*(_Block() for _ in range(n)))
+    for i, block in enumerate(model):
+        model[i] = torch.compile(block, backend=be)
+    return model, torch.randn(4, 16, 32)
+
+
+def test_a_block_compiled_on_its_own_keeps_its_input_an_activation():
+    """The second block's input is the first block's output: its backward keeps it, and
+    the plan says so. Measured, the step saves what each run of the plans saves and keeps."""
+    be = budget.backend(0.5, compiler="eager")
+    model, x = _blocks(be)
+    measured = saved_bytes(lambda x: model(x).sum(), x, exclude=list(model.parameters()))
+    assert len(be.plans) == 2  # the first block's graph, and the one the others run
+    first, again = be.plans
+    assert first.kept_input_bytes == 0  # the user's input
+    assert again.kept_input_bytes == x.numel() * 4  # the block before's output
+    runs = first.saved_bytes + 2 * (again.saved_bytes + again.kept_input_bytes)
+    assert measured.saved_bytes == runs
+
+
+def test_a_graph_run_again_past_the_step_peak_budget_is_refused_by_name():
+    """Planned when it compiled, the second graph held the first block's saves; the third
+    block runs it again while two blocks' saves are held: over the budget, the run is
+    refused before it allocates anything, and the error says why."""
+    be = budget.backend(0.5, compiler="eager")
+    model, x = _blocks(be, n=2)
+    model(x).sum().backward()
+    planned = budget.step_peak(be.plans)
+    assert planned is not None
+    torch._dynamo.reset()
+    be = budget.backend(0.5, compiler="eager", peak_memory_budget=f"{planned[0]}B")
+    model, x = _blocks(be, n=2)
+    model(x).sum().backward()  # two blocks: as planned
+    model, x = _blocks(be, n=3)
+    with pytest.raises(budget.StepBudgetError, match="graph 2 runs while 2 earlier.*block by"):
+        model(x).sum().backward()
+
+
+def test_runs_dropped_without_a_backward_hold_nothing():
+    """A forward whose outputs are dropped unused frees its saves: the next step is planned
+    as it was; two forwards before one backward hold twice, over the budget."""
+    torch.manual_seed(0)
+    model, x = nn.Sequential(_Block(), _Block()), torch.randn(4, 16, 32)
+    be = budget.backend(0.5, compiler="eager")
+    torch.compile(model, backend=be)(x).sum().backward()
+    (plan,) = be.plans
+    torch._dynamo.reset()
+    budget_bytes = plan.peak_bytes + plan.saved_bytes // 2
+    be = budget.backend(compiler="eager", peak_memory_budget=f"{budget_bytes}B")
+    step = torch.compile(lambda x: model(x).sum(), backend=be)
+    step(x)  # dropped: no backward
+    step(x).backward()
+    first = step(x)
+    with pytest.raises(budget.StepBudgetError, match="1 earlier graph runs"):
+        step(x)  # a second forward before the first's backward
+    first.backward()
+    step(x).backward()  # the step as planned again
