@@ -94,6 +94,7 @@ LAZY = {
     "TorchDispatchMode": "torch.utils._python_dispatch",
     "reparametrize_module": "torch.nn.utils.stateless",
     "sac_is_compiling": "torch.utils.checkpoint",
+    "CachingTorchDispatchMode": "torch.utils.checkpoint",
     "FakeTensor": "torch._subclasses.fake_tensor",
     "FunctionalTensor": "torch._subclasses.functional_tensor",
 }
@@ -114,7 +115,11 @@ OWN = {
     "wrapper_reuse",
 }  # budget's own helpers
 # exports named differently from torch's private originals
-ALIASES = {"reparametrize_module": "_reparametrize_module", "sac_is_compiling": "_is_compiling"}
+ALIASES = {
+    "reparametrize_module": "_reparametrize_module",
+    "sac_is_compiling": "_is_compiling",
+    "CachingTorchDispatchMode": "_CachingTorchDispatchMode",
+}
 
 
 def test_every_export_is_the_torch_object_it_names():

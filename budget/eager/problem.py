@@ -132,8 +132,10 @@ def build_problem(
 
 
 def _held(trace: Trace, ckpt: set[int]) -> set[fx.Node]:
-    """What is kept whatever the plan: saves outside checkpointed regions, region inputs."""
+    """What is kept whatever the plan: saves outside checkpointed regions, region inputs,
+    what the model's own selective checkpointing caches."""
     held = {s.value for s in trace.saves if s.region is None or s.region not in ckpt}
+    held.update(trace.own_cached)
     for r in ckpt:
         held.update(trace.regions[r].args)
     return held

@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import operator
-import os
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -47,6 +45,7 @@ from torch.utils.checkpoint import SAC_IGNORED_OPS
 from ..errors import PreviewError
 from ..runtime import _torch_private as T
 from ..runtime.values import generator_state_bytes, storage_of, written_args
+from . import own_checkpoint
 from .fake import KernelGaps, fake_step
 from .reads import fake_like, real_output, real_value, transformers_reads_values
 from .replays import ViewReplays
@@ -113,6 +112,7 @@ class _Tracer:
         self.region_list = list(regions.values())
         self.backward_in_step = False  # an op ran inside a backward of the step's own
         self.own_rng_states = 0  # generator states the model's own checkpointing keeps
+        self.own_cached: list[fx.Node] = []  # values its selective policies cache
         self.replays = ViewReplays()  # autograd's view replays, left out
 
     # ---- values -----------------------------------------------------------------------------
@@ -258,22 +258,14 @@ class _Tracer:
             for h in handles:
                 h.remove()
 
-    @contextlib.contextmanager
-    def checkpoints_keeping_rng_states(self) -> Iterator[None]:
-        """Count the generator states the model's own checkpointing keeps for its backward
-        (``torch.utils.checkpoint``, whose ``preserve_rng_state`` asks for the CPU's)."""
-        original = torch.get_rng_state
+    def count_rng_state(self) -> None:
+        self.own_rng_states += 1
 
-        def counted() -> torch.Tensor:
-            if sys._getframe(1).f_code.co_filename.endswith(_CHECKPOINT):
-                self.own_rng_states += 1
-            return original()
-
-        torch.get_rng_state = counted
-        try:
-            yield
-        finally:
-            torch.get_rng_state = original
+    def cached(self, out: Any) -> None:
+        """The model's own selective checkpointing cached ``out`` (recorded already)."""
+        self.own_cached += [
+            self.node_of[id(t)] for t in T.tree_leaves(out) if id(t) in self.node_of
+        ]
 
     @contextlib.contextmanager
     def region_markers(self) -> Iterator[None]:
@@ -324,7 +316,6 @@ class _Tracer:
 
 
 _CACHES = "transformers.cache_utils"  # key-value caches a layer updates as it runs
-_CHECKPOINT = os.path.join("torch", "utils", "checkpoint.py")
 
 
 def trace_step(
@@ -363,7 +354,8 @@ def trace_step(
         stack.enter_context(fake.mode)
         stack.enter_context(KernelGaps())
         stack.enter_context(_Recorder(tracer))
-        stack.enter_context(tracer.checkpoints_keeping_rng_states())
+        stack.enter_context(own_checkpoint.rng_states_counted(tracer.count_rng_state))
+        stack.enter_context(own_checkpoint.cached_values(tracer.cached))
         try:
             step(*fake_args, **fake_kwargs)
         except (T.DataDependentOutputException, T.DynamicOutputShapeException) as e:
@@ -394,4 +386,5 @@ def trace_step(
         outputs=tracer.outputs,
         backward_in_step=tracer.backward_in_step,
         own_rng_states=tracer.own_rng_states,
+        own_cached=tracer.own_cached,
     )

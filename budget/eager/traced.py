@@ -79,6 +79,9 @@ class Trace:
     # generator states the model's own checkpointing keeps (torch.utils.checkpoint calls
     # in its forward), each of rng_state_bytes, whatever the plan
     own_rng_states: int = 0
+    # values its selective policies cache for the recomputation (torch's caching mode
+    # keeps them, not autograd's saved tensors), whatever the plan
+    own_cached: list[fx.Node] = field(default_factory=list)
 
     def region_of_value(self, node: fx.Node | None) -> int | None:
         """The region the op making ``node`` ran in (an item of a tuple: its op's)."""

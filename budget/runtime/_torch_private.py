@@ -110,6 +110,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     ),
     "reparametrize_module": ("torch.nn.utils.stateless", "_reparametrize_module"),
     "sac_is_compiling": ("torch.utils.checkpoint", "_is_compiling"),
+    "CachingTorchDispatchMode": ("torch.utils.checkpoint", "_CachingTorchDispatchMode"),
     "FakeTensor": ("torch._subclasses.fake_tensor", "FakeTensor"),
     "FunctionalTensor": ("torch._subclasses.functional_tensor", "FunctionalTensor"),
 }

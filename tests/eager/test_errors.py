@@ -158,6 +158,41 @@ def test_blocks_the_model_checkpoints_itself_are_said_to_free_nothing():
     assert plan.checkpointed == [] and all(r.reason == "" for r in plan.regions)
 
 
+@pytest.mark.parametrize("saves", ["mm", "nothing"])
+def test_what_the_models_own_selective_checkpointing_caches_is_counted(saves):
+    """Blocks the model checkpoints itself with a selective policy (torch's
+    create_selective_checkpoint_contexts): the values the policy saves are kept by torch's
+    caching mode, not autograd's saved tensors, until the recomputation; the bytes the step
+    keeps count them."""
+    from torch.utils.checkpoint import (
+        CheckpointPolicy,
+        checkpoint,
+        create_selective_checkpoint_contexts,
+    )
+
+    from budget.eager.measure import measure_eager
+
+    matmuls = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
+
+    def policy(ctx, op, *args, **kwargs):
+        cached = saves == "mm" and op in matmuls
+        return CheckpointPolicy.MUST_SAVE if cached else CheckpointPolicy.PREFER_RECOMPUTE
+
+    def selective():
+        return create_selective_checkpoint_contexts(policy)
+
+    ex = gpt(layers=2, d=32, heads=2, seq=16, batch=2, vocab=64)
+    for block in ex.model.blocks:
+        inner = block.forward
+        block.forward = lambda *a, f=inner: checkpoint(
+            f, *a, use_reentrant=False, context_fn=selective
+        )
+    plan = budget.eager.plan(ex.model, *ex.args, step=ex.step, memory_budget=0.0)
+    assert plan.checkpointed == []
+    torch.manual_seed(0)
+    assert measure_eager(lambda: ex.step(*ex.args)).retained_bytes == plan.saved_bytes
+
+
 def test_a_second_backward_through_cached_values_is_refused_by_name():
     """A plan that caches values hands each out once (torch's selective checkpointing): a
     second backward through the region (retain_graph=True) is refused, naming the module
