@@ -14,7 +14,7 @@ import contextlib
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -59,6 +59,10 @@ class KernelGaps(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
       call it so): torch's meta function accepts bfloat16 alone. Run in bfloat16 for the
       shape, its output is made again in the operands' dtype (or ``out_dtype``).
 
+    - ``aten.mkldnn_rnn_layer`` (an LSTM layer on the CPU): its meta function makes the
+      workspace the backward reads empty, where oneDNN's kernel makes it of a size only
+      the kernel knows. The kernel, run once per signature on zeros, gives the size.
+
     And those whose fake kernel makes another dtype than the device's kernel:
 
     - a batch norm's saved mean and inverse standard deviation: fake tensors make them in
@@ -76,6 +80,9 @@ class KernelGaps(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
             low = func(a.to(torch.bfloat16), b.to(torch.bfloat16), *args[2:], **kwargs)
             return torch.empty_strided(low.shape, low.stride(), dtype=out_dtype, device=a.device)
         out = func(*args, **kwargs)
+        if func is aten.mkldnn_rnn_layer.default and out[3].numel() == 0:
+            shape, dtype = _rnn_workspace(_signature(args))
+            return (*out[:3], torch.empty(shape, dtype=dtype, device=out[3].device))
         if func in _BATCH_NORMS and isinstance(args[0], torch.Tensor):
             dtype = _stats_dtype(func, args)
             if dtype is not None and any(t.dtype != dtype for t in out[1:3]):
@@ -126,6 +133,36 @@ def _kernel_stats_dtype(
         except RuntimeError:  # a combination the kernel refuses: the fake one stands
             return None
     return out[1].dtype
+
+
+def _signature(args: tuple) -> tuple:
+    """A call's arguments as a cache key: tensors by shape and dtype, lists as tuples."""
+    return tuple(
+        _Like(tuple(a.shape), a.dtype)
+        if isinstance(a, torch.Tensor)
+        else (tuple(a) if isinstance(a, list) else a)
+        for a in args
+    )
+
+
+class _Like(NamedTuple):
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+@functools.cache
+def _rnn_workspace(signature: tuple) -> tuple[tuple[int, ...], torch.dtype]:
+    """The shape and dtype of the workspace the CPU's LSTM layer kernel makes for a call of
+    ``signature`` (:func:`_signature`): the kernel run on zeros."""
+    with T._disable_current_modes():
+        args = [
+            torch.zeros(a.shape, dtype=a.dtype)
+            if isinstance(a, _Like)
+            else (list(a) if isinstance(a, tuple) else a)
+            for a in signature
+        ]
+        workspace = aten.mkldnn_rnn_layer.default(*args)[3]
+    return tuple(workspace.shape), workspace.dtype
 
 
 def _float_on_cpu(tensors: tuple) -> bool:

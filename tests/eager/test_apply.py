@@ -365,3 +365,22 @@ def test_writes_through_out_arguments_are_not_run_again(b):
     assert_same_grads(model, ref)
     for p, q in zip(model.buffers(), ref.buffers(), strict=True):
         torch.testing.assert_close(p, q)
+
+
+def test_an_lstm_keeps_the_bytes_planned():
+    """oneDNN's LSTM layer keeps a workspace for its backward (budget.eager.fake.KernelGaps
+    gives the fake run its size): the bytes the step keeps are the plan's."""
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn, self.head = torch.nn.LSTM(16, 32, batch_first=True), torch.nn.Linear(32, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.rnn(x)[0])
+
+    torch.manual_seed(0)
+    model, x = Net(), torch.randn(2, 12, 16)
+    loss = dict(loss_fn=lambda out: out.square().mean())
+    plan = budget.apply(model, x, memory_budget=0.0, modules=["rnn", "head"], **loss)
+    assert measure_eager(lambda: model(x).square().mean()).retained_bytes == plan.saved_bytes

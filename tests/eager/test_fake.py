@@ -57,3 +57,28 @@ def test_batch_norms_make_what_the_devices_kernel_makes(
     with KernelGaps(), mode:
         fake = func(mode.from_tensor(x), *[mode.from_tensor(p) for p in ps], *rest)
     assert [(t.dtype, tuple(t.shape)) for t in fake] == [(t.dtype, tuple(t.shape)) for t in real]
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("train", [True, False])
+def test_an_lstm_layer_makes_the_workspace_the_cpu_kernel_makes(batch_first, train):
+    """oneDNN's LSTM layer makes a workspace the backward reads; torch's meta function
+    makes it empty, so an eager plan missed those bytes (and the step's peak them)."""
+    lstm = torch.nn.LSTM(16, 32, batch_first=batch_first).train(train)
+    x = torch.randn(3, 12, 16)
+    seen: list = []
+
+    class Record(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func is aten.mkldnn_rnn_layer.default:
+                seen.append([(tuple(t.shape), t.dtype) for t in out])
+            return out
+
+    with Record():
+        lstm(x)
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode, KernelGaps(), Record():
+        lstm(mode.from_tensor(x))
+    real, fake = seen
+    assert fake == real
