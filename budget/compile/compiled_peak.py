@@ -50,7 +50,9 @@ import torch
 import torch.fx as fx
 
 from ..estimators.live import LiveStorages
+from ..runtime import _torch_private as T
 from ..runtime._torch_private import tangent_held
+from ..runtime.values import generator_state_bytes
 from .meta_code import CompiledCodeError, CompiledGraph, call_on_meta, meta_tensor
 
 # The graph Inductor is compiling under a CodeCapture (its code not yet known) and, for a
@@ -93,9 +95,29 @@ def describe(gm: fx.GraphModule, source: str = "") -> CompiledGraph:
 
 class _MetaRun(LiveStorages):
     """:class:`LiveStorages` that refuses a tensor made off the meta device (but on the
-    CPU): the code would have allocated on a device, which the run must not do."""
+    CPU): the code would have allocated on a device, which the run must not do. The
+    higher-order ops with which torch replays a random op's generator state in a
+    recomputation (``run_and_save_rng_state``, ``run_with_rng_state``: a random op in a
+    checkpointed region, CPU attention among them) run their op; the state saved is the
+    CPU generator's on the CPU, and held in host memory on an accelerator (not counted)."""
+
+    supports_higher_order_operators = True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        if func is torch.ops.higher_order.run_and_save_rng_state:
+            size = generator_state_bytes("cpu") if self.device == "cpu" else 0
+            state = self.__torch_dispatch__(
+                torch.ops.aten.empty.memory_format,
+                types,
+                ([size],),
+                {"dtype": torch.uint8, "device": "meta"},
+            )
+            return state, self.__torch_dispatch__(args[0], types, args[1:], kwargs)
+        if func is torch.ops.higher_order.run_with_rng_state:
+            return self.__torch_dispatch__(args[1], types, args[2:], kwargs)
+        if isinstance(func, T.HigherOrderOperator):
+            raise CompiledCodeError(f"no meta run of the higher-order op {func.name()}")
         out = super().__torch_dispatch__(func, types, args, kwargs)
         for t in out if isinstance(out, (list, tuple)) else [out]:
             if isinstance(t, torch.Tensor) and t.device.type not in ("meta", "cpu"):
@@ -141,6 +163,10 @@ def compiled_peak(
             if (outputs_held if i < num_user_outputs else name not in taken)
         ]
         handed = {name: v for name, v in zip(fw.outputs, outs, strict=False) if name is not None}
+        saved = [] if bw is None else [n for n in bw.inputs if not n.startswith("tangents")]
+        if len(saved) <= len(outs):  # by position, where names differ (rng_state_output_i)
+            for name, v in zip(saved, outs[len(outs) - len(saved) :], strict=True):
+                handed.setdefault(name, v)
         del outs
         if bw_call is not None and bw is not None:
             args, tangents = [], []

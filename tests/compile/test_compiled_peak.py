@@ -686,3 +686,31 @@ def test_a_peak_budget_a_fractions_plan_meets_is_met_though_the_graphs_rank_it_h
     measured = measure_peak(torch.compile(ex.step, backend=be), *ex.args)
     assert measured <= target
     assert abs(be.plans[0].compiled_peak_bytes - measured) <= 1 * KiB
+
+
+def test_random_ops_replayed_in_a_recomputation_are_run_on_meta_tensors():
+    """A checkpointed region's random op (CPU attention carries the tag) runs under torch's
+    run_and_save_rng_state and, recomputed, run_with_rng_state: higher-order ops the meta
+    run runs as their op, the generator state saved counted. The code's peak is known, and
+    not below the measured one; the backward's inputs named apart from the forward's
+    outputs (rng_state_output_i) are handed over by position."""
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    qkv, out = torch.nn.Linear(32, 96), torch.nn.Linear(32, 32)
+
+    def block(x):
+        q, k, v = qkv(x).view(2, 16, 3, 2, 16).permute(2, 0, 3, 1, 4)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return x + out(a.transpose(1, 2).reshape(2, 16, 32))
+
+    def step(x):
+        return checkpoint(block, x, use_reentrant=False).square().sum()
+
+    x = torch.randn(2, 16, 32)
+    be = budget.backend(0.5, compiler="inductor")
+    compiled = torch.compile(step, backend=be)
+    compiled(x).backward()
+    (plan,) = be.plans
+    assert plan.rng_state_bytes > 0 and plan.compiled_peak_bytes is not None
+    assert plan.compiled_peak_bytes >= measure_peak(compiled, x)
