@@ -163,16 +163,17 @@ def compiled_peak(
             if (outputs_held if i < num_user_outputs else name not in taken)
         ]
         handed = {name: v for name, v in zip(fw.outputs, outs, strict=False) if name is not None}
-        saved = [] if bw is None else [n for n in bw.inputs if not n.startswith("tangents")]
-        if len(saved) <= len(outs):  # by position, where names differ (rng_state_output_i)
-            for name, v in zip(saved, outs[len(outs) - len(saved) :], strict=True):
-                handed.setdefault(name, v)
         del outs
+        # the backward's inputs named apart from the forward's outputs (AOTAutograd's
+        # rng_state_output_i): the forward's saved outputs by position
+        saved = [] if bw is None else [n for n in bw.inputs if not n.startswith("tangents")]
+        names = fw.outputs[len(fw.outputs) - len(saved) :] if len(saved) <= len(fw.outputs) else []
+        alias = {b: f for b, f in zip(saved, names, strict=False) if b not in handed and f}
         if bw_call is not None and bw is not None:
             args, tangents = [], []
             for name in bw.inputs:
-                if name in handed:
-                    args.append(handed[name])
+                if alias.get(name, name) in handed:
+                    args.append(handed[alias.get(name, name)])
                 elif name in inputs:
                     args.append(inputs[name])
                 elif name.startswith("tangents"):  # autograd makes it as the backward starts
