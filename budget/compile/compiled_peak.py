@@ -156,7 +156,12 @@ def compiled_peak(
         except Exception as e:  # noqa: BLE001
             raise CompiledCodeError(f"Inductor's forward code failed on meta tensors: {e}") from e
         outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-        taken = set(bw.inputs) if bw is not None else set()
+        # the backward's inputs named apart from the forward's outputs (AOTAutograd's
+        # rng_state_output_i): the forward's saved outputs by position
+        saved = [] if bw is None else [n for n in bw.inputs if not n.startswith("tangents")]
+        names = fw.outputs[len(fw.outputs) - len(saved) :] if len(saved) <= len(fw.outputs) else []
+        alias = {b: f for b, f in zip(saved, names, strict=False) if b not in fw.outputs and f}
+        taken = (set(bw.inputs) | set(alias.values())) if bw is not None else set()
         held = [
             v
             for i, (name, v) in enumerate(zip(fw.outputs, outs, strict=False))
@@ -164,11 +169,6 @@ def compiled_peak(
         ]
         handed = {name: v for name, v in zip(fw.outputs, outs, strict=False) if name is not None}
         del outs
-        # the backward's inputs named apart from the forward's outputs (AOTAutograd's
-        # rng_state_output_i): the forward's saved outputs by position
-        saved = [] if bw is None else [n for n in bw.inputs if not n.startswith("tangents")]
-        names = fw.outputs[len(fw.outputs) - len(saved) :] if len(saved) <= len(fw.outputs) else []
-        alias = {b: f for b, f in zip(saved, names, strict=False) if b not in handed and f}
         if bw_call is not None and bw is not None:
             args, tangents = [], []
             for name in bw.inputs:

@@ -691,9 +691,10 @@ def test_a_peak_budget_a_fractions_plan_meets_is_met_though_the_graphs_rank_it_h
 def test_random_ops_replayed_in_a_recomputation_are_run_on_meta_tensors():
     """A checkpointed region's random op (CPU attention carries the tag) runs under torch's
     run_and_save_rng_state and, recomputed, run_with_rng_state: higher-order ops the meta
-    run runs as their op, the generator state saved counted. The code's peak is known, and
-    not below the measured one; the backward's inputs named apart from the forward's
-    outputs (rng_state_output_i) are handed over by position."""
+    run runs as their op, the generator state saved counted. The backward's inputs named
+    apart from the forward's outputs (rng_state_output_i) are handed over by position and
+    freed where the code frees them: the code's peak is the measured one (it was unknown;
+    then, holding the states to the step's end, one state per op high)."""
     from torch.utils.checkpoint import checkpoint
 
     torch.manual_seed(0)
@@ -713,4 +714,5 @@ def test_random_ops_replayed_in_a_recomputation_are_run_on_meta_tensors():
     compiled(x).backward()
     (plan,) = be.plans
     assert plan.rng_state_bytes > 0 and plan.compiled_peak_bytes is not None
-    assert plan.compiled_peak_bytes >= measure_peak(compiled, x)
+    measured = measure_peak(compiled, x)
+    assert measured <= plan.compiled_peak_bytes <= measured * 1.01
