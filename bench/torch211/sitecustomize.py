@@ -4,11 +4,13 @@ budget pins torch 2.13 (private APIs). The GPU machines this project is lent car
 2.11 and cannot install another, so the GPU check runs budget there with this file first
 on ``PYTHONPATH`` (Python imports ``sitecustomize`` at start-up, in Inductor's compile
 workers and pytest's processes too). It fills in the four 2.13 names budget uses that
-2.11 lacks, each with 2.11's equivalent, and mends two 2.11 behaviours 2.13 changed:
+2.11 lacks, each with 2.11's equivalent, and mends three 2.11 behaviours 2.13 changed:
 torch's checkpoint saves a 0-element dummy tensor before its inputs (2.13 saves the inputs
-alone, and budget's eager offload hooks check each save against the plan's list), and the
+alone, and budget's eager offload hooks check each save against the plan's list), the
 fake kernel of ``streams::record_stream`` takes another op's arguments (fixed in 2.13; the
-offload pass on a side stream fails without it). On torch 2.13 it does nothing.
+offload pass on a side stream fails without it), and Inductor's ``control_deps`` has no
+kernel but its fake one (2.13 adds the eager and autograd ones that its fake propagation
+of an ordered backward needs). On torch 2.13 it does nothing.
 """
 
 import inspect
@@ -83,3 +85,18 @@ if _record is not None and "to_dealloc" in inspect.signature(_record._abstract_f
     @_record.register_fake
     def _record_stream_fake(tensor, stream_index):
         return None
+
+
+import torch._inductor.fx_passes.control_dependencies as _control  # noqa: E402
+
+_deps = _control.control_deps
+if torch._C.DispatchKey.Autograd not in _deps.py_kernels:
+    # 2.11 has control_deps' fake kernel alone: Inductor's fake propagation of a backward
+    # whose recomputations budget orders (compile/schedule.py) meets it with autograd state
+    # and fails; 2.13 runs the subgraph under either key
+
+    def _control_deps(additional_deps, subgraph, *args, **kwargs):
+        return subgraph(*args, **kwargs)
+
+    _deps.py_impl(torch._C.DispatchKey.CompositeExplicitAutograd)(_control_deps)
+    _deps.py_impl(torch._C.DispatchKey.Autograd)(_control_deps)
