@@ -69,12 +69,13 @@ class RegionPolicy:
         # output of every in-place op, whose counter goes up after the op returns: the
         # plan never caches a value that is written after it is cached (trace), so the
         # check is off and in-place ops (BatchNorm's num_batches_tracked.add_) can be cached.
+        asked = _Pass(self)
         forward, recompute = create_selective_checkpoint_contexts(
-            _Pass(self), allow_cache_entry_mutation=True
+            asked, allow_cache_entry_mutation=True
         )
         if torch.compiler.is_compiling():  # functional ops: a recomputed BatchNorm writes nothing
             return forward, recompute
-        return forward, _StatsAside(recompute, self.choice.module)
+        return forward, _StatsAside(recompute, self.choice.module, asked)
 
 
 # Ops that update BatchNorm running statistics in place without saying so in their
@@ -116,11 +117,12 @@ class _StatsAside:
     that where the plan caches nothing there, and else refuses, as it hands each cached
     value out once: the refusal is told as the plan's (:class:`PlanMismatchError`)."""
 
-    def __init__(self, recompute: Any, module: str) -> None:
-        self.recompute, self.module = recompute, module
+    def __init__(self, recompute: Any, module: str, asked: _Pass) -> None:
+        self.recompute, self.module, self.asked = recompute, module, asked
         self.stack: list[contextlib.ExitStack] = []
 
     def __enter__(self) -> None:
+        self.asked.index[1] = 0  # each recomputation's calls counted afresh (torch < 2.13)
         stack = contextlib.ExitStack()
         stack.enter_context(StatsAside())
         stack.enter_context(self.recompute)
