@@ -22,6 +22,7 @@ from __future__ import annotations
 import weakref
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -30,6 +31,7 @@ from ..core.plan import Plan
 from ..core.sizes import format_bytes
 from ..errors import StepBudgetError
 from ..runtime._torch_private import tree_leaves
+from .step_budget import held_before
 
 
 class StepRuns:
@@ -42,9 +44,7 @@ class StepRuns:
     def held(self) -> int:
         """What the live runs keep for their backward."""
         plans = self.plans()
-        return sum(
-            (plans[i].saved_bytes + plans[i].kept_input_bytes) * n for i, n in self.live.items()
-        )
+        return held_before([plans[i] for i, n in self.live.items() for _ in range(n)])
 
     def tracked(self, compiled: Callable[..., Any], index: int) -> Callable[..., Any]:
         """``compiled`` (the graph of plan ``index``), checked before each run and counted
@@ -79,14 +79,11 @@ class StepRuns:
     def check(self, index: int) -> None:
         """Refuse a run of plan ``index``'s graph that the step's peak budget cannot hold."""
         plan = self.plans()[index] if index < len(self.plans()) else None
-        if plan is None or plan.held_bytes is None:
-            return
-        own = plan.compiled_peak_bytes if plan.compiled_peak_bytes is not None else plan.peak_bytes
         held = self.held()
-        if own is None or held <= plan.held_bytes:
+        if plan is None or plan.held_bytes is None or held <= plan.held_bytes:
             return
-        peak = held + plan.kept_input_bytes + own
-        if peak <= self.peak_budget:
+        peak = replace(plan, held_bytes=held).step_peak_bytes
+        if peak is None or peak <= self.peak_budget:
             return
         runs = sum(self.live.values())
         raise StepBudgetError(

@@ -103,9 +103,9 @@ def _guessed_lines(plan: Plan) -> list[str]:
     if not plan.guessed_sizes:
         return []
     n = len(plan.guessed_sizes)
-    values = "1 value's size" if n == 1 else f"{n} values' sizes"
+    values = "1 value's size depends" if n == 1 else f"{n} values' sizes depend"
     return [
-        f"  guessed    {values} depend on tensor values (data-dependent ops): each",
+        f"  guessed    {values} on tensor values (data-dependent ops): each",
         "             unknown dimension is priced at a guess, so saved bytes and peak are",
         "             estimates: " + shorten(", ".join(plan.guessed_sizes), WIDTH - 24),
     ]

@@ -253,6 +253,7 @@ def make_plan(
         )
     recompute = problem.recompute_closure(saved)
     decisions = _decisions(problem, saved, offloaded, set(recompute))
+    guessed = set(problem.guessed_sizes)
     return Plan(
         budget=budget.to_json(),
         target_bytes=int(target_bytes),
@@ -270,7 +271,7 @@ def make_plan(
         graph_hash=problem.graph_hash,
         decisions=decisions,
         timings=timings,
-        guessed_sizes=[d.name for d in decisions if d.name in set(problem.guessed_sizes)],
+        guessed_sizes=[d.name for d in decisions if d.name in guessed],
         copied_input_bytes=problem.fixed_bytes - problem.rng_state_bytes,
         rng_state_bytes=problem.rng_state_bytes,
         # where offload is not priced (a plan file applied): 0 here, the file's own figure

@@ -693,8 +693,8 @@ def test_random_ops_replayed_in_a_recomputation_are_run_on_meta_tensors():
     run_and_save_rng_state and, recomputed, run_with_rng_state: higher-order ops the meta
     run runs as their op, the generator state saved counted. The backward's inputs named
     apart from the forward's outputs (rng_state_output_i) are handed over by position and
-    freed where the code frees them: the code's peak is the measured one (it was unknown;
-    then, holding the states to the step's end, one state per op high)."""
+    freed where the code frees them, not held to the step's end: the code's peak is the
+    measured one."""
     from torch.utils.checkpoint import checkpoint
 
     torch.manual_seed(0)

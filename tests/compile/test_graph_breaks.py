@@ -143,7 +143,7 @@ def _(x: torch.Tensor) -> None:
 def test_effect_tokens_in_front_of_the_graphs_inputs_shift_no_input(compiler):
     """An effectful op puts a token in front of the joint graph's inputs: dynamo's indices
     (the inputs the user holds, torch's static ones) are read past it, so nothing the user
-    holds is counted as kept (read one index off, the weight was)."""
+    holds is counted as kept (read one index off, the user's weight would be)."""
     from torch._higher_order_ops.effects import _EffectType, _register_effectful_op
 
     _register_effectful_op(torch.ops.budget_tests.note.default, _EffectType.ORDERED)
