@@ -202,7 +202,7 @@ def _add_solve_outputs(solve: argparse.ArgumentParser) -> None:
         "--json",
         metavar="FILE",
         help="also write the plan file (one plan's JSON; several graphs: "
-        '{"version": 10, "plans": [...]}) for budget.backend(plan=FILE)',
+        '{"version": N, "plans": [...]}) for budget.backend(plan=FILE)',
     )
     solve.add_argument(
         "--plan",

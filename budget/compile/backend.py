@@ -368,8 +368,9 @@ def backend(
     that of the code Inductor generates for the plan (``plan.compiled_peak_bytes``;
     :func:`_compile_within_peak`), with ``compiler="eager"`` the graphs' prediction. An
     unreachable peak raises :class:`budget.BudgetTooSmallError` naming the lowest peak
-    found. With graph breaks each graph is bounded alone: the saved values of one graph
-    are not counted in another's peak. ``peak_search`` (default
+    found. With graph breaks the budget is the step's: each graph is planned for what the
+    graphs compiled before it hold (:mod:`budget.compile.step_budget`), and a run the
+    budget cannot hold is refused (:mod:`budget.compile.step_runs`). ``peak_search`` (default
     ``budget.config.peak_search``, "grid"): "exact" also searches, with CP-SAT, the plans
     that recompute each value once, cheapest first, and proves the plan optimal among them
     when it can (:mod:`budget.compile.peak_search`; slower).

@@ -3,7 +3,8 @@
 ``budget solve ... --json plan.json`` (or :func:`save_plans`) writes the plans of a
 training step; ``budget.backend(plan="plan.json")`` applies them at every compile instead
 of solving. A step with graph breaks has one plan per graph, so a file holds either one
-Plan's JSON (what :meth:`Plan.from_json` reads) or ``{"version": 10, "plans": [...]}``.
+Plan's JSON (what :meth:`Plan.from_json` reads) or ``{"version": N, "plans": [...]}``, N
+being ``PLAN_FORMAT_VERSION``.
 
 A plan is applied only to the graph it was made for. Each compiled graph is matched by
 ``graph_hash`` (the joint graph's ops, arguments, shapes and dtypes: it changes with the

@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,7 +21,7 @@ from helpers.steps import grads_of
 import budget
 from budget.cli.main import main
 from budget.compile.backend import root_error
-from budget.core.plan import PLAN_FORMAT_VERSION
+from budget.core.plan import PLAN_FORMAT_VERSION, READABLE_VERSIONS
 from budget.core.plan_files import dumps_plans, load_plans, loads_plans
 from budget.models import get_builtin
 from budget.runtime.measure import measure_step
@@ -250,3 +251,14 @@ def test_a_plan_is_made_once():
         plan.peak_bytes = 1  # type: ignore[misc]
     told = dataclasses.replace(plan, compiled_peak_bytes=123)
     assert told.compiled_peak_bytes == 123 and plan.compiled_peak_bytes is None
+
+
+def test_the_docs_name_the_plan_file_version_this_budget_writes():
+    """README and DESIGN show a plan file's versioned list and the versions read: both
+    are the code's, so a user who writes one by hand writes one budget reads."""
+    root = Path(__file__).parents[2]
+    newest = f'{{"version": {PLAN_FORMAT_VERSION}, "plans": [...]}}'
+    for doc, versions in (("README.md", "versions 1-"), ("docs/DESIGN.md", "versions 1 to ")):
+        text = " ".join((root / doc).read_text().split())
+        assert newest in text, doc
+        assert f"{versions}{max(READABLE_VERSIONS)}" in text, doc
