@@ -79,6 +79,7 @@ LAZY = {
     "aot_autograd": "torch._dynamo.backends.common",
     "boxed_nop": "torch._dynamo.backends.debugging",
     "BackendCompilerFailed": "torch._dynamo.exc",
+    "OptimizedModule": "torch._dynamo.eval_frame",
     "counters": "torch._dynamo.utils",
     "compile_fx": "torch._inductor.compile_fx",
     "compile_fx_inner": "torch._inductor.compile_fx",

@@ -79,17 +79,14 @@ class BudgetBackend:
         # without a backward), so eager code's saves and what each graph holds follow the
         # runs, repeated graphs included
         self.preview_runs: list[int | None] = []
+        self.preview_eager: list[int] = []  # eager code's saves before each run (step_run)
         # previews of a step peak budget: caps on what graphs save, by plan index, that
         # leave later graphs room (budget.compile.step_budget), and what eager code run
         # before each graph saves, from an earlier run of the step (held beside it)
         self.saved_caps: dict[int, int] = {}
         self.eager_before: dict[int, int] = {}
         # training under a step peak budget: the graphs' live runs, checked before each
-        self.runs = (
-            None
-            if settings.peak_bytes is None
-            else StepRuns(lambda: log.plans, settings.peak_bytes)
-        )
+        self.runs = None if settings.peak_bytes is None else StepRuns(lambda: log.plans, settings)
 
     @property
     def compiler(self) -> str:

@@ -181,7 +181,9 @@ def _joint_division(
         with_peak_budget=False,
         **backend_options,
     )
-    return step_budget.joint_division(peak, swept.log.sweeps, swept.plans, swept.preview_runs)
+    return step_budget.joint_division(
+        peak, swept.log.sweeps, swept.plans, swept.preview_runs, swept.preview_eager
+    )
 
 
 def compiled_plans(

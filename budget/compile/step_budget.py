@@ -80,15 +80,15 @@ def excess(settings: PlanSettings, plans: Sequence[Plan]) -> tuple[int, int]:
     return over, kept
 
 
-def _ahead(settings: PlanSettings) -> str:
+def ahead(settings: PlanSettings) -> str:
     """Where training refuses: the preview that divides the step's budget instead."""
     if settings.compiler == "inductor":  # checked on Inductor's code, as training checks
         found = "budget.plans(..., compile=True) or `budget solve --compile --json FILE`"
     else:
         found = "budget.plans(...)"
     return (
-        "; a preview sees every graph and divides the step's budget across them: train "
-        f"with plan= the plans of {found}"
+        "; a preview sees every graph and each graph's runs, and divides the step's budget "
+        f"across them: train with plan= the plans of {found}"
     )
 
 
@@ -108,7 +108,7 @@ def refusal(
     if lowest is not None:
         told += f" (the step's lowest peak with this graph: {format_bytes(lowest)})"
     if not preview and outside > 0:
-        told += _ahead(settings)
+        told += ahead(settings)
     short = None if lowest is None else max(1, lowest - settings.peak_bytes)
     return StepBudgetError(told, e.min_bytes, lowest, graph=graph, short_bytes=short)
 
@@ -120,7 +120,7 @@ def over_budget(settings: PlanSettings, over: int, graph: int, preview: bool) ->
         f"peak_memory_budget {format_bytes(settings.peak_bytes)} is the step's peak, and "
         f"with graph {graph + 1} the step's predicted peak is {format_bytes(over)} over it "
         "(what the graphs before it hold, its kept inputs and its own peak): ask for more"
-        + ("" if preview else _ahead(settings)),
+        + ("" if preview else ahead(settings)),
         lowest_peak_bytes=settings.peak_bytes + over,
         graph=graph,
         short_bytes=over,
@@ -146,41 +146,39 @@ def divide(
     return new
 
 
-def eager_saves(plans: Sequence[Plan], runs: Sequence[int | None]) -> dict[int, int] | None:
-    """What eager code has saved by the start of each graph (bytes, from the step's start),
-    from a preview of the whole step (``plans``, one per graph, their ``held_bytes``
-    counting eager code's saves; ``runs``: the plan of each graph run, in run order). None
-    where a graph runs more than once or out of order, or what one holds is unknown."""
-    if [i for i in runs if i is not None] != list(range(len(plans))):
-        return None
-    eager = {}
-    for k, p in enumerate(plans):
-        if p.held_bytes is None:
-            return None
-        eager[k] = p.held_bytes - held_before(plans[:k])
-    return eager
-
-
 def joint_division(
     peak_budget: int,
     sweeps: Sequence[Sequence[Plan]],
     plans: Sequence[Plan],
     runs: Sequence[int | None],
+    eager: Sequence[int],
 ) -> tuple[dict[int, int] | None, dict[int, int]] | None:
-    """Caps on what each graph but the last saves, and what eager code saves before each
-    graph (:func:`eager_saves`), from a preview of the step with no peak budget (``plans``,
-    ``runs``; ``sweeps``: each graph's plans at the memory budget and the peak grid's
-    fractions below it): the joint split of the sweeps' plans under ``peak_budget``. The
-    caps are None where a peak is unknown or no split fits; the whole is None where eager
-    code's saves are unknown, or the step has one graph."""
-    eager = eager_saves(plans, runs)
-    if len(plans) < 2 or len(sweeps) != len(plans) or eager is None:
+    """Caps on what graphs save, and what eager code saves before each graph's first run,
+    from a preview of the step with no peak budget (``plans``, one per graph; ``runs``: the
+    plan of each graph run, in run order, None for a graph without a backward; ``eager``:
+    what eager code saves before each run): the joint split of the sweeps' plans under
+    ``peak_budget`` (``sweeps``: each graph's plans at the memory budget and the peak
+    grid's fractions below it).
+    Capped: every graph but the last run's, and a graph that runs more than once (a module
+    compiled on its own and called once per block), planned once for all its runs. The
+    caps are None where a peak is unknown or no split fits; the whole is None where the
+    step runs one graph once, or the runs are not known."""
+    if len(eager) != len(runs) or len(sweeps) != len(plans):
         return None
-    held = {k: e for k, e in eager.items() if e}
-    kept, before = [], 0
-    for k, p in enumerate(plans):
-        kept.append(p.kept_input_bytes + eager[k] - before)  # held from graph k on
-        before = eager[k]
+    order, kept, gap, before, held = [], [], 0, 0, {}
+    for k, i in enumerate(runs):
+        gap += eager[k]  # eager code's saves since the last graph run: held from here on
+        if i is None:
+            continue
+        if i not in order:
+            held[i] = before + gap
+        before += gap
+        order.append(i)
+        kept.append(plans[i].kept_input_bytes + gap)
+        gap = 0
+    if len(order) < 2 or sorted(set(order)) != list(range(len(plans))):
+        return None
+    held = {i: e for i, e in held.items() if e}
     graphs = []
     for sweep in sweeps:
         candidates = []
@@ -190,7 +188,8 @@ def joint_division(
                 return None, held
             candidates.append(Candidate(p.saved_bytes, own, p.total_recompute_cost))
         graphs.append(candidates)
-    chosen = split(graphs, kept, peak_budget)
+    chosen = split(graphs, kept, peak_budget, order)
     if chosen is None:
         return None, held
-    return {k: sweeps[k][i].saved_bytes for k, i in enumerate(chosen[:-1])}, held
+    capped = [i for i in range(len(sweeps)) if i != order[-1] or order.count(i) > 1]
+    return {i: sweeps[i][chosen[i]].saved_bytes for i in capped}, held

@@ -6,7 +6,6 @@ on the plans of the graphs it follows (:class:`OutsideSaves`)."""
 from __future__ import annotations
 
 import traceback
-import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from ..runtime._torch_private import (
 )
 from ..runtime.restore import modules_of, optimizers_of, references_kept, restored
 from .backend import BudgetBackend, in_compiled_graph
+from .own_code import compiled_modules, own_code
 
 # torch's errors for Python that needs a fake tensor's values (a branch on a data-dependent
 # size, .item() used as a number, an op whose output size it cannot bound)
@@ -99,14 +99,15 @@ def _run(
 ) -> None:
     # compiled as training compiles it (torch.compile's default, dynamic=None: a module's
     # frame compiled again at other sizes gets symbolic ones), leaving what dynamo has
-    # seen as it was, so that training compiles the same graphs after it
-    compiled = torch.compile(_own_code(fn), backend=be)
+    # seen as it was, so that training compiles the same graphs after it; where the step
+    # reaches modules compiled on their own, the step runs eagerly and they compile
     try:
         with (
             sizes_seen_kept(),
+            compiled_modules(modules_of(fn), be) as blocks,
             torch.autograd.graph.saved_tensors_hooks(outside.pack, lambda t: t),
         ):
-            compiled(*args, **kwargs)
+            (fn if blocks else torch.compile(own_code(fn), backend=be))(*args, **kwargs)
     except BackendCompilerFailed as e:  # show our own error, not dynamo's wrapper
         raise e.inner_exception from None
     finally:
@@ -126,20 +127,6 @@ def _where(e: BaseException) -> str:
     roots = (str(Path(torch.__file__).parent), str(Path(__file__).parents[1]))
     frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith(roots)]
     return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-
-
-def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` with a code object of its own, where it is a plain function: what dynamo
-    compiles for the preview is then held apart from a training compile of ``fn``, and
-    dropped after it (:attr:`BudgetBackend.preview_codes`)."""
-    if not isinstance(fn, types.FunctionType):
-        return fn
-    own = types.FunctionType(
-        fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
-    )
-    own.__kwdefaults__ = fn.__kwdefaults__
-    own.__qualname__, own.__module__ = fn.__qualname__, fn.__module__
-    return own
 
 
 class OutsideSaves:
@@ -199,6 +186,7 @@ class OutsideSaves:
                 outside += plans[i].saved_bytes + plans[i].kept_input_bytes
         for i in range(len(plans)):
             self.be.log.update(i, eager_saved_bytes=eager[i], held_bytes=held[i])
+        self.be.preview_eager = saves_before[: len(runs)]
         self.keep.clear()
 
 

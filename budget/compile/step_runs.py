@@ -28,17 +28,19 @@ from typing import Any
 import torch
 
 from ..core.plan import Plan
+from ..core.settings import PlanSettings
 from ..core.sizes import format_bytes
 from ..errors import StepBudgetError
 from ..runtime._torch_private import tree_leaves
-from .step_budget import held_before
+from .step_budget import ahead, held_before
 
 
 class StepRuns:
     """The live forward runs of one backend's graphs, by plan index."""
 
-    def __init__(self, plans: Callable[[], list[Plan]], peak_budget: int) -> None:
-        self.plans, self.peak_budget = plans, peak_budget
+    def __init__(self, plans: Callable[[], list[Plan]], settings: PlanSettings) -> None:
+        assert settings.peak_bytes is not None
+        self.plans, self.settings, self.peak_budget = plans, settings, settings.peak_bytes
         self.live: Counter[int] = Counter()
 
     def held(self) -> int:
@@ -96,5 +98,5 @@ class StepRuns:
             "block), or where several forwards run before one backward; training plans a "
             "graph when it first compiles and cannot know that. Compile the whole step "
             "(torch.compile(step), or model.compile() on the model), which plans it as one, "
-            "or train with a memory budget alone"
+            "train with a memory budget alone, or preview the step" + ahead(self.settings)
         )

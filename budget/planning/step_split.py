@@ -7,8 +7,10 @@ cheapest plan that fits the whole budget and can leave a later one no room, or o
 for an expensive plan. Here each graph offers candidates (its plans at a grid of memory
 budgets, each with what it saves, its own peak and its recompute) and one is chosen per
 graph: the least recompute over the whole step whose step peak fits at every graph,
-exactly over those candidates (a dynamic programme over the graphs in run order, keeping
-for each amount held so far only the cheapest way to hold it).
+exactly over those candidates (a dynamic programme over the graphs' runs in run order,
+keeping for each amount held so far only the cheapest way to hold it). A graph that runs
+more than once a step (a model compiled block by block) takes one candidate for all its
+runs.
 
 Generic over where candidates come from: :mod:`budget.compile.preview` takes them from a
 preview's sweep and plans the step again with each earlier graph's saves capped at its
@@ -34,27 +36,44 @@ class Candidate:
 
 
 def split(
-    graphs: Sequence[Sequence[Candidate]], kept: Sequence[int], budget: int
+    graphs: Sequence[Sequence[Candidate]],
+    kept: Sequence[int],
+    budget: int,
+    runs: Sequence[int] | None = None,
 ) -> list[int] | None:
-    """The index of the candidate chosen for each graph (run order), the least total cost
-    whose step peak fits ``budget`` while each graph runs; None where no choice fits.
+    """The index of the candidate chosen for each graph, the least total cost whose step
+    peak fits ``budget`` while each graph runs; None where no choice fits.
 
-    While graph ``k`` runs the step holds the saves of the graphs before it and the inputs
-    each keeps (``kept[i]``), then graph ``k``'s own kept inputs and peak: ``sum(saved_i +
-    kept[i] for i < k) + kept[k] + peak_k <= budget``. Ties: the choice holding less."""
-    if len(kept) != len(graphs):
-        raise ValueError(f"kept: one per graph ({len(graphs)}); got {len(kept)}")
-    # states: bytes held after the graphs so far -> (cost, choices), only the cheapest
-    # way to hold each amount, and none where holding less costs no more
-    states: list[tuple[int, float, tuple[int, ...]]] = [(0, 0.0, ())]
-    for k, candidates in enumerate(graphs):
+    ``runs``: the graph of each run, in run order (default: each graph once, in order). A
+    graph run again (a module compiled on its own and called once per block) runs its one
+    choice each time, and each run costs its recompute and holds its saves. While run
+    ``r`` runs the step holds the saves of the runs before it and what each keeps
+    (``kept``, one per run: the inputs its backward keeps, eager code's saves before it),
+    then run ``r``'s own kept bytes and peak: ``sum(saved + kept for runs before r) +
+    kept[r] + peak <= budget``. Ties: the choice holding less."""
+    order = list(range(len(graphs))) if runs is None else list(runs)
+    if len(kept) != len(order):
+        raise ValueError(f"kept: one per run of a graph ({len(order)}); got {len(kept)}")
+    if sorted(set(order)) != list(range(len(graphs))):
+        raise ValueError(f"runs: graph indices 0-{len(graphs) - 1}, each run at least once")
+    last = {g: r for r, g in enumerate(order)}
+    # states: (bytes held after the runs so far, cost, each graph's choice or -1); kept
+    # per choice of the graphs that run again, and of those only the cheapest way to hold
+    # each amount, none where holding less costs no more
+    states: list[tuple[int, float, tuple[int, ...]]] = [(0, 0.0, (-1,) * len(graphs))]
+    for r, g in enumerate(order):
         reached = [
-            (held + c.saved_bytes + kept[k], cost + c.cost, (*choices, i))
+            (held + c.saved_bytes + kept[r], cost + c.cost, (*choices[:g], i, *choices[g + 1 :]))
             for held, cost, choices in states
-            for i, c in enumerate(candidates)
-            if held + kept[k] + c.peak_bytes <= budget
+            for i in ([choices[g]] if choices[g] >= 0 else range(len(graphs[g])))
+            for c in (graphs[g][i],)
+            if held + kept[r] + c.peak_bytes <= budget
         ]
-        states = _pareto(reached)
+        ahead = [h for h in range(len(graphs)) if last[h] > r]
+        groups: dict[tuple[int, ...], list[tuple[int, float, tuple[int, ...]]]] = {}
+        for state in reached:
+            groups.setdefault(tuple(state[2][h] for h in ahead), []).append(state)
+        states = [s for group in groups.values() for s in _pareto(group)]
         if not states:
             return None
     _, _, best = min(states, key=lambda s: (s[1], s[0]))

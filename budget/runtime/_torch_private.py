@@ -81,6 +81,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "aot_autograd": ("torch._dynamo.backends.common", "aot_autograd"),
     "boxed_nop": ("torch._dynamo.backends.debugging", "boxed_nop"),
     "BackendCompilerFailed": ("torch._dynamo.exc", "BackendCompilerFailed"),
+    "OptimizedModule": ("torch._dynamo.eval_frame", "OptimizedModule"),  # torch.compile(m)
     # torch's compile counters: compile/backend.py reads its AOTAutograd cache hits
     "counters": ("torch._dynamo.utils", "counters"),
     # Inductor: compile/backend.py

@@ -10,7 +10,6 @@ from helpers.plans import KiB, make_plan
 
 from budget.compile.step_budget import (
     divide,
-    eager_saves,
     excess,
     joint_division,
     over_budget,
@@ -108,48 +107,65 @@ def _graph(saved: int, peak: int, cost: float, **kw):
 
 
 def test_the_joint_division_holds_eager_codes_saves_beside_the_graphs_they_precede():
-    """Two graphs, a 1000 KiB budget. Eager code saves 100 KiB before the second graph
-    (its held_bytes: the first's 300 saved + 100), which keeps 50 KiB of its inputs. The
-    first graph's candidates save 300 (free) or 100 (cost 1); the second peaks at 600
-    (free) or 400 (cost 5). Keeping 300 leaves 1000 - 300 - 100 - 50 = 550: only the 400
-    peak (5 in all); saving 100 leaves 750: the free 600 (1 in all). The cap is the first
-    graph's 100 KiB, and eager code's 100 KiB is held before the second graph."""
+    """Two graphs, a 1000 KiB budget. Eager code saves 100 KiB before the second graph,
+    which keeps 50 KiB of its inputs. The first graph's candidates save 300 (free) or 100
+    (cost 1); the second peaks at 600 (free) or 400 (cost 5). Keeping 300 leaves 1000 -
+    300 - 100 - 50 = 550: only the 400 peak (5 in all); saving 100 leaves 750: the free
+    600 (1 in all). The cap is the first graph's 100 KiB, and eager code's 100 KiB is held
+    before the second graph."""
     first = [_graph(300 * KiB, 500 * KiB, 0.0), _graph(100 * KiB, 500 * KiB, 1.0)]
     second = [_graph(0, 600 * KiB, 0.0), _graph(0, 400 * KiB, 5.0)]
     plans = [
-        _graph(300 * KiB, 500 * KiB, 0.0, held_bytes=0),
-        _graph(0, 600 * KiB, 0.0, held_bytes=400 * KiB, kept_input_bytes=50 * KiB),
+        _graph(300 * KiB, 500 * KiB, 0.0),
+        _graph(0, 600 * KiB, 0.0, kept_input_bytes=50 * KiB),
     ]
-    sweeps = [first, second]
-    assert joint_division(1000 * KiB, sweeps, plans, [0, 1]) == (
+    sweeps, eager = [first, second], [0, 100 * KiB]
+    assert joint_division(1000 * KiB, sweeps, plans, [0, 1], eager) == (
         {0: 100 * KiB},
         {1: 100 * KiB},
     )
     # 849 KiB: the first graph's 100 and the second's 400-peak plan (100+100+50+400 = 650)
     # fit, its 600-peak plan does not (850)
-    assert joint_division(849 * KiB, sweeps, plans, [0, 1]) == ({0: 100 * KiB}, {1: 100 * KiB})
-    # the first graph alone is over: no caps, but eager code's saves are still known
-    assert joint_division(499 * KiB, sweeps, plans, [0, 1]) == (None, {1: 100 * KiB})
-    unknown = [plans[0], _graph(0, None, 0.0, held_bytes=400 * KiB)]
-    assert joint_division(1000 * KiB, [first, [_graph(0, None, 0.0)]], unknown, [0, 1]) == (
-        None,
+    assert joint_division(849 * KiB, sweeps, plans, [0, 1], eager) == (
+        {0: 100 * KiB},
         {1: 100 * KiB},
     )
-    # a graph run twice, or one graph: not divided jointly
-    assert joint_division(1000 * KiB, sweeps, plans, [0, 1, 1]) is None
-    assert joint_division(1000 * KiB, sweeps[:1], plans[:1], [0]) is None
-    assert joint_division(1000 * KiB, sweeps, [plans[0], _graph(0, 0, 0.0)], [0, 1]) is None
+    # the first graph alone is over: no caps, but eager code's saves are still known
+    assert joint_division(499 * KiB, sweeps, plans, [0, 1], eager) == (None, {1: 100 * KiB})
+    unknown = [first, [_graph(0, None, 0.0)]]
+    assert joint_division(1000 * KiB, unknown, plans, [0, 1], eager) == (None, {1: 100 * KiB})
+    # a graph without a backward between them: eager code's saves around it add up
+    assert joint_division(1000 * KiB, sweeps, plans, [0, None, 1], [0, 60 * KiB, 40 * KiB]) == (
+        {0: 100 * KiB},
+        {1: 100 * KiB},
+    )
+    # one graph run once, or runs not known: not divided
+    assert joint_division(1000 * KiB, sweeps[:1], plans[:1], [0], [0]) is None
+    assert joint_division(1000 * KiB, sweeps, plans, [0, 1], [0]) is None
 
 
-def test_eager_codes_saves_are_what_each_graph_holds_beyond_the_graphs_before_it():
-    """held_bytes of the second graph: the first's 300 saved + 20 kept inputs + 100
-    saved by eager code; of the third: + the second's 50 + 30 more by eager code."""
+def test_a_graph_run_once_per_block_is_capped_for_all_its_runs():
+    """The second graph runs twice (a block compiled on its own), keeping 50 KiB of its
+    inputs each time: its second run holds the first graph's saves, eager code's 100 and
+    its first run's 50. Saving 300 puts the first run at 300+150+600 = 1050: over; saving
+    100 (cost 1) fits both runs (850, then 900) with the free 600 peak. Both graphs are
+    capped: the second, though its run is the last, runs twice and compiles once."""
+    first = [_graph(300 * KiB, 500 * KiB, 0.0), _graph(100 * KiB, 500 * KiB, 1.0)]
+    second = [_graph(0, 600 * KiB, 0.0), _graph(0, 400 * KiB, 5.0)]
     plans = [
-        _graph(300 * KiB, 0, 0.0, held_bytes=0, kept_input_bytes=20 * KiB),
-        _graph(50 * KiB, 0, 0.0, held_bytes=420 * KiB),
-        _graph(0, 0, 0.0, held_bytes=500 * KiB),
+        _graph(300 * KiB, 500 * KiB, 0.0),
+        _graph(0, 600 * KiB, 0.0, kept_input_bytes=50 * KiB),
     ]
-    assert eager_saves(plans, [0, 1, 2]) == {0: 0, 1: 100 * KiB, 2: 130 * KiB}
-    assert eager_saves(plans, [0, None, 1, 2]) == {0: 0, 1: 100 * KiB, 2: 130 * KiB}
-    assert eager_saves(plans, [0, 2, 1]) is None  # out of order
-    assert eager_saves(plans[:1] + [_graph(0, 0, 0.0)], [0, 1]) is None  # held unknown
+    runs, eager = [0, 1, 1], [0, 100 * KiB, 0]
+    assert joint_division(1000 * KiB, [first, second], plans, runs, eager) == (
+        {0: 100 * KiB, 1: 0},
+        {1: 100 * KiB},
+    )
+    # at 899 KiB the second run needs the 400 peak (cost 5 a run): 11 in all
+    assert joint_division(899 * KiB, [first, second], plans, runs, eager) == (
+        {0: 100 * KiB, 1: 0},
+        {1: 100 * KiB},
+    )
+    one = [[_graph(30 * KiB, 100 * KiB, 0.0), _graph(10 * KiB, 100 * KiB, 2.0)]]
+    assert joint_division(130 * KiB, one, one[0][:1], [0, 0], [0, 0]) == ({0: 30 * KiB}, {})
+    assert joint_division(129 * KiB, one, one[0][:1], [0, 0], [0, 0]) == ({0: 10 * KiB}, {})

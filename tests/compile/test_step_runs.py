@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import budget
-from budget.runtime.measure import saved_bytes
+from budget.runtime.measure import measure_peak, saved_bytes
 
 
 class _Block(nn.Module):
@@ -81,3 +81,44 @@ def test_runs_dropped_without_a_backward_hold_nothing():
         step(x)  # a second forward before the first's backward
     first.backward()
     step(x).backward()  # the step as planned again
+
+
+def test_a_preview_plans_a_model_compiled_block_by_block_as_training_runs_it():
+    """Previewed, a model compiled block by block gets training's graphs (the first
+    block's, and the one the other blocks run), each run's saves held: the step's
+    predicted peak covers the measured one. A peak budget that training, planning each
+    graph as it compiles, refuses on a later block's run is divided over the runs by the
+    preview, and training with its plans meets it, with the unplanned step's gradients."""
+    torch.manual_seed(0)
+    reference = nn.Sequential(*(_Block() for _ in range(4)))
+    x = torch.randn(4, 16, 32)
+    reference(x).sum().backward()
+    model, x = _blocks(budget.backend(compiler="eager"), n=4)
+
+    def step(x):
+        return model(x).sum()
+
+    plans = budget.plans(step, x, memory_budget=1.0, compiler="eager")
+    assert len(plans) == 2 and all(isinstance(b, nn.Module) for b in model)
+    torch._dynamo.reset()
+    be = budget.backend(compiler="eager", plan=plans)
+    model, x = _blocks(be, n=4)
+    measured = measure_peak(step, x)
+    assert [p.graph_hash for p in be.plans] == [p.graph_hash for p in plans]
+    peak = budget.step_peak(plans)
+    assert peak is not None and measured <= peak[0] <= measured + x.numel() * 4
+
+    target = 200_000  # under the b=1 step's measured peak
+    assert target < measured
+    torch._dynamo.reset()
+    model, x = _blocks(budget.backend(compiler="eager", peak_memory_budget=f"{target}B"), n=4)
+    with pytest.raises(budget.StepBudgetError, match="preview the step.*plan="):
+        step(x).backward()
+    plans = budget.plans(step, x, peak_memory_budget=f"{target}B", compiler="eager")
+    torch._dynamo.reset()
+    model, x = _blocks(budget.backend(compiler="eager", plan=plans), n=4)
+    assert measure_peak(step, x) <= target
+    model.zero_grad()
+    step(x).backward()
+    for got, want in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(got.grad, want.grad)
