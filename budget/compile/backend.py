@@ -85,8 +85,9 @@ class BudgetBackend:
         # before each graph saves, from an earlier run of the step (held beside it)
         self.saved_caps: dict[int, int] = {}
         self.eager_before: dict[int, int] = {}
-        # training under a step peak budget: the graphs' live runs, checked before each
-        self.runs = None if settings.peak_bytes is None else StepRuns(lambda: log.plans, settings)
+        # training under a step peak budget or size: the graphs' live runs, checked
+        stepwise = settings.peak_bytes is not None or settings.budget.nbytes is not None
+        self.runs = StepRuns(lambda: log.plans, settings) if stepwise else None
 
     @property
     def compiler(self) -> str:
@@ -117,24 +118,22 @@ class BudgetBackend:
         outside = held
         while True:
             mark = self.log.mark()
-            settings = step_budget.share(self.settings, outside, made, self.saved_caps.get(made))
+            cap, preview = self.saved_caps.get(made), self.preview or self.counting
+            settings = step_budget.share(self.settings, outside, made, cap, preview)
             try:
                 job = GraphJob(gm, example_inputs, settings, not ended, held_in)
                 compiled = self._compile(job)
             except BudgetTooSmallError as e:
-                if outside <= 0:
+                told = step_budget.refusal(self.settings, outside, made, e, preview)
+                if told is e:
                     raise
-                raise step_budget.refusal(
-                    self.settings, outside, made, e, self.preview or self.counting
-                ) from None
+                raise told from None
             self._told(made, ended)
-            over, kept = step_budget.excess(self.settings, self.log.plans[made:])
+            over, kept, size = step_budget.excess(self.settings, self.log.plans[made:])
             if over <= 0 or held + kept == 0:
                 break
             if outside >= held + kept:  # planned for its kept inputs too, and still over
-                raise step_budget.over_budget(
-                    self.settings, over, made, self.preview or self.counting
-                )
+                raise step_budget.over_budget(self.settings, over, made, preview, size)
             self.log.rewind(mark)  # again, for the budget less its kept inputs too
             outside = held + kept
         self.log.announce(made)

@@ -20,7 +20,9 @@ def held_inputs(gm: torch.fx.GraphModule, later: bool) -> frozenset[int]:
     is not found: every input of the step's first frame, none of a ``later`` one. Never
     an activation (a tensor autograd made, with a ``grad_fn``): given to a module
     compiled on its own (a block of a model compiled block by block), it is the output of
-    the code before, which this graph's backward keeps."""
+    the code before, which this graph's backward keeps. Always a leaf that requires grad
+    (a weight read from a global or an attribute, not a parameter of a module dynamo
+    sees): autograd accumulates its gradient into it, so the user holds it."""
     args = T.graph_args(gm)
     call = T.compiled_call()
     if call is None:
@@ -32,6 +34,8 @@ def held_inputs(gm: torch.fx.GraphModule, later: bool) -> frozenset[int]:
     def held(value: Any, per_call: bool) -> bool:
         if per_call or getattr(value, "grad_fn", None) is not None:
             return False
+        if isinstance(value, torch.Tensor) and value.is_leaf and value.requires_grad:
+            return True  # a weight the graph reads (a global, an attribute): the user's
         st = storage_of(value)
         return own or (st is not None and st[0] in given)
 

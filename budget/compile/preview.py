@@ -145,10 +145,12 @@ def _divided(
 
 
 def _over(be: BudgetBackend) -> StepBudgetError | None:
-    """The error for a step whose predicted peak, eager code's saves counted, is over its
-    peak budget (None: within it, or no budget)."""
-    if be.settings.peak_bytes is None:
-        return None
+    """The error for a step whose graphs' runs save more than a size memory budget, or
+    whose predicted peak, eager code's saves counted, is over its peak budget (None:
+    within them, or no budget)."""
+    size = step_budget.size_over(be.settings, be.plans, be.preview_runs, be.preview_eager)
+    if size is not None or be.settings.peak_bytes is None:
+        return size
     found = step_peak(be.plans)
     if found is None or found[0] <= be.settings.peak_bytes:
         return None
@@ -163,14 +165,14 @@ def _joint_division(
     progress: Callable[[int, int, int], None] | None,
     planned: BudgetBackend,
 ) -> tuple[dict[int, int] | None, dict[int, int]] | None:
-    """The joint division of ``planned``'s step peak budget
+    """The joint division of ``planned``'s step peak budget and size memory budget
     (:func:`budget.compile.step_budget.joint_division`): the step previewed once more on
-    fake tensors (or its example inputs) with no peak budget, each graph planned at the
-    memory budget and at the peak grid's fractions below it (told to ``progress`` as a
-    sweep). None without a peak budget, with plans given (``plan=``), or where the
+    fake tensors (or its example inputs) with no peak budget, each graph planned alone at
+    the memory budget and at the peak grid's fractions below it (told to ``progress`` as a
+    sweep). None without either budget, with plans given (``plan=``), or where the
     division does not apply."""
-    peak = planned.settings.peak_bytes
-    if peak is None or backend_options.get("plan") is not None:
+    peak, size = planned.settings.peak_bytes, planned.settings.budget.nbytes
+    if (peak is None and size is None) or backend_options.get("plan") is not None:
         return None
     swept = _trace(
         fn,
@@ -182,7 +184,7 @@ def _joint_division(
         **backend_options,
     )
     return step_budget.joint_division(
-        peak, swept.log.sweeps, swept.plans, swept.preview_runs, swept.preview_eager
+        peak, swept.log.sweeps, swept.plans, swept.preview_runs, swept.preview_eager, size
     )
 
 

@@ -31,7 +31,7 @@ from dataclasses import replace
 
 from ..core.plan import Plan
 from ..core.settings import PlanSettings
-from ..core.sizes import format_bytes
+from ..core.sizes import MemoryBudget, format_bytes
 from ..errors import BudgetTooSmallError, StepBudgetError
 from ..planning.step_split import Candidate, split
 
@@ -41,16 +41,42 @@ def held_before(plans: Sequence[Plan]) -> int:
     return sum(p.saved_bytes + p.kept_input_bytes for p in plans)
 
 
-def share(settings: PlanSettings, outside: int, graph: int, cap: int | None = None) -> PlanSettings:
-    """``settings`` for a graph while the step holds ``outside`` bytes outside it: its peak
-    budget is the step's less those, and what it saves at most ``cap`` (a preview's
-    division, :func:`divide`). Unchanged without a peak budget, or with nothing outside
-    and no cap; a step budget ``outside`` already fills is refused."""
-    if settings.peak_bytes is None:
-        return settings
-    if cap is not None:
+def share(
+    settings: PlanSettings,
+    outside: int,
+    graph: int,
+    cap: int | None = None,
+    preview: bool = True,
+) -> PlanSettings:
+    """``settings`` for a graph while the step holds ``outside`` bytes outside it (what the
+    graphs run before it save and keep, eager code's saves): its peak budget is the step's
+    less those; a memory budget given as a size is the step's saved activation memory, and
+    less those too (a fraction is of each graph's own range; a sweep plans each graph
+    alone); what it saves is at most ``cap`` (a preview's division, :func:`divide`). A
+    step budget ``outside`` already fills is refused (in training, naming the preview
+    that may divide it otherwise)."""
+    hint = "" if preview else ahead(settings)
+    size = None if settings.sweep else settings.budget.nbytes
+    if cap is not None and (size is not None or settings.peak_bytes is not None):
         settings = replace(settings, saved_cap_bytes=cap)
+        if size is not None and cap < size - max(outside, 0):  # the cap is the size's share
+            settings = replace(settings, budget=MemoryBudget(nbytes=cap))
+            size = None
     if outside <= 0:
+        return settings
+    if size is not None:
+        if outside > size:
+            raise StepBudgetError(
+                f"memory_budget {format_bytes(size)} is the step's saved activation memory, "
+                f"and while graph {graph + 1} runs the step already keeps "
+                f"{format_bytes(outside)} for the backward (what the graphs before it save and "
+                "keep, and its inputs its backward keeps): ask for more, or fewer graph breaks"
+                + hint,
+                graph=graph,
+                short_bytes=outside - size,
+            )
+        settings = replace(settings, budget=MemoryBudget(nbytes=size - outside))
+    if settings.peak_bytes is None:
         return settings
     left = settings.peak_bytes - outside
     if left <= 0:
@@ -58,7 +84,7 @@ def share(settings: PlanSettings, outside: int, graph: int, cap: int | None = No
             f"peak_memory_budget {format_bytes(settings.peak_bytes)} is the step's peak, and "
             f"while graph {graph + 1} runs the step already holds {format_bytes(outside)} "
             "outside it (what the graphs before it save and keep for their backward, and "
-            "its inputs its backward keeps): ask for more, or fewer graph breaks",
+            "its inputs its backward keeps): ask for more, or fewer graph breaks" + hint,
             lowest_peak_bytes=outside,
             graph=graph,
             short_bytes=outside - settings.peak_bytes + 1,
@@ -66,18 +92,22 @@ def share(settings: PlanSettings, outside: int, graph: int, cap: int | None = No
     return replace(settings, peak_bytes=left, search_peak_bytes=None)
 
 
-def excess(settings: PlanSettings, plans: Sequence[Plan]) -> tuple[int, int]:
-    """How far the step's peak while one graph runs (its ``plans``) is over the step's
-    peak budget (0: within it, or no budget, or unknown), and that graph's kept inputs."""
-    if settings.peak_bytes is None:
-        return 0, 0
-    over, kept = 0, 0
+def excess(settings: PlanSettings, plans: Sequence[Plan]) -> tuple[int, int, bool]:
+    """How far the step is over its budgets while one graph runs (its ``plans``): the
+    step's peak over the peak budget, or what the step keeps for the backward (``held_bytes``,
+    its kept inputs, its saves) over a size memory budget (0: within them, no budget, or
+    unknown); that graph's kept inputs; and whether the size memory budget is the one over."""
+    over, kept, size_over = 0, 0, 0
+    size = None if settings.sweep else settings.budget.nbytes
     for plan in plans:
         kept = max(kept, plan.kept_input_bytes)
         peak = plan.step_peak_bytes
-        if peak is not None:
+        if settings.peak_bytes is not None and peak is not None:
             over = max(over, peak - settings.peak_bytes)
-    return over, kept
+        if size is not None and plan.held_bytes is not None:
+            keeps = plan.held_bytes + plan.kept_input_bytes + plan.saved_bytes
+            size_over = max(size_over, keeps - size)
+    return max(over, size_over), kept, size_over > 0
 
 
 def ahead(settings: PlanSettings) -> str:
@@ -94,11 +124,24 @@ def ahead(settings: PlanSettings) -> str:
 
 def refusal(
     settings: PlanSettings, outside: int, graph: int, e: BudgetTooSmallError, preview: bool
-) -> StepBudgetError:
+) -> BudgetTooSmallError:
     """``e`` (a graph's refusal of its share) told as the step's: the share and what the
     step holds outside the graph, the lowest peak as the step's; in training, where a
-    preview may divide the budget otherwise."""
-    assert settings.peak_bytes is not None
+    preview may divide the budget otherwise. ``e`` itself where nothing is outside it."""
+    size = settings.budget.nbytes
+    if outside <= 0:
+        return e
+    if e.lowest_peak_bytes is None and size is not None:
+        short = None if e.min_bytes is None else max(1, e.min_bytes - (size - outside))
+        told = (
+            f"graph {graph + 1} of the step gets {format_bytes(size - outside)} of the step's "
+            f"memory_budget {format_bytes(size)} (the step keeps {format_bytes(outside)} "
+            f"outside it for the backward): {e}"
+        )
+        told += "" if preview else ahead(settings)
+        return StepBudgetError(told, e.min_bytes, graph=graph, short_bytes=short)
+    if settings.peak_bytes is None:
+        return e
     lowest = None if e.lowest_peak_bytes is None else e.lowest_peak_bytes + outside
     told = (
         f"graph {graph + 1} of the step gets {format_bytes(settings.peak_bytes - outside)} of "
@@ -107,14 +150,28 @@ def refusal(
     )
     if lowest is not None:
         told += f" (the step's lowest peak with this graph: {format_bytes(lowest)})"
-    if not preview and outside > 0:
+    if not preview:
         told += ahead(settings)
     short = None if lowest is None else max(1, lowest - settings.peak_bytes)
     return StepBudgetError(told, e.min_bytes, lowest, graph=graph, short_bytes=short)
 
 
-def over_budget(settings: PlanSettings, over: int, graph: int, preview: bool) -> StepBudgetError:
-    """The error for a graph whose step peak stays ``over`` the budget after its retry."""
+def over_budget(
+    settings: PlanSettings, over: int, graph: int, preview: bool, size: bool = False
+) -> StepBudgetError:
+    """The error for a graph whose step peak (``size``: what the step keeps for the
+    backward, against a size memory budget) stays ``over`` the budget after its retry."""
+    if size:
+        assert settings.budget.nbytes is not None
+        told = (
+            f"memory_budget {format_bytes(settings.budget.nbytes)} is the step's saved "
+            f"activation memory, and with graph {graph + 1} the step keeps {format_bytes(over)} "
+            "more for the backward (what the graphs before it keep, its kept inputs and its "
+            "saves): ask for more"
+        )
+        return StepBudgetError(
+            told + ("" if preview else ahead(settings)), graph=graph, short_bytes=over
+        )
     assert settings.peak_bytes is not None
     return StepBudgetError(
         f"peak_memory_budget {format_bytes(settings.peak_bytes)} is the step's peak, and "
@@ -124,6 +181,34 @@ def over_budget(settings: PlanSettings, over: int, graph: int, preview: bool) ->
         lowest_peak_bytes=settings.peak_bytes + over,
         graph=graph,
         short_bytes=over,
+    )
+
+
+def size_over(
+    settings: PlanSettings, plans: Sequence[Plan], runs: Sequence[int | None], eager: Sequence[int]
+) -> StepBudgetError | None:
+    """The error for a previewed step that keeps more for the backward than a size memory
+    budget: each graph run's saves and kept inputs (``runs``: the plan of each, in run
+    order; a graph run once per block keeps each time), and eager code's saves before each
+    run (``eager``); None within it, for a fraction, or in a sweep."""
+    size = settings.budget.nbytes
+    if size is None or settings.sweep:
+        return None
+    total, first = 0, None
+    for k, i in enumerate(runs):
+        total += eager[k] if k < len(eager) else 0
+        if i is not None:
+            total += plans[i].saved_bytes + plans[i].kept_input_bytes
+            first = i if first is None and total > size else first
+    if first is None:
+        return None
+    return StepBudgetError(
+        f"memory_budget {format_bytes(size)} is the step's saved activation memory, and the "
+        f"step keeps {format_bytes(total)} for the backward, {format_bytes(total - size)} "
+        f"over it from a run of graph {first + 1} on (a graph compiled once and run again "
+        "keeps its saves each time): ask for more",
+        graph=first,
+        short_bytes=total - size,
     )
 
 
@@ -147,18 +232,20 @@ def divide(
 
 
 def joint_division(
-    peak_budget: int,
+    peak_budget: int | None,
     sweeps: Sequence[Sequence[Plan]],
     plans: Sequence[Plan],
     runs: Sequence[int | None],
     eager: Sequence[int],
+    size: int | None = None,
 ) -> tuple[dict[int, int] | None, dict[int, int]] | None:
     """Caps on what graphs save, and what eager code saves before each graph's first run,
     from a preview of the step with no peak budget (``plans``, one per graph; ``runs``: the
     plan of each graph run, in run order, None for a graph without a backward; ``eager``:
     what eager code saves before each run): the joint split of the sweeps' plans under
-    ``peak_budget`` (``sweeps``: each graph's plans at the memory budget and the peak
-    grid's fractions below it).
+    ``peak_budget`` and a ``size`` memory budget (what the runs save in all; either may be
+    None), ``sweeps`` being each graph's plans at the memory budget and the peak grid's
+    fractions below it.
     Capped: every graph but the last run's, and a graph that runs more than once (a module
     compiled on its own and called once per block), planned once for all its runs. The
     caps are None where a peak is unknown or no split fits; the whole is None where the
@@ -184,11 +271,11 @@ def joint_division(
         candidates = []
         for p in sweep:
             own = p.compiled_peak_bytes if p.compiled_peak_bytes is not None else p.peak_bytes
-            if own is None:
+            if own is None and peak_budget is not None:
                 return None, held
-            candidates.append(Candidate(p.saved_bytes, own, p.total_recompute_cost))
+            candidates.append(Candidate(p.saved_bytes, own or 0, p.total_recompute_cost))
         graphs.append(candidates)
-    chosen = split(graphs, kept, peak_budget, order)
+    chosen = split(graphs, kept, peak_budget, order, size)
     if chosen is None:
         return None, held
     capped = [i for i in range(len(sweeps)) if i != order[-1] or order.count(i) > 1]

@@ -1,18 +1,20 @@
-"""Training's check of a step peak budget as the step's graphs run.
+"""Training's check of a step's budgets (a peak budget, a memory budget given as a size)
+as the step's graphs run.
 
 Training plans each graph when dynamo first compiles it, for what the graphs compiled
 before it hold (``Plan.held_bytes``: each once). A graph can run more often than that in
 one step: a module compiled on its own and called once per layer (a model compiled block
 by block, as torchtitan does) compiles once and runs for every block, each run keeping
 its saves until the backward; several forwards before one backward do the same. Then the
-step holds more while the graph runs than it was planned with, and its peak can exceed
-the peak budget with no plan to say so.
+step holds more while the graph runs than it was planned with, and its peak, or what it
+keeps for the backward, can exceed the budget with no plan to say so.
 
 :class:`StepRuns` counts, for each graph, the forward runs whose backward has not begun
 (a run ends when its backward starts, or when its autograd graph is dropped unused) and,
 before each run, adds up what those hold (each run's ``saved_bytes`` and
-``kept_input_bytes``). Where that is more than the graph was planned with and puts the
-graph's predicted peak in the step over the budget, the run is refused with a
+``kept_input_bytes``). Where that is more than the graph was planned with and puts what
+the step keeps with this run over a size memory budget, or the graph's predicted peak in
+the step over the peak budget, the run is refused with a
 :class:`~budget.errors.StepBudgetError` that says why, before it allocates anything. Eager
 code's saves between graphs are not seen here (as in planning).
 """
@@ -39,8 +41,7 @@ class StepRuns:
     """The live forward runs of one backend's graphs, by plan index."""
 
     def __init__(self, plans: Callable[[], list[Plan]], settings: PlanSettings) -> None:
-        assert settings.peak_bytes is not None
-        self.plans, self.settings, self.peak_budget = plans, settings, settings.peak_bytes
+        self.plans, self.settings = plans, settings
         self.live: Counter[int] = Counter()
 
     def held(self) -> int:
@@ -79,24 +80,34 @@ class StepRuns:
         weakref.finalize(node, end)  # dropped without a backward
 
     def check(self, index: int) -> None:
-        """Refuse a run of plan ``index``'s graph that the step's peak budget cannot hold."""
+        """Refuse a run of plan ``index``'s graph that the step's budgets cannot hold."""
         plan = self.plans()[index] if index < len(self.plans()) else None
         held = self.held()
         if plan is None or plan.held_bytes is None or held <= plan.held_bytes:
             return
-        peak = replace(plan, held_bytes=held).step_peak_bytes
-        if peak is None or peak <= self.peak_budget:
-            return
+        size = self.settings.budget.nbytes
+        keeps = held + plan.kept_input_bytes + plan.saved_bytes
+        if size is not None and keeps > size:
+            told = (
+                f"the step keeps {format_bytes(keeps)} for the backward with this run, over "
+                f"the memory_budget {format_bytes(size)}"
+            )
+        else:
+            peak = replace(plan, held_bytes=held).step_peak_bytes
+            if self.settings.peak_bytes is None or peak is None or peak <= self.settings.peak_bytes:
+                return
+            told = (
+                f"its predicted peak in the step, {format_bytes(peak)}, is over the "
+                f"peak_memory_budget {format_bytes(self.settings.peak_bytes)}"
+            )
         runs = sum(self.live.values())
         raise StepBudgetError(
             f"graph {index + 1} runs while {runs} earlier graph runs of the step keep "
             f"{format_bytes(held)} for their backward, {format_bytes(held - plan.held_bytes)} "
-            f"more than it was planned with: its predicted peak in the step, "
-            f"{format_bytes(peak)}, is over the peak_memory_budget "
-            f"{format_bytes(self.peak_budget)}. A graph runs more than once in a step where a "
-            "module is compiled on its own and called again (a model compiled block by "
-            "block), or where several forwards run before one backward; training plans a "
+            f"more than it was planned with: {told}. A graph runs more than once in a step "
+            "where a module is compiled on its own and called again (a model compiled block "
+            "by block), or where several forwards run before one backward; training plans a "
             "graph when it first compiles and cannot know that. Compile the whole step "
             "(torch.compile(step), or model.compile() on the model), which plans it as one, "
-            "train with a memory budget alone, or preview the step" + ahead(self.settings)
+            "or preview the step" + ahead(self.settings)
         )

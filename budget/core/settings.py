@@ -26,7 +26,8 @@ class PlanSettings:
     """Everything a plan depends on besides the graph itself."""
 
     budget: MemoryBudget
-    """The memory budget of every graph (a fraction of its range, or a size)."""
+    """The memory budget: a fraction of each graph's own range, or a size, the step's saved
+    activation memory (a graph after others gets what they leave: compile/step_budget)."""
     solver: str
     """Registered solver name (``budget.available_solvers()``)."""
     estimator: str

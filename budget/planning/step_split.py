@@ -38,11 +38,14 @@ class Candidate:
 def split(
     graphs: Sequence[Sequence[Candidate]],
     kept: Sequence[int],
-    budget: int,
+    budget: int | None,
     runs: Sequence[int] | None = None,
+    keep_budget: int | None = None,
 ) -> list[int] | None:
     """The index of the candidate chosen for each graph, the least total cost whose step
-    peak fits ``budget`` while each graph runs; None where no choice fits.
+    peak fits ``budget`` while each graph runs, and whose runs keep for the backward at
+    most ``keep_budget`` in all (a size memory budget: their saves and kept bytes); either
+    bound None where there is none. None where no choice fits.
 
     ``runs``: the graph of each run, in run order (default: each graph once, in order). A
     graph run again (a module compiled on its own and called once per block) runs its one
@@ -60,17 +63,18 @@ def split(
     # states: (bytes held after the runs so far, cost, each graph's choice or -1); kept
     # per choice of the graphs that run again, and of those only the cheapest way to hold
     # each amount, none where holding less costs no more
-    states: list[tuple[int, float, tuple[int, ...]]] = [(0, 0.0, (-1,) * len(graphs))]
+    states: list[_State] = [(0, 0.0, (-1,) * len(graphs))]
     for r, g in enumerate(order):
         reached = [
             (held + c.saved_bytes + kept[r], cost + c.cost, (*choices[:g], i, *choices[g + 1 :]))
             for held, cost, choices in states
             for i in ([choices[g]] if choices[g] >= 0 else range(len(graphs[g])))
             for c in (graphs[g][i],)
-            if held + kept[r] + c.peak_bytes <= budget
+            if (budget is None or held + kept[r] + c.peak_bytes <= budget)
+            and (keep_budget is None or held + kept[r] + c.saved_bytes <= keep_budget)
         ]
         ahead = [h for h in range(len(graphs)) if last[h] > r]
-        groups: dict[tuple[int, ...], list[tuple[int, float, tuple[int, ...]]]] = {}
+        groups: dict[tuple[int, ...], list[_State]] = {}
         for state in reached:
             groups.setdefault(tuple(state[2][h] for h in ahead), []).append(state)
         states = [s for group in groups.values() for s in _pareto(group)]
@@ -80,11 +84,12 @@ def split(
     return list(best)
 
 
-def _pareto(
-    states: list[tuple[int, float, tuple[int, ...]]],
-) -> list[tuple[int, float, tuple[int, ...]]]:
+_State = tuple[int, float, tuple[int, ...]]  # held, cost, choices
+
+
+def _pareto(states: list[_State]) -> list[_State]:
     """The states no other holds as little as for as little cost, least held first."""
-    kept: list[tuple[int, float, tuple[int, ...]]] = []
+    kept: list[_State] = []
     for state in sorted(states, key=lambda s: (s[0], s[1])):
         if not kept or state[1] < kept[-1][1]:
             kept.append(state)

@@ -1,13 +1,16 @@
 """budget.compile.step_budget on hand-made settings and plans: a graph's share of the
-step's peak budget, how far a graph's step peak is over it, and the refusals' words."""
+step's peak budget or memory budget size, how far a graph's step is over it, and the
+refusals' words; then a step with a graph break planned under a size."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 import pytest
+import torch
 from helpers.plans import KiB, make_plan
 
+import budget
 from budget.compile.step_budget import (
     divide,
     excess,
@@ -19,6 +22,7 @@ from budget.compile.step_budget import (
 from budget.core.settings import PlanSettings
 from budget.core.sizes import parse_budget
 from budget.errors import BudgetTooSmallError, StepBudgetError
+from budget.runtime.measure import saved_bytes
 
 
 def _settings(peak: int | None) -> PlanSettings:
@@ -41,16 +45,16 @@ def test_the_step_peak_over_the_budget_and_the_kept_inputs():
     """A plan's step peak is what the step holds outside it, its kept inputs and its own
     peak (the compiled one where known): 100 + 50 + 900 KiB against 1000."""
     plan = make_plan(held_bytes=100 * KiB, kept_input_bytes=50 * KiB, peak_bytes=900 * KiB)
-    assert excess(_settings(1000 * KiB), [plan]) == (50 * KiB, 50 * KiB)
-    assert excess(_settings(1100 * KiB), [plan]) == (0, 50 * KiB)  # within: 0
+    assert excess(_settings(1000 * KiB), [plan]) == (50 * KiB, 50 * KiB, False)
+    assert excess(_settings(1100 * KiB), [plan]) == (0, 50 * KiB, False)  # within: 0
     compiled = make_plan(
         held_bytes=100 * KiB, kept_input_bytes=50 * KiB, peak_bytes=900 * KiB,
         compiled_peak_bytes=800 * KiB,
     )  # fmt: skip
     assert excess(_settings(950 * KiB), [compiled])[0] == 0  # 950 KiB on the code's peak
-    assert excess(_settings(None), [plan]) == (0, 0)
+    assert excess(_settings(None), [plan]) == (0, 50 * KiB, False)
     unknown = make_plan(held_bytes=None, kept_input_bytes=50 * KiB, peak_bytes=900 * KiB)
-    assert excess(_settings(10 * KiB), [unknown]) == (0, 50 * KiB)
+    assert excess(_settings(10 * KiB), [unknown]) == (0, 50 * KiB, False)
 
 
 def test_refusals_speak_of_the_step():
@@ -76,10 +80,42 @@ def test_refusals_speak_of_the_step():
     assert over.graph == 2 and over.short_bytes == 20 * KiB
 
 
-def test_a_cap_on_what_a_graph_saves_comes_with_a_peak_budget_only():
+def test_a_cap_on_what_a_graph_saves_comes_with_a_step_budget_only():
     assert share(_settings(1000 * KiB), 0, 0, 300 * KiB).saved_cap_bytes == 300 * KiB
     assert share(_settings(1000 * KiB), 100 * KiB, 1, 300 * KiB).saved_cap_bytes == 300 * KiB
     assert share(_settings(None), 0, 0, 300 * KiB).saved_cap_bytes is None
+    sized = share(_sized(1000 * KiB), 0, 0, 300 * KiB)  # a size: the cap is its share
+    assert sized.saved_cap_bytes == 300 * KiB and sized.budget.nbytes == 300 * KiB
+
+
+def _sized(size: int) -> PlanSettings:
+    return PlanSettings(parse_budget(f"{size}B"), "auto", "flops", 60.0)
+
+
+def test_a_memory_budget_given_as_a_size_is_the_steps():
+    """What the step keeps for the backward outside a graph (the graphs before it, eager
+    code's saves) comes off a size memory budget, not off a fraction (each graph's own
+    range), nor in a sweep (each graph alone); more than the size is refused."""
+    assert share(_sized(1000 * KiB), 300 * KiB, 1).budget.nbytes == 700 * KiB
+    assert share(_sized(1000 * KiB), 0, 0).budget.nbytes == 1000 * KiB
+    assert share(_settings(None), 300 * KiB, 1).budget.fraction == 1.0
+    swept = replace(_sized(1000 * KiB), sweep=(parse_budget(0.5),))
+    assert share(swept, 300 * KiB, 1).budget.nbytes == 1000 * KiB
+    assert share(_sized(1000 * KiB), 400 * KiB, 1, 500 * KiB).budget.nbytes == 500 * KiB
+    with pytest.raises(StepBudgetError, match="saved activation memory.*graph 2.*1.07 MiB") as e:
+        share(_sized(1000 * KiB), 1100 * KiB, 1)
+    assert e.value.short_bytes == 100 * KiB and "plan=" not in str(e.value)
+    with pytest.raises(StepBudgetError, match="plan= the plans of budget.plans"):
+        share(_sized(1000 * KiB), 1100 * KiB, 1, preview=False)
+    # a graph's own saves and kept inputs count, with what is kept outside it
+    plan = make_plan(held_bytes=300 * KiB, kept_input_bytes=50 * KiB, saved_bytes=700 * KiB)
+    assert excess(_sized(1000 * KiB), [plan]) == (50 * KiB, 50 * KiB, True)
+    assert excess(_sized(1050 * KiB), [plan]) == (0, 50 * KiB, False)
+    # a graph refused its share: told as the step's, with how much less outside would do
+    inner = BudgetTooSmallError("memory budget 200.00 KiB is below ...: 250.00 KiB", 250 * KiB)
+    told = refusal(_sized(1000 * KiB), 800 * KiB, 1, inner, True)
+    assert "graph 2 of the step gets 200.00 KiB of the step's memory_budget" in str(told)
+    assert told.graph == 1 and told.short_bytes == 50 * KiB
 
 
 def _short(graph: int, short: int | None) -> StepBudgetError:
@@ -169,3 +205,41 @@ def test_a_graph_run_once_per_block_is_capped_for_all_its_runs():
     one = [[_graph(30 * KiB, 100 * KiB, 0.0), _graph(10 * KiB, 100 * KiB, 2.0)]]
     assert joint_division(130 * KiB, one, one[0][:1], [0, 0], [0, 0]) == ({0: 30 * KiB}, {})
     assert joint_division(129 * KiB, one, one[0][:1], [0, 0], [0, 0]) == ({0: 10 * KiB}, {})
+
+
+def _two_graphs():
+    """A graph break between two graphs of plain weights: the second keeps the first's
+    output (64 KiB) and its dropout mask (16 KiB) whatever the plan; the first saves its
+    64 KiB matmul at b=1, or nothing and recomputes it."""
+    torch.manual_seed(0)
+    w1, w2 = (torch.randn(128, 128, requires_grad=True) for _ in range(2))
+
+    def step(x):
+        h = torch.mm(x, w1).cos().cos()
+        torch._dynamo.graph_break()
+        return torch.nn.functional.dropout(torch.mm(h, w2).cos(), 0.5).sum()
+
+    return step, [w1, w2], torch.randn(128, 128)
+
+
+def test_a_memory_budget_given_as_a_size_holds_over_the_step_across_a_graph_break():
+    """Under "100KB", planned graph by graph the first graph keeps its 64 KiB and leaves
+    the second too little beside its kept 64 KiB: training refuses, naming the preview.
+    The preview gives the first graph's saves up: the step keeps 80 KiB, as measured in
+    training on its plans. Under 70 KB nothing fits; a fraction stays each graph's own."""
+    step, weights, x = _two_graphs()
+    plans = budget.plans(step, x, memory_budget="100KB", compiler="eager")
+    keeps = sum(p.saved_bytes + p.kept_input_bytes for p in plans)
+    assert [p.kept_input_bytes for p in plans] == [0, 64 * KiB] and keeps == 80 * KiB
+    torch._dynamo.reset()
+    be = budget.backend(plan=plans, compiler="eager")
+    assert saved_bytes(torch.compile(step, backend=be), x, exclude=weights).saved_bytes == keeps
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="memory_budget 97.66 KiB.*plan= the plans") as e:
+        torch.compile(step, backend=budget.backend("100KB", compiler="eager"))(x)
+    assert isinstance(getattr(e.value, "inner_exception", e.value), StepBudgetError)
+    torch._dynamo.reset()
+    with pytest.raises(StepBudgetError, match="16.00 KiB"):  # the second graph's least
+        budget.plans(step, x, memory_budget="70KB", compiler="eager")
+    whole = budget.plans(step, x, memory_budget=1.0, compiler="eager")
+    assert [p.saved_bytes for p in whole] == [64 * KiB, 80 * KiB]

@@ -122,3 +122,20 @@ def test_a_preview_plans_a_model_compiled_block_by_block_as_training_runs_it():
     step(x).backward()
     for got, want in zip(model.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(got.grad, want.grad)
+
+
+def test_a_graph_run_again_past_a_size_memory_budget_is_refused_by_name():
+    """A size memory budget is the step's too: planned for two blocks, a third block's
+    run would keep more for the backward than the size, and is refused before it runs."""
+    be = budget.backend(0.5, compiler="eager")
+    model, x = _blocks(be, n=2)
+    model(x).sum().backward()
+    first, again = be.plans
+    size = first.saved_bytes + again.saved_bytes + again.kept_input_bytes
+    torch._dynamo.reset()
+    be = budget.backend(f"{size}B", compiler="eager")
+    model, x = _blocks(be, n=2)
+    model(x).sum().backward()  # two blocks: as planned
+    model, x = _blocks(be, n=3)
+    with pytest.raises(budget.StepBudgetError, match="over the memory_budget.*block by"):
+        model(x).sum().backward()

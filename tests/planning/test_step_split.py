@@ -14,18 +14,20 @@ import pytest
 from budget.planning.step_split import Candidate, split
 
 
-def _brute(graphs, kept, budget, runs=None):
+def _brute(graphs, kept, budget, runs=None, keep_budget=None):
     """(least cost, least held at that cost) over every combination that fits, or None."""
     runs = range(len(graphs)) if runs is None else runs
     best = None
     for combo in itertools.product(*graphs):
         held, cost, fits = 0, 0.0, True
         for r, g in enumerate(runs):
-            if held + kept[r] + combo[g].peak_bytes > budget:
+            if budget is not None and held + kept[r] + combo[g].peak_bytes > budget:
                 fits = False
                 break
             held += combo[g].saved_bytes + kept[r]
             cost += combo[g].cost
+        if keep_budget is not None and held > keep_budget:
+            fits = False
         if fits:
             best = (cost, held) if best is None or (cost, held) < best else best
     return best
@@ -114,3 +116,29 @@ def test_the_split_over_repeated_runs_is_the_cheapest_combination_that_fits(seed
         assert chosen is None
         return
     assert chosen is not None and _value(graphs, kept, chosen, runs) == want
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_split_under_a_bound_on_what_the_runs_keep_is_the_cheapest_that_fits(seed):
+    """A size memory budget is the step's: the runs together keep at most it for the
+    backward (saves and kept bytes), with or without a peak budget beside it."""
+    rng = random.Random(2000 + seed)
+    n = rng.randint(1, 3)
+    graphs = [
+        [
+            Candidate(rng.randint(0, 40), rng.randint(1, 80), float(rng.randint(0, 20)))
+            for _ in range(rng.randint(1, 4))
+        ]
+        for _ in range(n)
+    ]
+    runs = list(range(n)) + [rng.randrange(n) for _ in range(rng.randint(0, 3))]
+    kept = [rng.randint(0, 10) for _ in runs]
+    budget = None if seed % 2 else rng.randint(60, 240)
+    keep_budget = rng.randint(0, 120)
+    want = _brute(graphs, kept, budget, runs, keep_budget)
+    chosen = split(graphs, kept, budget, runs, keep_budget)
+    if want is None:
+        assert chosen is None
+        return
+    assert chosen is not None and _value(graphs, kept, chosen, runs) == want
+    assert _value(graphs, kept, chosen, runs)[1] <= keep_budget
