@@ -5,7 +5,8 @@ peak prediction with a plan applied (:mod:`budget.eager.peak`). Parameters and b
 are replaced by fake copies for the duration (tied parameters stay tied, so nothing is
 left on a real one, not even a gradient), and the CPU RNG state is restored on exit.
 :class:`KernelGaps` runs, on fake tensors, the calls whose fake kernel refuses what the
-device's kernel takes.
+device's kernel takes; :func:`real_paths` runs the composite ops whose C++ code takes
+another path for fake tensors as they run on the device.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
+from unittest import mock
 
 import torch
 from torch import nn
@@ -92,6 +94,50 @@ class KernelGaps(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
                 ]
                 return (out[0], *stats, *out[3:])
         return out
+
+
+@contextlib.contextmanager
+def real_paths() -> Iterator[None]:
+    """For a fake run (its recomputations in the backward included): the composite ops
+    whose C++ code takes another path for fake tensors than for the device's run the
+    device's path on them, so that the run makes the op calls the real step makes
+    (``budget.apply`` matches them call by call). Patched where models call them, as a
+    torch function mode is not asked while checkpointing recomputes in the backward.
+
+    - ``torch.nn.functional.one_hot`` (a mixture of experts' routing): for fake tensors
+      ``arange`` and ``eq``; on a device ``zeros`` and ``scatter_``, after, on a CPU, the
+      class values read with ``aminmax`` (ATen/native/Onehot.cpp); the reads are answered
+      as the run answers every read of tensor values.
+    """
+    original = torch.nn.functional.one_hot
+
+    def one_hot(x: torch.Tensor, num_classes: int = -1) -> torch.Tensor:
+        if isinstance(x, T.FakeTensor):
+            return _one_hot_on_device(x, num_classes, original)
+        return original(x, num_classes)
+
+    with mock.patch.object(torch.nn.functional, "one_hot", one_hot):
+        yield
+
+
+def _one_hot_on_device(x: torch.Tensor, num_classes: int, original: Any) -> torch.Tensor:
+    """``one_hot`` as ATen runs it for a tensor that is not fake (its checks included)."""
+    if x.dtype != torch.long or x.numel() == 0:
+        return original(x, num_classes)  # refused, or no values read
+    if x.device.type == "cpu":
+        low, high = torch.aminmax(x)
+        if low.item() < 0:
+            raise RuntimeError("Class values must be non-negative.")
+        if num_classes == -1:
+            num_classes = int(high.item()) + 1
+        elif num_classes <= high.item():
+            raise RuntimeError("Class values must be smaller than num_classes.")
+    elif num_classes == -1:
+        num_classes = int(x.max().item()) + 1
+    elif num_classes < 1:
+        raise RuntimeError("num_classes should be positive")
+    out = torch.zeros((*x.shape, num_classes), dtype=x.dtype, device=x.device)
+    return out.scatter_(-1, x.unsqueeze(-1), 1)
 
 
 aten = torch.ops.aten

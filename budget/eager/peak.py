@@ -38,7 +38,7 @@ from torch.overrides import TorchFunctionMode
 from ..core.plan import LivePoint
 from ..estimators.live import LiveStorages
 from ..runtime import _torch_private as T
-from .fake import KernelGaps, fake_step
+from .fake import KernelGaps, fake_step, real_paths
 from .plan import RegionChoice
 from .policy import fake_run, recomputing
 from .reads import reads_as_traced, recomputed_reads
@@ -154,6 +154,7 @@ def simulate(
             mock.patch.object(torch, "get_rng_state", counted_rng_state),
             fake.mode,
             KernelGaps(),
+            real_paths(),
             _reads(trace, regions),
             live,
             _SavedNumbers(live),

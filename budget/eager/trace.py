@@ -46,7 +46,7 @@ from ..errors import PreviewError
 from ..runtime import _torch_private as T
 from ..runtime.values import generator_state_bytes, storage_of, written_args
 from . import own_checkpoint
-from .fake import KernelGaps, fake_step
+from .fake import KernelGaps, fake_step, real_paths
 from .reads import fake_like, real_output, real_value, transformers_reads_values
 from .replays import ViewReplays
 from .traced import Read, Region, Save, Trace
@@ -353,6 +353,7 @@ def trace_step(
         stack.enter_context(transformers_reads_values())
         stack.enter_context(fake.mode)
         stack.enter_context(KernelGaps())
+        stack.enter_context(real_paths())
         stack.enter_context(_Recorder(tracer))
         stack.enter_context(own_checkpoint.rng_states_counted(tracer.count_rng_state))
         stack.enter_context(own_checkpoint.cached_values(tracer.cached))

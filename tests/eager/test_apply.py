@@ -384,3 +384,36 @@ def test_an_lstm_keeps_the_bytes_planned():
     loss = dict(loss_fn=lambda out: out.square().mean())
     plan = budget.apply(model, x, memory_budget=0.0, modules=["rnn", "head"], **loss)
     assert measure_eager(lambda: model(x).square().mean()).retained_bytes == plan.saved_bytes
+
+
+@pytest.mark.parametrize("b", [0.0, 0.5])
+def test_a_one_hot_routing_runs_the_calls_it_was_planned_with(b):
+    """``one_hot`` (a mixture of experts' routing masks) takes another path in ATen for
+    fake tensors than on a device (budget.eager.fake.real_paths): planned on the device's
+    path, the checkpointed blocks run as planned, with the unplanned step's gradients,
+    the bytes planned kept and the predicted peak met."""
+    from budget.runtime.measure import measure_peak
+
+    class Routed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(16, 64), torch.nn.Linear(64, 16)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.b(torch.tanh(self.a(x)))
+            return x + h * torch.nn.functional.one_hot(h.argmax(-1), 16).float()
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(Routed(), Routed())
+    x = torch.randn(32, 16)
+    reference = copy.deepcopy(model)
+    plan = budget.apply(model, x, memory_budget=b, loss_fn=lambda out: out.square().mean())
+    assert plan.checkpointed == ["0", "1"]
+    step = lambda: model(x).square().mean()  # noqa: E731
+    assert measure_eager(step).retained_bytes == plan.saved_bytes
+    assert measure_peak(step) == plan.peak_bytes
+    model.zero_grad()
+    step().backward()
+    reference(x).square().mean().backward()
+    for got, want in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(got.grad, want.grad, rtol=0, atol=0)
