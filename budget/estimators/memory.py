@@ -147,11 +147,11 @@ def wrapped_scalar_bytes(func: object, args: tuple | list, out: object) -> int:
     the operand's where the output is not floating: a comparison), both freed when it
     returns: 12 bytes at a float32 op. torch.profiler, per op (torch 2.13, CPU): mul, add,
     sub, div, rsub and comparisons wrap; clamp, pow, fill, masked_fill, leaky_relu,
-    hardtanh and threshold_backward take their Scalars as they are. The built-in GPT's
+    hardtanh and threshold_backward take their Scalars as they are; a dropout backward
+    wraps its ``scale`` (it multiplies the gradient by it). The built-in GPT's
     step under the eager compiler peaks inside such a mul. Tensors (a run on fake or meta
-    tensors sees a wrapped tensor where one was made) cost nothing here, nor does a
-    tensor operand the op casts to another dtype (an int32 tensor times 0.5: 256 bytes
-    more for 64 elements; decomposed graphs make such casts nodes of their own)."""
+    tensors sees a wrapped tensor where one was made) cost nothing here; a tensor operand
+    the op casts to another dtype: :func:`promotion_bytes`."""
     if not isinstance(func, OpOverload):
         return 0
     operand = next((a for a in args if isinstance(a, torch.Tensor)), None)
@@ -159,7 +159,9 @@ def wrapped_scalar_bytes(func: object, args: tuple | list, out: object) -> int:
     for slot, arg in zip(func._schema.arguments, args, strict=False):
         kind = str(slot.type)
         if not isinstance(arg, (bool, int, float)) or not (
-            kind == "Tensor" or (kind == "number" and slot.name == "other")
+            kind == "Tensor"
+            or (kind == "number" and slot.name == "other")
+            or (slot.name == "scale" and func.name() == "aten::native_dropout_backward")
         ):
             continue
         wrapped = (
@@ -172,6 +174,81 @@ def wrapped_scalar_bytes(func: object, args: tuple | list, out: object) -> int:
             target = operand.dtype
         total += wrapped.itemsize + (target.itemsize if target != wrapped else 0)
     return total
+
+
+def promotion_bytes(func: object, args: tuple | list, out: object) -> int:
+    """A CPU pointwise op whose operands differ in dtype computes in their common dtype:
+    TensorIterator copies each operand of another dtype to it before the loop, and where
+    the op makes a floating output of another dtype it computes into a temporary of the
+    common dtype and copies it over; both live for the call (CUDA's kernels cast as they
+    load instead). Ops that write an operand (in place, ``out=``) are left at 0: their
+    copies follow other rules (bfloat16 ``*=`` float32 copies, float32 ``+=`` bfloat16
+    does not), as are kernels that copy more (a mixed-dtype ``gelu_backward`` copies its
+    float operand too). The
+    common dtype is torch's promotion of the operands (dimensioned tensors first, then
+    0-dim ones and Python numbers of a higher category), an integer one made the output's
+    float where the op makes floats of integers (``sin``, true division). A ``where``'s
+    condition and a ``masked_fill``'s mask select rather than compute: not copied; nor
+    are 0-dim operands (a few bytes) or ops that convert on purpose (a ``dtype``
+    argument). Run op by op (``compiler="eager"``, ``budget.apply``): Inductor casts
+    inside its own kernels."""
+    if not isinstance(func, OpOverload) or torch.Tag.pointwise not in func.tags:
+        return 0
+    slots = func._schema.arguments
+    if any(
+        slot.name == "dtype" or (slot.alias_info and slot.alias_info.is_write) for slot in slots
+    ):
+        return 0
+    selectors = {"condition", "mask"} if func.name() != "aten::native_dropout_backward" else set()
+    operands, numbers = [], []
+    for slot, arg in zip(slots, args, strict=False):
+        if isinstance(arg, torch.Tensor) and slot.name not in selectors:
+            operands.append(arg)
+        elif isinstance(arg, (bool, int, float)) and (
+            str(slot.type) == "Tensor" or slot.name == "other"
+        ):
+            numbers.append(arg)
+    common = _promoted(operands, numbers)
+    if common is None:
+        return 0
+    made = out if isinstance(out, torch.Tensor) else None
+    if made is not None and made.dtype.is_floating_point and not common.is_floating_point:
+        common = made.dtype
+    total = sum(t.numel() * common.itemsize for t in operands if t.dim() and t.dtype != common)
+    if made is not None and made.dtype != common and made.dtype.is_floating_point:
+        total += made.numel() * common.itemsize
+    return total
+
+
+def _category(dtype: torch.dtype) -> int:
+    if dtype.is_complex:
+        return 3
+    return 2 if dtype.is_floating_point else (0 if dtype == torch.bool else 1)
+
+
+def _promoted(tensors: list[torch.Tensor], numbers: list[bool | int | float]) -> torch.dtype | None:
+    """torch's type promotion of ``tensors`` and Python ``numbers`` (as ``torch.result_type``
+    does for two): dimensioned tensors' dtypes promoted together, then a 0-dim tensor or a
+    number of a higher category raises it (a number to the default dtype of its kind)."""
+    ranked = [t.dtype for t in tensors if t.dim()], [t.dtype for t in tensors if not t.dim()]
+    common: torch.dtype | None = None
+    for dtypes in ranked:
+        if not dtypes:
+            continue
+        found = dtypes[0]
+        for d in dtypes[1:]:
+            found = torch.promote_types(found, d)
+        if common is None or _category(found) > _category(common):
+            common = found if common is None else torch.promote_types(common, found)
+    for n in numbers:
+        kind = (
+            torch.bool
+            if isinstance(n, bool)
+            else (torch.int64 if isinstance(n, int) else torch.get_default_dtype())
+        )
+        if common is None or _category(kind) > _category(common):
+            common = kind
+    return common
 
 
 def is_channels_last(t: object) -> bool:
@@ -239,7 +316,7 @@ def workspace_bytes(
         return tensor_bytes(out)  # run eagerly as a * b, then + c: the product is a temporary
     if func not in _CONVOLUTIONS:
         inner = matmul_workspace_bytes(func, args) if measure else 0
-        return inner + wrapped_scalar_bytes(func, args, out)
+        return inner + wrapped_scalar_bytes(func, args, out) + promotion_bytes(func, args, out)
     if measure:
         # measured with the operands' own strides, unless the compiler lays them out
         # channels-last (Inductor): an NCHW weight beside a channels-last input is copied

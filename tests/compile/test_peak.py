@@ -184,3 +184,32 @@ def test_eager_prediction_of_t5_covers_its_fused_multiply_adds():
     measured = measure_peak(torch.compile(m.step, backend=be), *m.args)
     predicted = be.plans[0].peak_bytes
     assert abs(predicted - measured) <= 1024
+
+
+class _Masked(torch.nn.Module):
+    """A mask applied by multiplication (``(h.abs() < 1) * h``, as a custom backward's
+    ``grad * mask``): on a CPU the bool operand is copied to float for the product."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(64, 256), torch.nn.Linear(256, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x)
+        return self.b((h.abs() < 1.0) * h.clamp(-1, 1)).square().mean()
+
+
+@pytest.mark.parametrize("b", [1.0, 0.0])
+def test_a_mixed_dtype_product_peaks_with_its_operands_copy(b):
+    """The step peaks inside the bool-by-float product (the copy of the mask is one float
+    activation's bytes): predicted to the byte, under the eager compiler and under
+    budget.apply."""
+    torch.manual_seed(0)
+    model, x = _Masked(), torch.randn(8, 64, 64)
+    torch._dynamo.reset()
+    be = budget.backend(b, compiler="eager")
+    measured = measure_peak(torch.compile(model, backend=be), x)
+    assert be.plans[0].peak_bytes == measured
+    plan = budget.apply(model, x, memory_budget=b, modules=["a", "b"])
+    assert measure_peak(model, x) == plan.peak_bytes
+    budget.unapply(model)
