@@ -10,7 +10,17 @@ import pytest
 from helpers.plans import KiB, make_plan
 
 from budget.compile.preview import _divided
+from budget.core.sizes import parse_budget
 from budget.errors import BudgetTooSmallError, StepBudgetError
+
+
+def _backend(plans: list, peak: int | None, **more: object) -> SimpleNamespace:
+    """What _divided reads of a backend: its plans, settings and runs (each graph once)."""
+    settings = SimpleNamespace(peak_bytes=peak, budget=parse_budget(1.0), sweep=())
+    runs = list(range(len(plans)))
+    return SimpleNamespace(
+        plans=plans, settings=settings, preview_runs=runs, preview_eager=[0] * len(runs), **more
+    )
 
 
 class Runs:
@@ -25,7 +35,7 @@ class Runs:
 
     @staticmethod
     def _backend() -> SimpleNamespace:  # no peak budget of its own: no step peak checked
-        return SimpleNamespace(plans=[], settings=SimpleNamespace(peak_bytes=None))
+        return _backend([], None)
 
     def __call__(self, caps: dict[int, int], eager: dict[int, int]) -> tuple[object, str]:
         self.caps.append(dict(caps))
@@ -114,7 +124,6 @@ def test_a_step_planned_within_its_budget_until_eager_codes_saves_are_counted_is
     """The first run plans each graph within its share, but eager code's 100 KiB saved
     before the second graph (known once the step ran: its ``held_bytes``) puts the step's
     predicted peak 1 KiB over: the joint division's run follows, and stands."""
-    budget_ = SimpleNamespace(peak_bytes=1000 * KiB)
     made: list[SimpleNamespace] = []
 
     def run(caps: dict[int, int], eager: dict[int, int]) -> tuple[object, str]:
@@ -123,7 +132,7 @@ def test_a_step_planned_within_its_budget_until_eager_codes_saves_are_counted_is
             make_plan(saved_bytes=first, peak_bytes=500 * KiB, held_bytes=0),
             make_plan(saved_bytes=0, peak_bytes=601 * KiB, held_bytes=first + 100 * KiB),
         ]
-        made.append(SimpleNamespace(plans=plans, settings=budget_, caps=caps, eager=eager))
+        made.append(_backend(plans, 1000 * KiB, caps=caps, eager=eager))
         return made[-1], "fake tensors"
 
     be, _ = _divided(run, lambda: made[-1], lambda _: ({0: 200 * KiB}, {1: 100 * KiB}))
