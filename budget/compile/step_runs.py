@@ -21,8 +21,8 @@ code's saves between graphs are not seen here (as in planning).
 
 from __future__ import annotations
 
+import itertools
 import weakref
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -34,50 +34,73 @@ from ..core.settings import PlanSettings
 from ..core.sizes import format_bytes
 from ..errors import StepBudgetError
 from ..runtime._torch_private import tree_leaves
-from .step_budget import ahead, held_before
+from .step_budget import ahead
 
 
 class StepRuns:
-    """The live forward runs of one backend's graphs, by plan index."""
+    """The live forward runs of one backend's graphs: each one's plan index and saves."""
 
     def __init__(self, plans: Callable[[], list[Plan]], settings: PlanSettings) -> None:
         self.plans, self.settings = plans, settings
-        self.live: Counter[int] = Counter()
+        self.live: dict[int, tuple[int, int]] = {}  # run -> (plan index, bytes it saves)
+        self._runs = itertools.count()
 
     def held(self) -> int:
         """What the live runs keep for their backward."""
         plans = self.plans()
-        return held_before([plans[i] for i, n in self.live.items() for _ in range(n)])
+        return sum(saved + plans[i].kept_input_bytes for i, saved in self.live.values())
 
     def tracked(self, compiled: Callable[..., Any], index: int) -> Callable[..., Any]:
         """``compiled`` (the graph of plan ``index``), checked before each run and counted
-        while its run is live."""
+        while its run is live; under a size memory budget, what a run saves is measured
+        (a graph compiled with dynamic shapes saves more at larger sizes than its plan)."""
 
         def run(*args: Any) -> Any:
             self.check(index)
+            size, held = self.settings.budget.nbytes, self.held()
+            given = _storages(args) if size is not None else set()  # a boxed call clears them
             out = compiled(*args)
             node = next(
                 (t.grad_fn for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn),
                 None,
             )
-            if node is not None:
-                self._start(index, node)
+            if node is None:
+                return out
+            plan = self.plans()[index]
+            saved = plan.saved_bytes
+            if size is not None:
+                saved = _saves(node, given, saved)
+                if saved > plan.saved_bytes and held + plan.kept_input_bytes + saved > size:
+                    raise self._resized(index, held + plan.kept_input_bytes + saved, saved)
+            self._start(index, node, saved)
             return out
 
         run._boxed_call = getattr(compiled, "_boxed_call", False)  # type: ignore[attr-defined]
         return run
 
-    def _start(self, index: int, node: Any) -> None:
-        self.live[index] += 1
-        ended = [False]
+    def _start(self, index: int, node: Any, saved: int) -> None:
+        run = next(self._runs)
+        self.live[run] = (index, saved)
 
         def end(*_: Any) -> None:
-            if not ended[0]:
-                ended[0] = True
-                self.live[index] -= 1
+            self.live.pop(run, None)
 
         node.register_prehook(end)  # its backward begins: its saves go as it runs
         weakref.finalize(node, end)  # dropped without a backward
+
+    def _resized(self, index: int, keeps: int, saved: int) -> StepBudgetError:
+        plan, size = self.plans()[index], self.settings.budget.nbytes
+        assert size is not None
+        return StepBudgetError(
+            f"graph {index + 1} ran at larger sizes than it was planned at (its shapes are "
+            f"dynamic): it saves {format_bytes(saved)} for its backward where its plan saves "
+            f"{format_bytes(plan.saved_bytes)}, and the step keeps {format_bytes(keeps)}, over "
+            f"the memory_budget {format_bytes(size)}. A size holds at the sizes a graph is "
+            "planned at: give a fraction, or compile with static shapes (dynamic=False, or "
+            "torch._dynamo.mark_static on the inputs), or plan at the largest sizes first",
+            graph=index,
+            short_bytes=keeps - size,
+        )
 
     def check(self, index: int) -> None:
         """Refuse a run of plan ``index``'s graph that the step's budgets cannot hold."""
@@ -100,7 +123,7 @@ class StepRuns:
                 f"its predicted peak in the step, {format_bytes(peak)}, is over the "
                 f"peak_memory_budget {format_bytes(self.settings.peak_bytes)}"
             )
-        runs = sum(self.live.values())
+        runs = len(self.live)
         raise StepBudgetError(
             f"graph {index + 1} runs while {runs} earlier graph runs of the step keep "
             f"{format_bytes(held)} for their backward, {format_bytes(held - plan.held_bytes)} "
@@ -111,3 +134,22 @@ class StepRuns:
             "(torch.compile(step), or model.compile() on the model), which plans it as one, "
             "or preview the step" + ahead(self.settings)
         )
+
+
+def _storages(args: Any) -> set[int]:
+    return {id(t.untyped_storage()) for t in tree_leaves(args) if isinstance(t, torch.Tensor)}
+
+
+def _saves(node: Any, given: set[int], planned: int) -> int:
+    """The bytes of the storages a compiled graph's run saves for its backward, those of
+    its inputs (``given``) aside: read from its autograd node (``planned`` where it holds
+    none it can say: another kind of node)."""
+    saved = getattr(node, "saved_tensors", None)
+    if saved is None:
+        return planned
+    storages = {
+        id(t.untyped_storage()): t.untyped_storage().nbytes()
+        for t in saved
+        if isinstance(t, torch.Tensor) and id(t.untyped_storage()) not in given
+    }
+    return sum(storages.values())

@@ -139,3 +139,20 @@ def test_a_graph_run_again_past_a_size_memory_budget_is_refused_by_name():
     model, x = _blocks(be, n=3)
     with pytest.raises(budget.StepBudgetError, match="over the memory_budget.*block by"):
         model(x).sum().backward()
+
+
+def test_a_run_at_larger_dynamic_sizes_than_planned_past_a_size_is_refused():
+    """Compiled with dynamic shapes, a graph is planned at its first sizes; run at larger
+    ones it saves more than its plan (what it saves is read from its run): past the size
+    memory budget the run is refused by name, and within it (smaller sizes) it runs."""
+    torch.manual_seed(0)
+    model = _Block()
+    be = budget.backend(compiler="eager", memory_budget="40KB")
+    step = torch.compile(lambda x: model(x).sum(), backend=be, dynamic=True)
+    step(torch.randn(4, 16, 32)).backward()
+    (plan,) = be.plans
+    assert 0 < plan.saved_bytes <= 40_000
+    smaller = torch.randn(4, 8, 32)
+    assert saved_bytes(step, smaller, exclude=list(model.parameters())).saved_bytes < 40_000
+    with pytest.raises(budget.StepBudgetError, match="larger sizes than it was planned.*static"):
+        step(torch.randn(4, 64, 32))
