@@ -58,7 +58,7 @@ class StepRuns:
         def run(*args: Any) -> Any:
             self.check(index)
             size, held = self.settings.budget.nbytes, self.held()
-            given = _storages(args) if size is not None else set()  # a boxed call clears them
+            given = _storages(args) if size is not None else (set(), None)  # a boxed call clears
             out = compiled(*args)
             node = next(
                 (t.grad_fn for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn),
@@ -136,20 +136,26 @@ class StepRuns:
         )
 
 
-def _storages(args: Any) -> set[int]:
-    return {id(t.untyped_storage()) for t in tree_leaves(args) if isinstance(t, torch.Tensor)}
+def _storages(args: Any) -> tuple[set[int], torch.device | None]:
+    """The storages of a call's tensors, and the device of its first tensor."""
+    tensors = [t for t in tree_leaves(args) if isinstance(t, torch.Tensor)]
+    return {id(t.untyped_storage()) for t in tensors}, tensors[0].device if tensors else None
 
 
-def _saves(node: Any, given: set[int], planned: int) -> int:
-    """The bytes of the storages a compiled graph's run saves for its backward, those of
-    its inputs (``given``) aside: read from its autograd node (``planned`` where it holds
-    none it can say: another kind of node)."""
+def _saves(node: Any, given: tuple[set[int], torch.device | None], planned: int) -> int:
+    """The bytes of the storages a compiled graph's run saves for its backward on its
+    device (an offloaded value's host copy aside, as plans count), those of its inputs
+    (``given``) aside: read from its autograd node (``planned`` where it holds none it
+    can say: another kind of node)."""
     saved = getattr(node, "saved_tensors", None)
+    inputs, device = given
     if saved is None:
         return planned
     storages = {
         id(t.untyped_storage()): t.untyped_storage().nbytes()
         for t in saved
-        if isinstance(t, torch.Tensor) and id(t.untyped_storage()) not in given
+        if isinstance(t, torch.Tensor)
+        and id(t.untyped_storage()) not in inputs
+        and (device is None or t.device == device)
     }
     return sum(storages.values())
