@@ -44,21 +44,30 @@ def test_a_block_compiled_on_its_own_keeps_its_input_an_activation():
     assert measured.saved_bytes == runs
 
 
-def test_a_graph_run_again_past_the_step_peak_budget_is_refused_by_name():
+@pytest.mark.parametrize("kind", ["peak", "size"])
+def test_a_graph_run_again_past_the_step_budget_is_refused_by_name(kind):
     """Planned when it compiled, the second graph held the first block's saves; the third
-    block runs it again while two blocks' saves are held: over the budget, the run is
-    refused before it allocates anything, and the error says why."""
+    block runs it again while two blocks' saves are held. Over the step's peak budget, or
+    over a size memory budget (the step's too), the run is refused before it allocates
+    anything, and the error says why."""
     be = budget.backend(0.5, compiler="eager")
     model, x = _blocks(be, n=2)
     model(x).sum().backward()
-    planned = budget.step_peak(be.plans)
-    assert planned is not None
+    first, again = be.plans
+    if kind == "peak":
+        planned = budget.step_peak(be.plans)
+        assert planned is not None
+        options = dict(memory_budget=0.5, peak_memory_budget=f"{planned[0]}B")
+        over = "graph 2 runs while 2 earlier.*over the peak_memory_budget.*block by"
+    else:
+        keeps = first.saved_bytes + again.saved_bytes + again.kept_input_bytes
+        options, over = dict(memory_budget=f"{keeps}B"), "over the memory_budget.*block by"
     torch._dynamo.reset()
-    be = budget.backend(0.5, compiler="eager", peak_memory_budget=f"{planned[0]}B")
+    be = budget.backend(compiler="eager", **options)
     model, x = _blocks(be, n=2)
     model(x).sum().backward()  # two blocks: as planned
     model, x = _blocks(be, n=3)
-    with pytest.raises(budget.StepBudgetError, match="graph 2 runs while 2 earlier.*block by"):
+    with pytest.raises(budget.StepBudgetError, match=over):
         model(x).sum().backward()
 
 
@@ -122,23 +131,6 @@ def test_a_preview_plans_a_model_compiled_block_by_block_as_training_runs_it():
     step(x).backward()
     for got, want in zip(model.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(got.grad, want.grad)
-
-
-def test_a_graph_run_again_past_a_size_memory_budget_is_refused_by_name():
-    """A size memory budget is the step's too: planned for two blocks, a third block's
-    run would keep more for the backward than the size, and is refused before it runs."""
-    be = budget.backend(0.5, compiler="eager")
-    model, x = _blocks(be, n=2)
-    model(x).sum().backward()
-    first, again = be.plans
-    size = first.saved_bytes + again.saved_bytes + again.kept_input_bytes
-    torch._dynamo.reset()
-    be = budget.backend(f"{size}B", compiler="eager")
-    model, x = _blocks(be, n=2)
-    model(x).sum().backward()  # two blocks: as planned
-    model, x = _blocks(be, n=3)
-    with pytest.raises(budget.StepBudgetError, match="over the memory_budget.*block by"):
-        model(x).sum().backward()
 
 
 def test_a_run_at_larger_dynamic_sizes_than_planned_past_a_size_is_refused():

@@ -33,6 +33,17 @@ def _brute(graphs, kept, budget, runs=None, keep_budget=None):
     return best
 
 
+def _random_graphs(rng: random.Random, n: int) -> list[list[Candidate]]:
+    """``n`` graphs of 1 to 4 candidates each, saving up to 40, peaking up to 80."""
+    return [
+        [
+            Candidate(rng.randint(0, 40), rng.randint(1, 80), float(rng.randint(0, 20)))
+            for _ in range(rng.randint(1, 4))
+        ]
+        for _ in range(n)
+    ]
+
+
 def _value(graphs, kept, chosen, runs=None):
     runs = range(len(graphs)) if runs is None else runs
     combo = [graphs[k][i] for k, i in enumerate(chosen)]
@@ -97,13 +108,7 @@ def test_the_split_is_the_cheapest_combination_that_fits(seed):
 def test_the_split_over_repeated_runs_is_the_cheapest_combination_that_fits(seed):
     rng = random.Random(1000 + seed)
     n = rng.randint(1, 3)
-    graphs = [
-        [
-            Candidate(rng.randint(0, 40), rng.randint(1, 80), float(rng.randint(0, 20)))
-            for _ in range(rng.randint(1, 4))
-        ]
-        for _ in range(n)
-    ]
+    graphs = _random_graphs(rng, n)
     drawn = list(range(n)) + [rng.randrange(n) for _ in range(rng.randint(1, 4))]
     rng.shuffle(drawn)
     first = list(dict.fromkeys(drawn))  # graphs are numbered in the order they first run
@@ -124,13 +129,7 @@ def test_the_split_under_a_bound_on_what_the_runs_keep_is_the_cheapest_that_fits
     backward (saves and kept bytes), with or without a peak budget beside it."""
     rng = random.Random(2000 + seed)
     n = rng.randint(1, 3)
-    graphs = [
-        [
-            Candidate(rng.randint(0, 40), rng.randint(1, 80), float(rng.randint(0, 20)))
-            for _ in range(rng.randint(1, 4))
-        ]
-        for _ in range(n)
-    ]
+    graphs = _random_graphs(rng, n)
     runs = list(range(n)) + [rng.randrange(n) for _ in range(rng.randint(0, 3))]
     kept = [rng.randint(0, 10) for _ in runs]
     budget = None if seed % 2 else rng.randint(60, 240)
