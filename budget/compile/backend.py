@@ -79,14 +79,14 @@ class BudgetBackend:
         # without a backward), so eager code's saves and what each graph holds follow the
         # runs, repeated graphs included
         self.preview_runs: list[int | None] = []
-        self.preview_eager: list[int] = []  # eager code's saves before each run (step_run)
-        # previews of a step peak budget: caps on what graphs save, by plan index, that
-        # leave later graphs room (budget.compile.step_budget), and what eager code run
-        # before each graph saves, from an earlier run of the step (held beside it)
+        self.preview_eager: list[int] = []  # eager saves before each run, after the last
+        # previews of a step budget (a peak, a size): caps on what graphs save, by plan
+        # index (budget.compile.step_budget), and what the step keeps before each graph
+        # beyond the graphs before it once each, from an earlier run of the step
         self.saved_caps: dict[int, int] = {}
         self.eager_before: dict[int, int] = {}
         # training under a step peak budget or size: the graphs' live runs, checked
-        stepwise = settings.peak_bytes is not None or settings.budget.nbytes is not None
+        stepwise = settings.peak_bytes is not None or step_budget.step_size(settings) is not None
         self.runs = StepRuns(lambda: log.plans, settings) if stepwise else None
 
     @property
@@ -140,8 +140,8 @@ class BudgetBackend:
         if self.preview or self.counting:  # autograd's saves outside graphs: eager code's
             plan = made if len(self.log.plans) > made else None
             return _marked(compiled, lambda: self.preview_runs.append(plan))
-        if self.runs is not None and len(self.log.plans) > made:
-            return self.runs.tracked(compiled, made)  # a graph run more than planned for
+        if self.runs is not None and len(self.log.plans) > made:  # run more than planned for
+            return self.runs.tracked(compiled, made, _dynamic(example_inputs))
         return compiled
 
     def _told(self, made: int, ended: str) -> None:
@@ -231,6 +231,15 @@ def in_compiled_graph() -> bool:
     """True while a previewed graph runs (:func:`budget.compile.preview._trace` counts
     autograd's saves outside them as eager code's)."""
     return getattr(_in_graph, "depth", 0) > 0
+
+
+def _dynamic(example_inputs: Sequence[Any]) -> bool:
+    """Whether dynamo compiled the graph with symbolic sizes (dynamic shapes)."""
+    return any(
+        isinstance(x, torch.SymInt)
+        or (isinstance(x, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in x.shape))
+        for x in example_inputs
+    )
 
 
 def _marked(compiled: Callable[..., Any], ran: Callable[[], None]) -> Callable[..., Any]:

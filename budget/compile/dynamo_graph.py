@@ -22,7 +22,8 @@ def held_inputs(gm: torch.fx.GraphModule, later: bool) -> frozenset[int]:
     compiled on its own (a block of a model compiled block by block), it is the output of
     the code before, which this graph's backward keeps. Always a leaf that requires grad
     (a weight read from a global or an attribute, not a parameter of a module dynamo
-    sees): autograd accumulates its gradient into it, so the user holds it."""
+    sees): autograd accumulates its gradient into it, so the user holds it (one the step
+    makes anew between graphs, ``h.detach().requires_grad_()``, is taken for held too)."""
     args = T.graph_args(gm)
     call = T.compiled_call()
     if call is None:

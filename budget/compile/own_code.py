@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
+
+from ..runtime.restore import modules_of, reached
 
 
 def own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -39,11 +41,22 @@ def own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @contextlib.contextmanager
-def compiled_modules(modules: Sequence[nn.Module], backend: Any) -> Iterator[bool]:
-    """While the block runs, each module compiled on its own among ``modules`` and their
-    submodules compiles its ``forward``'s own code with ``backend`` instead of its own;
-    yields whether there is one. Every module is as it was after the block."""
+def compiled_modules(fn: Callable[..., Any], backend: Any) -> Iterator[bool]:
+    """While the block runs, each module compiled on its own among the modules ``fn``
+    reaches and their submodules compiles its ``forward``'s own code with ``backend``
+    instead of its own; yields whether there is one. Every module is as it was after the
+    block. Not where ``fn`` also reaches a function compiled on its own (which would then
+    compile with its own backend): yields False, and ``fn`` is compiled whole."""
     from ..runtime._torch_private import OptimizedModule
+
+    if any(
+        getattr(obj, "_torchdynamo_orig_callable", None) is not None
+        and not isinstance(obj, nn.Module)
+        for obj in reached(fn)
+    ):
+        yield False
+        return
+    modules = modules_of(fn)
 
     undo: list[tuple[nn.Module, str, Any]] = []
     copies: dict[Any, Callable[..., Any]] = {}  # a class's forward -> its copy

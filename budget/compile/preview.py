@@ -86,7 +86,7 @@ def _trace(
 
 FAKE = "fake tensors"
 EXAMPLES = "the example inputs"
-DIVIDE_ROUNDS = 4  # previews of a step peak budget: the step planned at most this often
+DIVIDE_ROUNDS = 4  # previews of a step budget: the step planned at most this often
 
 
 Run = Callable[[dict[int, int], dict[int, int]], tuple[BudgetBackend, str]]
@@ -98,10 +98,11 @@ def _divided(
     joint: Callable[[BudgetBackend], tuple[dict[int, int] | None, dict[int, int]] | None],
 ) -> tuple[BudgetBackend, str]:
     """``run(caps, eager)`` (``last()``: the backend it planned with) with no caps, and
-    where a later graph cannot fit a step peak budget beside what the graphs before it
-    keep, or the step's predicted peak with eager code's saves (known once it has run) is
-    over it: again at the joint division ``joint(backend)`` gives (caps on what the graphs
-    save, or None where it found none; eager code's saves before each graph), then, where
+    where a later graph cannot fit a step budget (a peak, a size) beside what the graphs
+    before it keep, or the step's predicted peak or what it keeps, eager code's saves
+    counted (known once it has run), is over it: again at the joint division
+    ``joint(backend)`` gives (caps on what the graphs save, or None where it found none;
+    what the step keeps before each graph beyond the graphs before it), then, where
     that does not hold, with the graphs before the refused one capped in proportion to
     what they save (:func:`budget.compile.step_budget.divide`) and eager code's saves
     held as in the joint division, up to ``DIVIDE_ROUNDS`` runs in all (the joint
@@ -200,8 +201,8 @@ def compiled_plans(
     its code's peak), its forward run once on the example inputs, the modules and
     optimizers it reaches and the generators restored after; what eager code saves and the
     order graphs run in are counted as in a preview, so the plans' ``step_peak`` is the
-    step's. A step peak budget is divided across the graphs as a preview divides it
-    (:func:`_divided`)."""
+    step's. A step budget (a peak, a size) is divided across the graphs as a preview
+    divides it (:func:`_divided`)."""
     made: list[BudgetBackend] = []
 
     def run(caps: dict[int, int], eager: dict[int, int]) -> tuple[BudgetBackend, str]:
@@ -244,7 +245,7 @@ def plans(
     forward run once on the example inputs (:func:`compiled_plans`): Inductor generates
     its code, and a peak budget is checked on that code, as in training.
     ``progress(graph, done, total)`` is called as each graph's planning starts (0 of 1)
-    and ends (1 of 1), and, where a step peak budget is divided across graphs, as each
+    and ends (1 of 1), and, where a step budget is divided across graphs, as each
     budget of the division's sweep is planned (e.g. to drive a progress bar).
     """
     options = dict(

@@ -1,4 +1,5 @@
-"""A peak memory budget is the step's: each graph gets what the step leaves it.
+"""A peak memory budget is the step's, and so is a memory budget given as a size: each
+graph gets what the step leaves it.
 
 After a graph break the step holds, while a later graph runs, what the graphs run before
 it save and keep for their backward (``Plan.held_bytes``), and the later graph's own
@@ -8,8 +9,11 @@ graphs before it hold (:func:`share`), and where its kept inputs then put the st
 the budget, once more for that less its kept inputs too (:func:`excess`, the backend's
 retry). A graph that cannot fit its share is refused with the share explained
 (:func:`refusal`, a :class:`~budget.errors.StepBudgetError` saying how much less the
-graphs before it would have to keep). Eager code's saves between graphs are not seen in
-training; a preview counts them, and in its joint division holds them in the share.
+graphs before it would have to keep). A size is the step's saved activation memory: what
+the step keeps for the backward outside a graph and the graph's own kept inputs come off
+it alike (:func:`step_size`; a fraction is each graph's own). Eager code's saves between
+graphs are not seen in training; a preview counts them, and in its joint division holds
+them in the share.
 
 Planned one graph at a time, an earlier graph takes the cheapest plan that fits the whole
 budget, and may keep so much that a later graph no longer fits beside it. A preview sees
@@ -41,6 +45,12 @@ def held_before(plans: Sequence[Plan]) -> int:
     return sum(p.saved_bytes + p.kept_input_bytes for p in plans)
 
 
+def step_size(settings: PlanSettings) -> int | None:
+    """A memory budget given as a size, which is the step's (None: a fraction, each graph's
+    own; or a sweep, which plans each graph alone)."""
+    return None if settings.sweep else settings.budget.nbytes
+
+
 def share(
     settings: PlanSettings,
     outside: int,
@@ -56,7 +66,7 @@ def share(
     step budget ``outside`` already fills is refused (in training, naming the preview
     that may divide it otherwise)."""
     hint = "" if preview else ahead(settings)
-    size = None if settings.sweep else settings.budget.nbytes
+    size = step_size(settings)
     if cap is not None and (size is not None or settings.peak_bytes is not None):
         settings = replace(settings, saved_cap_bytes=cap)
         if size is not None and cap < size - max(outside, 0):  # the cap is the size's share
@@ -98,7 +108,7 @@ def excess(settings: PlanSettings, plans: Sequence[Plan]) -> tuple[int, int, boo
     its kept inputs, its saves) over a size memory budget (0: within them, no budget, or
     unknown); that graph's kept inputs; and whether the size memory budget is the one over."""
     over, kept, size_over = 0, 0, 0
-    size = None if settings.sweep else settings.budget.nbytes
+    size = step_size(settings)
     for plan in plans:
         kept = max(kept, plan.kept_input_bytes)
         peak = plan.step_peak_bytes
@@ -128,10 +138,10 @@ def refusal(
     """``e`` (a graph's refusal of its share) told as the step's: the share and what the
     step holds outside the graph, the lowest peak as the step's; in training, where a
     preview may divide the budget otherwise. ``e`` itself where nothing is outside it."""
-    size = settings.budget.nbytes
+    size = step_size(settings)
     if outside <= 0:
         return e
-    if e.lowest_peak_bytes is None and size is not None:
+    if e.lowest_peak_bytes is None and e.min_bytes is not None and size is not None:
         short = None if e.min_bytes is None else max(1, e.min_bytes - (size - outside))
         told = (
             f"graph {graph + 1} of the step gets {format_bytes(size - outside)} of the step's "
@@ -190,9 +200,9 @@ def size_over(
     """The error for a previewed step that keeps more for the backward than a size memory
     budget: each graph run's saves and kept inputs (``runs``: the plan of each, in run
     order; a graph run once per block keeps each time), and eager code's saves before each
-    run (``eager``); None within it, for a fraction, or in a sweep."""
-    size = settings.budget.nbytes
-    if size is None or settings.sweep:
+    run and after the last (``eager``); None within it, for a fraction, or in a sweep."""
+    size = step_size(settings)
+    if size is None:
         return None
     total, first = 0, None
     for k, i in enumerate(runs):
@@ -200,8 +210,10 @@ def size_over(
         if i is not None:
             total += plans[i].saved_bytes + plans[i].kept_input_bytes
             first = i if first is None and total > size else first
-    if first is None:
+    total += sum(eager[len(runs) :])  # eager code's saves after the last run
+    if total <= size:
         return None
+    first = first if first is not None else next(i for i in reversed(runs) if i is not None)
     return StepBudgetError(
         f"memory_budget {format_bytes(size)} is the step's saved activation memory, and the "
         f"step keeps {format_bytes(total)} for the backward, {format_bytes(total - size)} "
@@ -239,18 +251,19 @@ def joint_division(
     eager: Sequence[int],
     size: int | None = None,
 ) -> tuple[dict[int, int] | None, dict[int, int]] | None:
-    """Caps on what graphs save, and what eager code saves before each graph's first run,
-    from a preview of the step with no peak budget (``plans``, one per graph; ``runs``: the
-    plan of each graph run, in run order, None for a graph without a backward; ``eager``:
-    what eager code saves before each run): the joint split of the sweeps' plans under
-    ``peak_budget`` and a ``size`` memory budget (what the runs save in all; either may be
-    None), ``sweeps`` being each graph's plans at the memory budget and the peak grid's
-    fractions below it.
-    Capped: every graph but the last run's, and a graph that runs more than once (a module
-    compiled on its own and called once per block), planned once for all its runs. The
-    caps are None where a peak is unknown or no split fits; the whole is None where the
-    step runs one graph once, or the runs are not known."""
-    if len(eager) != len(runs) or len(sweeps) != len(plans):
+    """Caps on what graphs save, and what the step keeps before each graph's first run
+    beyond the graphs compiled before it, once each (eager code's saves; with caps, the
+    later runs of a graph run again, at their caps), from a preview of the step with no
+    peak budget (``plans``, one per graph; ``runs``: the plan of each graph run, in run
+    order, None for a graph without a backward; ``eager``: what eager code saves before
+    each run, and after the last): the joint split of the sweeps' plans under
+    ``peak_budget`` and a ``size`` memory budget (what the step keeps in all; either may
+    be None), ``sweeps`` being each graph's plans at the memory budget and the peak grid's
+    fractions below it. Capped: every graph but the last run's, and every graph where one
+    runs more than once (a module compiled on its own and called once per block), planned
+    once for all its runs. The caps are None where a peak is unknown or no split fits; the
+    whole is None where the step runs one graph once, or the runs are not known."""
+    if len(eager) != len(runs) + 1 or len(sweeps) != len(plans):
         return None
     order, kept, gap, before, held = [], [], 0, 0, {}
     for k, i in enumerate(runs):
@@ -265,18 +278,29 @@ def joint_division(
         gap = 0
     if len(order) < 2 or sorted(set(order)) != list(range(len(plans))):
         return None
-    held = {i: e for i, e in held.items() if e}
     graphs = []
     for sweep in sweeps:
         candidates = []
         for p in sweep:
             own = p.compiled_peak_bytes if p.compiled_peak_bytes is not None else p.peak_bytes
             if own is None and peak_budget is not None:
-                return None, held
+                return None, {i: e for i, e in held.items() if e}
             candidates.append(Candidate(p.saved_bytes, own or 0, p.total_recompute_cost))
         graphs.append(candidates)
-    chosen = split(graphs, kept, peak_budget, order, size)
+    after = gap + eager[len(runs)]  # eager code's saves after the last run: kept too
+    keep = None if size is None else size - after
+    chosen = (
+        None if keep is not None and keep < 0 else split(graphs, kept, peak_budget, order, keep)
+    )
     if chosen is None:
-        return None, held
-    capped = [i for i in range(len(sweeps)) if i != order[-1] or order.count(i) > 1]
+        return None, {i: e for i, e in held.items() if e}
+    again = 0  # what the later runs of graphs run again keep, by each graph's first run
+    for r, i in enumerate(order):
+        if i in order[:r]:
+            again += graphs[i][chosen[i]].saved_bytes + plans[i].kept_input_bytes
+        elif again:
+            held[i] += again
+    repeats = len(set(order)) < len(order)
+    capped = [i for i in range(len(sweeps)) if repeats or i != order[-1]]
+    held = {i: e for i, e in held.items() if e}
     return {i: sweeps[i][chosen[i]].saved_bytes for i in capped}, held

@@ -104,7 +104,7 @@ def _run(
     try:
         with (
             sizes_seen_kept(),
-            compiled_modules(modules_of(fn), be) as blocks,
+            compiled_modules(fn, be) as blocks,
             torch.autograd.graph.saved_tensors_hooks(outside.pack, lambda t: t),
         ):
             (fn if blocks else torch.compile(own_code(fn), backend=be))(*args, **kwargs)
@@ -186,7 +186,7 @@ class OutsideSaves:
                 outside += plans[i].saved_bytes + plans[i].kept_input_bytes
         for i in range(len(plans)):
             self.be.log.update(i, eager_saved_bytes=eager[i], held_bytes=held[i])
-        self.be.preview_eager = saves_before[: len(runs)]
+        self.be.preview_eager = saves_before
         self.keep.clear()
 
 

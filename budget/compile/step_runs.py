@@ -11,11 +11,12 @@ keeps for the backward, can exceed the budget with no plan to say so.
 
 :class:`StepRuns` counts, for each graph, the forward runs whose backward has not begun
 (a run ends when its backward starts, or when its autograd graph is dropped unused) and,
-before each run, adds up what those hold (each run's ``saved_bytes`` and
-``kept_input_bytes``). Where that is more than the graph was planned with and puts what
+before each run, adds up what those hold (each run's saves, as planned or, for a graph
+with dynamic shapes under a size, as read from its run, and its ``kept_input_bytes``). Where that is more than the graph was planned with and puts what
 the step keeps with this run over a size memory budget, or the graph's predicted peak in
 the step over the peak budget, the run is refused with a
-:class:`~budget.errors.StepBudgetError` that says why, before it allocates anything. Eager
+:class:`~budget.errors.StepBudgetError` that says why, before it allocates anything (a
+run at larger dynamic sizes, once its forward has shown what it saves). Eager
 code's saves between graphs are not seen here (as in planning).
 """
 
@@ -34,7 +35,8 @@ from ..core.settings import PlanSettings
 from ..core.sizes import format_bytes
 from ..errors import StepBudgetError
 from ..runtime._torch_private import tree_leaves
-from .step_budget import ahead
+from ..runtime.values import storage_of
+from .step_budget import ahead, step_size
 
 
 class StepRuns:
@@ -50,15 +52,20 @@ class StepRuns:
         plans = self.plans()
         return sum(saved + plans[i].kept_input_bytes for i, saved in self.live.values())
 
-    def tracked(self, compiled: Callable[..., Any], index: int) -> Callable[..., Any]:
+    def tracked(
+        self, compiled: Callable[..., Any], index: int, dynamic: bool = False
+    ) -> Callable[..., Any]:
         """``compiled`` (the graph of plan ``index``), checked before each run and counted
-        while its run is live; under a size memory budget, what a run saves is measured
-        (a graph compiled with dynamic shapes saves more at larger sizes than its plan)."""
+        while its run is live. A graph compiled with ``dynamic`` shapes saves more at
+        larger sizes than its plan: under a size memory budget what each of its runs saves
+        is read from its autograd node (its saved tensors unpacked: saved-tensor hooks, if
+        any, run for it), and a run that puts the step past the size is refused."""
+        size = step_size(self.settings) if dynamic else None
 
         def run(*args: Any) -> Any:
             self.check(index)
-            size, held = self.settings.budget.nbytes, self.held()
-            given = _storages(args) if size is not None else (set(), None)  # a boxed call clears
+            held = self.held()
+            given = _storages(args) if size is not None else set()  # a boxed call clears args
             out = compiled(*args)
             node = next(
                 (t.grad_fn for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.grad_fn),
@@ -69,9 +76,10 @@ class StepRuns:
             plan = self.plans()[index]
             saved = plan.saved_bytes
             if size is not None:
-                saved = _saves(node, given, saved)
-                if saved > plan.saved_bytes and held + plan.kept_input_bytes + saved > size:
-                    raise self._resized(index, held + plan.kept_input_bytes + saved, saved)
+                saved = _saves(node, given, _device(out), saved)
+                keeps = held + plan.kept_input_bytes + saved
+                if saved > plan.saved_bytes and keeps > size:
+                    raise self._resized(index, keeps, saved)
             self._start(index, node, saved)
             return out
 
@@ -89,12 +97,13 @@ class StepRuns:
         weakref.finalize(node, end)  # dropped without a backward
 
     def _resized(self, index: int, keeps: int, saved: int) -> StepBudgetError:
-        plan, size = self.plans()[index], self.settings.budget.nbytes
+        plan, size = self.plans()[index], step_size(self.settings)
         assert size is not None
         return StepBudgetError(
             f"graph {index + 1} ran at larger sizes than it was planned at (its shapes are "
             f"dynamic): it saves {format_bytes(saved)} for its backward where its plan saves "
-            f"{format_bytes(plan.saved_bytes)}, and the step keeps {format_bytes(keeps)}, over "
+            f"{format_bytes(plan.saved_bytes)}, and the step keeps at least "
+            f"{format_bytes(keeps)}, over "
             f"the memory_budget {format_bytes(size)}. A size holds at the sizes a graph is "
             "planned at: give a fraction, or compile with static shapes (dynamic=False, or "
             "torch._dynamo.mark_static on the inputs), or plan at the largest sizes first",
@@ -108,7 +117,7 @@ class StepRuns:
         held = self.held()
         if plan is None or plan.held_bytes is None or held <= plan.held_bytes:
             return
-        size = self.settings.budget.nbytes
+        size = step_size(self.settings)
         keeps = held + plan.kept_input_bytes + plan.saved_bytes
         if size is not None and keeps > size:
             told = (
@@ -129,33 +138,37 @@ class StepRuns:
             f"{format_bytes(held)} for their backward, {format_bytes(held - plan.held_bytes)} "
             f"more than it was planned with: {told}. A graph runs more than once in a step "
             "where a module is compiled on its own and called again (a model compiled block "
-            "by block), or where several forwards run before one backward; training plans a "
-            "graph when it first compiles and cannot know that. Compile the whole step "
+            "by block), or where several forwards run before one backward (or where an earlier "
+            "graph ran at larger dynamic sizes than planned); training plans a graph when it "
+            "first compiles and cannot know that. Compile the whole step "
             "(torch.compile(step), or model.compile() on the model), which plans it as one, "
             "or preview the step" + ahead(self.settings)
         )
 
 
-def _storages(args: Any) -> tuple[set[int], torch.device | None]:
-    """The storages of a call's tensors, and the device of its first tensor."""
-    tensors = [t for t in tree_leaves(args) if isinstance(t, torch.Tensor)]
-    return {id(t.untyped_storage()) for t in tensors}, tensors[0].device if tensors else None
+def _storages(args: Any) -> set[int]:
+    """The storage keys of a call's tensors (:func:`budget.runtime.values.storage_of`)."""
+    return {st[0] for t in tree_leaves(args) if (st := storage_of(t)) is not None}
 
 
-def _saves(node: Any, given: tuple[set[int], torch.device | None], planned: int) -> int:
+def _device(out: Any) -> torch.device | None:
+    """Where a graph's run computed: its first output tensor's device."""
+    return next((t.device for t in tree_leaves(out) if isinstance(t, torch.Tensor)), None)
+
+
+def _saves(node: Any, given: set[int], device: torch.device | None, planned: int) -> int:
     """The bytes of the storages a compiled graph's run saves for its backward on its
-    device (an offloaded value's host copy aside, as plans count), those of its inputs
-    (``given``) aside: read from its autograd node (``planned`` where it holds none it
-    can say: another kind of node)."""
+    ``device`` (an offloaded value's host copy aside, as plans count), its inputs' storages
+    (``given``) aside: read from its autograd node (``planned`` where it holds none it can
+    say: another kind of node)."""
     saved = getattr(node, "saved_tensors", None)
-    inputs, device = given
     if saved is None:
         return planned
     storages = {
-        id(t.untyped_storage()): t.untyped_storage().nbytes()
+        st[0]: st[1]
         for t in saved
-        if isinstance(t, torch.Tensor)
-        and id(t.untyped_storage()) not in inputs
+        if (st := storage_of(t)) is not None
+        and st[0] not in given
         and (device is None or t.device == device)
     }
     return sum(storages.values())

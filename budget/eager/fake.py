@@ -111,10 +111,10 @@ def real_paths() -> Iterator[None]:
     """
     original = torch.nn.functional.one_hot
 
-    def one_hot(x: torch.Tensor, num_classes: int = -1) -> torch.Tensor:
-        if isinstance(x, T.FakeTensor):
-            return _one_hot_on_device(x, num_classes, original)
-        return original(x, num_classes)
+    def one_hot(input: torch.Tensor, num_classes: int = -1) -> torch.Tensor:  # noqa: A002
+        if isinstance(input, T.FakeTensor):
+            return _one_hot_on_device(input, num_classes, original)
+        return original(input, num_classes)
 
     with mock.patch.object(torch.nn.functional, "one_hot", one_hot):
         yield
@@ -122,8 +122,10 @@ def real_paths() -> Iterator[None]:
 
 def _one_hot_on_device(x: torch.Tensor, num_classes: int, original: Any) -> torch.Tensor:
     """``one_hot`` as ATen runs it for a tensor that is not fake (its checks included)."""
-    if x.dtype != torch.long or x.numel() == 0:
-        return original(x, num_classes)  # refused, or no values read
+    if x.dtype != torch.long or (x.numel() == 0 and num_classes <= 0):
+        return original(x, num_classes)  # refused
+    if x.numel() == 0:
+        return torch.empty((*x.shape, num_classes), dtype=x.dtype, device=x.device)
     if x.device.type == "cpu":
         low, high = torch.aminmax(x)
         if low.item() < 0:

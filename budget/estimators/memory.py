@@ -212,8 +212,8 @@ def promotion_bytes(func: object, args: tuple | list, out: object) -> int:
     if common is None:
         return 0
     made = out if isinstance(out, torch.Tensor) else None
-    if made is not None and made.dtype.is_floating_point and not common.is_floating_point:
-        common = made.dtype
+    if made is not None and made.dtype.is_floating_point and _category(common) < 2:
+        common = made.dtype  # integers made floats
     total = sum(t.numel() * common.itemsize for t in operands if t.dim() and t.dtype != common)
     if made is not None and made.dtype != common and made.dtype.is_floating_point:
         total += made.numel() * common.itemsize
@@ -316,7 +316,8 @@ def workspace_bytes(
         return tensor_bytes(out)  # run eagerly as a * b, then + c: the product is a temporary
     if func not in _CONVOLUTIONS:
         inner = matmul_workspace_bytes(func, args) if measure else 0
-        return inner + wrapped_scalar_bytes(func, args, out) + promotion_bytes(func, args, out)
+        copies = 0 if inductor else promotion_bytes(func, args, out)  # Inductor casts inside
+        return inner + wrapped_scalar_bytes(func, args, out) + copies
     if measure:
         # measured with the operands' own strides, unless the compiler lays them out
         # channels-last (Inductor): an NCHW weight beside a channels-last input is copied

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 
-def _reached(fn: Callable[..., Any]) -> list[Any]:
+def reached(fn: Callable[..., Any]) -> list[Any]:
     """What ``fn`` reaches directly: itself, a bound method's object and its attributes,
     what a ``functools.partial`` holds, its closure's cells, the globals its code names."""
     found: list[Any] = [fn]
@@ -52,14 +52,14 @@ def _distinct(objects: list[Any], kind: type) -> list[Any]:
 
 
 def modules_of(fn: Callable[..., Any]) -> list[nn.Module]:
-    """The modules ``fn`` reaches directly (:func:`_reached`), each with its submodules
+    """The modules ``fn`` reaches directly (:func:`reached`), each with its submodules
     (through ``buffers()`` and ``parameters()``)."""
-    return _distinct(_reached(fn), nn.Module)
+    return _distinct(reached(fn), nn.Module)
 
 
 def optimizers_of(fn: Callable[..., Any]) -> list[torch.optim.Optimizer]:
-    """The optimizers ``fn`` reaches directly (:func:`_reached`)."""
-    return _distinct(_reached(fn), torch.optim.Optimizer)
+    """The optimizers ``fn`` reaches directly (:func:`reached`)."""
+    return _distinct(reached(fn), torch.optim.Optimizer)
 
 
 def _parameters(

@@ -19,7 +19,11 @@ def _backend(plans: list, peak: int | None, **more: object) -> SimpleNamespace:
     settings = SimpleNamespace(peak_bytes=peak, budget=parse_budget(1.0), sweep=())
     runs = list(range(len(plans)))
     return SimpleNamespace(
-        plans=plans, settings=settings, preview_runs=runs, preview_eager=[0] * len(runs), **more
+        plans=plans,
+        settings=settings,
+        preview_runs=runs,
+        preview_eager=[0] * (len(runs) + 1),
+        **more,
     )
 
 

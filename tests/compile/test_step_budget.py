@@ -88,6 +88,27 @@ def test_a_cap_on_what_a_graph_saves_comes_with_a_step_budget_only():
     assert sized.saved_cap_bytes == 300 * KiB and sized.budget.nbytes == 300 * KiB
 
 
+def test_the_runs_of_a_graph_run_again_are_held_before_the_graph_after_them():
+    """Blocks (graph 2, run twice) before a head (graph 3): the head's share must leave
+    the second block run's saves and kept inputs (50 + 10 KiB) too, which the graphs
+    compiled before it, counted once each, do not show; every graph is capped."""
+    stem = [_graph(100 * KiB, 200 * KiB, 0.0)]
+    block = [_graph(50 * KiB, 300 * KiB, 0.0), _graph(0, 300 * KiB, 1.0)]
+    head = [_graph(0, 400 * KiB, 0.0)]
+    plans = [stem[0], _graph(50 * KiB, 300 * KiB, 0.0, kept_input_bytes=10 * KiB), head[0]]
+    runs, eager = [0, 1, 1, 2], [0, 0, 0, 0, 0]
+    assert joint_division(1000 * KiB, [stem, block, head], plans, runs, eager) == (
+        {0: 100 * KiB, 1: 50 * KiB, 2: 0},
+        {2: 60 * KiB},
+    )
+    # eager code's 400 KiB after the last run count against a size: 619 KiB leaves the
+    # graphs 219, one short of the blocks' free plan (100 + 2 * 60): they give it up
+    sized = joint_division(
+        None, [stem, block, head], plans, runs, [0, 0, 0, 0, 400 * KiB], 619 * KiB
+    )
+    assert sized == ({0: 100 * KiB, 1: 0, 2: 0}, {2: 10 * KiB})
+
+
 def _sized(size: int) -> PlanSettings:
     return PlanSettings(parse_budget(f"{size}B"), "auto", "flops", 60.0)
 
@@ -155,7 +176,7 @@ def test_the_joint_division_holds_eager_codes_saves_beside_the_graphs_they_prece
         _graph(300 * KiB, 500 * KiB, 0.0),
         _graph(0, 600 * KiB, 0.0, kept_input_bytes=50 * KiB),
     ]
-    sweeps, eager = [first, second], [0, 100 * KiB]
+    sweeps, eager = [first, second], [0, 100 * KiB, 0]
     assert joint_division(1000 * KiB, sweeps, plans, [0, 1], eager) == (
         {0: 100 * KiB},
         {1: 100 * KiB},
@@ -171,12 +192,12 @@ def test_the_joint_division_holds_eager_codes_saves_beside_the_graphs_they_prece
     unknown = [first, [_graph(0, None, 0.0)]]
     assert joint_division(1000 * KiB, unknown, plans, [0, 1], eager) == (None, {1: 100 * KiB})
     # a graph without a backward between them: eager code's saves around it add up
-    assert joint_division(1000 * KiB, sweeps, plans, [0, None, 1], [0, 60 * KiB, 40 * KiB]) == (
+    assert joint_division(1000 * KiB, sweeps, plans, [0, None, 1], [0, 60 * KiB, 40 * KiB, 0]) == (
         {0: 100 * KiB},
         {1: 100 * KiB},
     )
     # one graph run once, or runs not known: not divided
-    assert joint_division(1000 * KiB, sweeps[:1], plans[:1], [0], [0]) is None
+    assert joint_division(1000 * KiB, sweeps[:1], plans[:1], [0], [0, 0]) is None
     assert joint_division(1000 * KiB, sweeps, plans, [0, 1], [0]) is None
 
 
@@ -192,7 +213,7 @@ def test_a_graph_run_once_per_block_is_capped_for_all_its_runs():
         _graph(300 * KiB, 500 * KiB, 0.0),
         _graph(0, 600 * KiB, 0.0, kept_input_bytes=50 * KiB),
     ]
-    runs, eager = [0, 1, 1], [0, 100 * KiB, 0]
+    runs, eager = [0, 1, 1], [0, 100 * KiB, 0, 0]
     assert joint_division(1000 * KiB, [first, second], plans, runs, eager) == (
         {0: 100 * KiB, 1: 0},
         {1: 100 * KiB},
@@ -203,8 +224,8 @@ def test_a_graph_run_once_per_block_is_capped_for_all_its_runs():
         {1: 100 * KiB},
     )
     one = [[_graph(30 * KiB, 100 * KiB, 0.0), _graph(10 * KiB, 100 * KiB, 2.0)]]
-    assert joint_division(130 * KiB, one, one[0][:1], [0, 0], [0, 0]) == ({0: 30 * KiB}, {})
-    assert joint_division(129 * KiB, one, one[0][:1], [0, 0], [0, 0]) == ({0: 10 * KiB}, {})
+    assert joint_division(130 * KiB, one, one[0][:1], [0, 0], [0, 0, 0]) == ({0: 30 * KiB}, {})
+    assert joint_division(129 * KiB, one, one[0][:1], [0, 0], [0, 0, 0]) == ({0: 10 * KiB}, {})
 
 
 def _two_graphs():

@@ -20,13 +20,17 @@ class _Block(nn.Module):
         return x + self.down(torch.tanh(self.up(x)))
 
 
-def _blocks(be, n: int = 3):
-    """A model compiled block by block (as torchtitan compiles it): one graph per block,
-    dynamo's, which the blocks after the second run again."""
+def _blocks(be, n: int = 3, in_place: bool = False):
+    """A model compiled block by block (as torchtitan compiles it; ``in_place``: with
+    ``block.compile()``): one graph per block, dynamo's, which the blocks after the second
+    run again."""
     torch.manual_seed(0)
     model = nn.Sequential(*(_Block() for _ in range(n)))
     for i, block in enumerate(model):
-        model[i] = torch.compile(block, backend=be)
+        if in_place:
+            block.compile(backend=be)
+        else:
+            model[i] = torch.compile(block, backend=be)
     return model, torch.randn(4, 16, 32)
 
 
@@ -92,7 +96,8 @@ def test_runs_dropped_without_a_backward_hold_nothing():
     step(x).backward()  # the step as planned again
 
 
-def test_a_preview_plans_a_model_compiled_block_by_block_as_training_runs_it():
+@pytest.mark.parametrize("in_place", [False, True])
+def test_a_preview_plans_a_model_compiled_block_by_block_as_training_runs_it(in_place):
     """Previewed, a model compiled block by block gets training's graphs (the first
     block's, and the one the other blocks run), each run's saves held: the step's
     predicted peak covers the measured one. A peak budget that training, planning each
@@ -102,16 +107,20 @@ def test_a_preview_plans_a_model_compiled_block_by_block_as_training_runs_it():
     reference = nn.Sequential(*(_Block() for _ in range(4)))
     x = torch.randn(4, 16, 32)
     reference(x).sum().backward()
-    model, x = _blocks(budget.backend(compiler="eager"), n=4)
+    model, x = _blocks(budget.backend(compiler="eager"), n=4, in_place=in_place)
+    compiled = [b.__dict__.get("forward", b.__dict__.get("_compiled_call_impl")) for b in model]
 
     def step(x):
         return model(x).sum()
 
     plans = budget.plans(step, x, memory_budget=1.0, compiler="eager")
-    assert len(plans) == 2 and all(isinstance(b, nn.Module) for b in model)
+    assert len(plans) == 2  # the blocks put back as they were:
+    assert [b.__dict__.get("forward", b.__dict__.get("_compiled_call_impl")) for b in model] == (
+        compiled
+    )
     torch._dynamo.reset()
     be = budget.backend(compiler="eager", plan=plans)
-    model, x = _blocks(be, n=4)
+    model, x = _blocks(be, n=4, in_place=in_place)
     measured = measure_peak(step, x)
     assert [p.graph_hash for p in be.plans] == [p.graph_hash for p in plans]
     peak = budget.step_peak(plans)
@@ -120,12 +129,13 @@ def test_a_preview_plans_a_model_compiled_block_by_block_as_training_runs_it():
     target = 200_000  # under the b=1 step's measured peak
     assert target < measured
     torch._dynamo.reset()
-    model, x = _blocks(budget.backend(compiler="eager", peak_memory_budget=f"{target}B"), n=4)
+    be = budget.backend(compiler="eager", peak_memory_budget=f"{target}B")
+    model, x = _blocks(be, n=4, in_place=in_place)
     with pytest.raises(budget.StepBudgetError, match="preview the step.*plan="):
         step(x).backward()
     plans = budget.plans(step, x, peak_memory_budget=f"{target}B", compiler="eager")
     torch._dynamo.reset()
-    model, x = _blocks(budget.backend(compiler="eager", plan=plans), n=4)
+    model, x = _blocks(budget.backend(compiler="eager", plan=plans), n=4, in_place=in_place)
     assert measure_peak(step, x) <= target
     model.zero_grad()
     step(x).backward()
