@@ -105,9 +105,9 @@ def real_paths() -> Iterator[None]:
     torch function mode is not asked while checkpointing recomputes in the backward.
 
     - ``torch.nn.functional.one_hot`` (a mixture of experts' routing): for fake tensors
-      ``arange`` and ``eq``; on a device ``zeros`` and ``scatter_``, after, on a CPU, the
-      class values read with ``aminmax`` (ATen/native/Onehot.cpp); the reads are answered
-      as the run answers every read of tensor values.
+      ``arange`` and ``eq``; on a device ``zeros`` and ``scatter_``, after the class values
+      are read (ATen/native/Onehot.cpp; on a CPU ``aminmax`` in torch 2.13, ``min`` and
+      ``max`` in 2.11); the reads are answered as the run answers every read of values.
     """
     original = torch.nn.functional.one_hot
 
@@ -121,25 +121,49 @@ def real_paths() -> Iterator[None]:
 
 
 def _one_hot_on_device(x: torch.Tensor, num_classes: int, original: Any) -> torch.Tensor:
-    """``one_hot`` as ATen runs it for a tensor that is not fake (its checks included)."""
+    """``one_hot`` as ATen runs it for a tensor that is not fake, its reads of the class
+    values included: ``aminmax`` (torch 2.13 on a CPU), ``min`` then ``max`` (2.11), or,
+    on an accelerator, ``max`` where ``num_classes`` is to be found; as the installed
+    torch's kernel reads them on ``x``'s device (:func:`_reads`)."""
     if x.dtype != torch.long or (x.numel() == 0 and num_classes <= 0):
         return original(x, num_classes)  # refused
     if x.numel() == 0:
         return torch.empty((*x.shape, num_classes), dtype=x.dtype, device=x.device)
-    if x.device.type == "cpu":
+    reads = _reads(original, x.device.type, num_classes == -1)
+    high = None
+    if "aminmax" in reads:
         low, high = torch.aminmax(x)
         if low.item() < 0:
             raise RuntimeError("Class values must be non-negative.")
-        if num_classes == -1:
-            num_classes = int(high.item()) + 1
-        elif num_classes <= high.item():
-            raise RuntimeError("Class values must be smaller than num_classes.")
-    elif num_classes == -1:
-        num_classes = int(x.max().item()) + 1
+    elif "min" in reads and x.min().item() < 0:
+        raise RuntimeError("Class values must be non-negative.")
+    if high is None and "max" in reads:
+        high = x.max()
+    if num_classes == -1:
+        num_classes = int(high.item() if high is not None else x.max().item()) + 1
+    elif high is not None and num_classes <= high.item():
+        raise RuntimeError("Class values must be smaller than num_classes.")
     elif num_classes < 1:
         raise RuntimeError("num_classes should be positive")
     out = torch.zeros((*x.shape, num_classes), dtype=x.dtype, device=x.device)
     return out.scatter_(-1, x.unsqueeze(-1), 1)
+
+
+@functools.cache
+def _reads(original: Any, device: str, infer: bool) -> tuple[str, ...]:
+    """The ops (by name) the installed torch's ``one_hot`` reads class values with on a
+    real tensor of ``device`` (``infer``: ``num_classes`` left to find), in call order:
+    its kernel run once on a one-element tensor, the modes of the fake run set aside."""
+    seen: list[str] = []
+
+    class Record(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            seen.append(func._schema.name.split("::")[-1])
+            return func(*args, **(kwargs or {}))
+
+    with T._disable_current_modes(), Record():
+        original(torch.zeros(1, dtype=torch.long, device=device), -1 if infer else 1)
+    return tuple(n for n in seen if n in ("aminmax", "min", "max"))
 
 
 aten = torch.ops.aten
