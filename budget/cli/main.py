@@ -169,13 +169,28 @@ def _write_solve_files(args: argparse.Namespace, plans: list[Any], description: 
         )
 
 
+def _size(given: str | None) -> int | None:
+    """The memory budget as a size (the step's), where it is one: given, or the config's."""
+    from ..config import config
+    from ..core.sizes import parse_budget
+
+    value = parse_budget_arg(given)
+    return parse_budget(value if value is not None else config.activation_memory_budget).nbytes
+
+
 def _print_solve(
     args: argparse.Namespace, plans: list[Any], description: str, timings: dict[str, float]
 ) -> None:
     from .report import solve_report
 
     report = solve_report(
-        plans, description, depth=args.depth, top=args.top, timings=timings, compiled=args.compile
+        plans,
+        description,
+        depth=args.depth,
+        top=args.top,
+        timings=timings,
+        compiled=args.compile,
+        size=None if args.plan else _size(args.budget),
     )
     print(report)
     unknown = [i for i, p in enumerate(plans) if p.compiled_peak_bytes is None]

@@ -34,10 +34,12 @@ def solve_report(
     top: int = 10,
     timings: Mapping[str, float] | None = None,
     compiled: bool = False,
+    size: int | None = None,
 ) -> str:
     """What ``budget solve`` prints: the target, a report per graph, step totals when the
     step has several graphs, and the command's own ``timings`` (load, trace, ...).
-    ``compiled``: the plans are a compile's (``--compile``), not a preview's."""
+    ``compiled``: the plans are a compile's (``--compile``), not a preview's. ``size``: a
+    memory budget given as a size, the step's, whose share each graph's budget line shows."""
     parts = ["\n".join(wrap_items("budget solve", target.split(), sep=""))]
     for i, plan in enumerate(plans):
         parts.append(plan_report(plan, index=i, count=len(plans), depth=depth, top=top))
@@ -61,7 +63,7 @@ def solve_report(
             f"step ({len(plans)} graphs): saved "
             f"{format_bytes(sum(p.saved_bytes for p in plans))}, recompute {cost}, "
             f"{format_flops(sum(p.recompute_flops + p.again_flops for p in plans))}{outside}"
-            f"{_step_peak_line(plans)}"
+            f"{_step_size_line(plans, size)}{_step_peak_line(plans)}"
         )
     if not compiled and any(_previewed_under_inductor(p) for p in plans):
         parts.append(
@@ -74,6 +76,18 @@ def solve_report(
         items = [f"{k} {format_seconds(v)}" for k, v in timings.items()]
         parts.append("\n".join(wrap_items("wall time", items)))
     return "\n\n".join(parts)
+
+
+def _step_size_line(plans: Sequence[Plan], size: int | None) -> str:
+    """What the step keeps for the backward against a size memory budget: the most, over
+    its graphs, of what a graph keeps with what is held outside it (its runs counted)."""
+    if size is None:
+        return ""
+    keeps = max((p.held_bytes or 0) + p.kept_input_bytes + p.saved_bytes for p in plans)
+    return (
+        f"\n  memory budget {format_bytes(size)} is the step's: it keeps {format_bytes(keeps)} "
+        "for the backward (each graph's budget above is its share)"
+    )
 
 
 def _step_peak_line(plans: Sequence[Plan]) -> str:

@@ -17,6 +17,7 @@ import torch
 
 import budget
 from budget.cli.main import main
+from budget.core.sizes import format_bytes
 
 MLP = ["builtin:mlp", "--batch", "8", "--d-in", "16", "--d", "32", "--layers", "2"]
 GPT = ["--layers", "1", "--seq", "16", "--d", "32", "--heads", "2", "--batch", "2", "--vocab", "64"]
@@ -145,7 +146,13 @@ def test_a_step_with_graph_breaks(tmp_path, capsys):
     path = tmp_path / "plans.json"
     code, out, _ = run(["solve", f"{src}:make", "--budget", "0", "--json", str(path)], capsys)
     assert code == 0 and "(1 of 2)" in out and "(2 of 2)" in out and "step (2 graphs)" in out
-    assert len(budget.load_plans(path)) == 2
+    assert len(budget.load_plans(path)) == 2 and "is the step's" not in out  # a fraction
+    # a size is the step's: the report says what the step keeps, each graph's share above
+    code, out, _ = run(["solve", f"{src}:make", "--budget", "10KB", "--json", str(path)], capsys)
+    plans = budget.load_plans(path)
+    keeps = sum(p.saved_bytes + p.kept_input_bytes for p in plans)
+    assert code == 0 and keeps <= 10_000 and plans[1].kept_input_bytes == 4096
+    assert f"memory budget 9.77 KiB is the step's: it keeps {format_bytes(keeps)}" in out
     code, out, _ = run(["sweep", f"{src}:make", "--budgets", "0,1", "--format", "csv"], capsys)
     rows = list(csv.DictReader(io.StringIO(out)))
     assert code == 0 and [r["graph"] for r in rows] == ["0", "0", "1", "1"]
