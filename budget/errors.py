@@ -36,8 +36,9 @@ class BudgetTooSmallError(InfeasibleError):
 
 class StepBudgetError(BudgetTooSmallError):
     """A step's peak budget, or memory budget given as a size, that one of its graphs
-    (``graph``, counted from 0) cannot fit beside what the step holds outside it. ``short_bytes``: how much less the graphs run
-    before it would have to keep for it to fit at its lowest peak (None where unknown).
+    (``graph``, counted from 0) cannot fit beside what the step holds outside it.
+    ``short_bytes``: how much less the graphs run before it would have to keep for it to
+    fit (at its lowest peak; None where unknown).
     A preview divides the budget again with that (:mod:`budget.compile.step_budget`)."""
 
     def __init__(

@@ -171,11 +171,9 @@ def _write_solve_files(args: argparse.Namespace, plans: list[Any], description: 
 
 def _size(given: str | None) -> int | None:
     """The memory budget as a size (the step's), where it is one: given, or the config's."""
-    from ..config import config
-    from ..core.sizes import parse_budget
+    from ..planning.options import resolve_settings
 
-    value = parse_budget_arg(given)
-    return parse_budget(value if value is not None else config.activation_memory_budget).nbytes
+    return resolve_settings(memory_budget=parse_budget_arg(given)).budget.nbytes
 
 
 def _print_solve(

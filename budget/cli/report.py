@@ -83,7 +83,7 @@ def _step_size_line(plans: Sequence[Plan], size: int | None) -> str:
     its graphs, of what a graph keeps with what is held outside it (its runs counted)."""
     if size is None:
         return ""
-    keeps = max((p.held_bytes or 0) + p.kept_input_bytes + p.saved_bytes for p in plans)
+    keeps = max(p.step_keeps_bytes or p.saved_bytes + p.kept_input_bytes for p in plans)
     return (
         f"\n  memory budget {format_bytes(size)} is the step's: it keeps {format_bytes(keeps)} "
         "for the backward (each graph's budget above is its share)"

@@ -172,7 +172,7 @@ def _joint_division(
     the memory budget and at the peak grid's fractions below it (told to ``progress`` as a
     sweep). None without either budget, with plans given (``plan=``), or where the
     division does not apply."""
-    peak, size = planned.settings.peak_bytes, planned.settings.budget.nbytes
+    peak, size = planned.settings.peak_bytes, step_budget.step_size(planned.settings)
     if (peak is None and size is None) or backend_options.get("plan") is not None:
         return None
     swept = _trace(
@@ -236,7 +236,9 @@ def plans(
     **example_kwargs: Any,
 ) -> list[Plan]:
     """The plans for every graph of ``fn(*example_args, **example_kwargs)``, in order,
-    as ``torch.compile(fn, backend=budget.backend(..., compiler=compiler))`` makes them.
+    as ``torch.compile(fn, backend=budget.backend(..., compiler=compiler))`` makes them;
+    where ``fn`` reaches modules compiled on their own (a model compiled block by block),
+    as training makes them calling ``fn`` eagerly (:mod:`budget.compile.own_code`).
 
     With ``plan`` (a plan file, a Plan or a list of Plans) nothing is solved: the saved
     plans are applied as the backend would apply them, which checks they still fit the

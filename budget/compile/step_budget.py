@@ -114,8 +114,8 @@ def excess(settings: PlanSettings, plans: Sequence[Plan]) -> tuple[int, int, boo
         peak = plan.step_peak_bytes
         if settings.peak_bytes is not None and peak is not None:
             over = max(over, peak - settings.peak_bytes)
-        if size is not None and plan.held_bytes is not None:
-            keeps = plan.held_bytes + plan.kept_input_bytes + plan.saved_bytes
+        keeps = plan.step_keeps_bytes
+        if size is not None and keeps is not None:
             size_over = max(size_over, keeps - size)
     return max(over, size_over), kept, size_over > 0
 
@@ -142,7 +142,7 @@ def refusal(
     if outside <= 0:
         return e
     if e.lowest_peak_bytes is None and e.min_bytes is not None and size is not None:
-        short = None if e.min_bytes is None else max(1, e.min_bytes - (size - outside))
+        short = max(1, e.min_bytes - (size - outside))
         told = (
             f"graph {graph + 1} of the step gets {format_bytes(size - outside)} of the step's "
             f"memory_budget {format_bytes(size)} (the step keeps {format_bytes(outside)} "

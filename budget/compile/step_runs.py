@@ -12,12 +12,13 @@ keeps for the backward, can exceed the budget with no plan to say so.
 :class:`StepRuns` counts, for each graph, the forward runs whose backward has not begun
 (a run ends when its backward starts, or when its autograd graph is dropped unused) and,
 before each run, adds up what those hold (each run's saves, as planned or, for a graph
-with dynamic shapes under a size, as read from its run, and its ``kept_input_bytes``). Where that is more than the graph was planned with and puts what
-the step keeps with this run over a size memory budget, or the graph's predicted peak in
-the step over the peak budget, the run is refused with a
-:class:`~budget.errors.StepBudgetError` that says why, before it allocates anything (a
-run at larger dynamic sizes, once its forward has shown what it saves). Eager
-code's saves between graphs are not seen here (as in planning).
+with dynamic shapes under a size, as read from its run, and its ``kept_input_bytes``).
+Where that is more than the graph was planned with and puts what the step keeps with
+this run over a size memory budget, or the graph's predicted peak in the step over the
+peak budget, the run is refused with a :class:`~budget.errors.StepBudgetError` that says
+why, before it allocates anything (a run at larger dynamic sizes, once its forward has
+shown what it saves). Eager code's saves between graphs are not seen here (as in
+planning).
 """
 
 from __future__ import annotations
@@ -77,8 +78,8 @@ class StepRuns:
             saved = plan.saved_bytes
             if size is not None:
                 saved = _saves(node, given, _device(out), saved)
-                keeps = held + plan.kept_input_bytes + saved
-                if saved > plan.saved_bytes and keeps > size:
+                keeps = replace(plan, held_bytes=held, saved_bytes=saved).step_keeps_bytes
+                if saved > plan.saved_bytes and keeps is not None and keeps > size:
                     raise self._resized(index, keeps, saved)
             self._start(index, node, saved)
             return out
@@ -118,8 +119,8 @@ class StepRuns:
         if plan is None or plan.held_bytes is None or held <= plan.held_bytes:
             return
         size = step_size(self.settings)
-        keeps = held + plan.kept_input_bytes + plan.saved_bytes
-        if size is not None and keeps > size:
+        keeps = replace(plan, held_bytes=held).step_keeps_bytes
+        if size is not None and keeps is not None and keeps > size:
             told = (
                 f"the step keeps {format_bytes(keeps)} for the backward with this run, over "
                 f"the memory_budget {format_bytes(size)}"

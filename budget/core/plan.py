@@ -171,6 +171,15 @@ class Plan:
     version: int = PLAN_FORMAT_VERSION
 
     @property
+    def step_keeps_bytes(self) -> int | None:
+        """What the step keeps for the backward once this graph has run: what it holds
+        outside the graph (``held_bytes``), the graph's kept inputs and its saves (against a
+        memory budget given as a size, the step's); None where ``held_bytes`` is unknown."""
+        if self.held_bytes is None:
+            return None
+        return self.held_bytes + self.kept_input_bytes + self.saved_bytes
+
+    @property
     def step_peak_bytes(self) -> int | None:
         """The step's predicted peak while this graph runs: what the step holds outside it
         (``held_bytes``, and its inputs its backward keeps) plus its own peak (the code
