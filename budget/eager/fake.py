@@ -63,7 +63,9 @@ class KernelGaps(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
 
     - ``aten.mkldnn_rnn_layer`` (an LSTM layer on the CPU): its meta function makes the
       workspace the backward reads empty, where oneDNN's kernel makes it of a size only
-      the kernel knows. The kernel, run once per signature on zeros, gives the size.
+      the kernel knows. The kernel, run once per signature on zeros, gives the size. Its
+      backward's meta function returns one tensor as both bias gradients, where the
+      kernel makes two: the second is made again.
 
     And those whose fake kernel makes another dtype than the device's kernel:
 
@@ -85,6 +87,8 @@ class KernelGaps(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
         if func is aten.mkldnn_rnn_layer.default and out[3].numel() == 0:
             shape, dtype = _rnn_workspace(_signature(args))
             return (*out[:3], torch.empty(shape, dtype=dtype, device=out[3].device))
+        if func is aten.mkldnn_rnn_layer_backward.default and out[3] is out[4]:
+            return (*out[:4], torch.empty_like(out[3]), *out[5:])
         if func in _BATCH_NORMS and isinstance(args[0], torch.Tensor):
             dtype = _stats_dtype(func, args)
             if dtype is not None and any(t.dtype != dtype for t in out[1:3]):

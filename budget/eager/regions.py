@@ -5,8 +5,10 @@ else autograd keeps as usual. The default candidates are the repeated blocks of 
 found in its ``nn.ModuleList`` and ``nn.Sequential`` containers:
 
 - a container of modules with children of their own (transformer layers, residual
-  blocks): each of its entries is a candidate;
-- a container of two leaf modules or more (``Linear, GELU, Linear, ...``): the container;
+  blocks), and any ``nn.ModuleList`` (which has no forward to run): each of its entries
+  is a candidate (a list of ``nn.LSTM`` layers: each layer);
+- an ``nn.Sequential`` of two leaf modules or more (``Linear, GELU, Linear, ...``): the
+  container;
 - where no container holds any: children of one parent that share a class, two or more,
   each with children of its own (timm's RegNet sets each stage's blocks as attributes);
 
@@ -44,7 +46,8 @@ def default_candidates(model: nn.Module) -> dict[str, nn.Module]:
             qualified = f"{name}.{child_name}" if name else child_name
             if isinstance(child, (nn.ModuleList, nn.Sequential)) and len(child) >= 1:
                 entries = list(child.named_children())
-                if all(not list(c.children()) for _, c in entries):
+                leaves = all(not list(c.children()) for _, c in entries)
+                if leaves and isinstance(child, nn.Sequential):
                     if len(entries) >= 2:
                         found[qualified] = child
                         continue

@@ -23,11 +23,28 @@ def step_of(
     if step is not None:
         if loss_fn is not None:
             raise ValueError("pass loss_fn= or step=, not both: step= computes the loss itself")
-        return step
+        return _returning_the_loss(step)
 
     def run(*args: Any, **kwargs: Any) -> torch.Tensor:
         out = model(*args, **kwargs)
         return loss_fn(out) if loss_fn is not None else default_loss(out)
+
+    return run
+
+
+def _returning_the_loss(step: Callable[..., Any]) -> Callable[..., torch.Tensor]:
+    """``step``, refusing a return that is no tensor: budget runs the backward itself, so a
+    step that calls ``backward()`` and returns nothing cannot be planned."""
+
+    def run(*args: Any, **kwargs: Any) -> torch.Tensor:
+        loss = step(*args, **kwargs)
+        if not isinstance(loss, torch.Tensor):
+            raise ValueError(
+                f"step= returned {type(loss).__name__}, not the loss: step= runs the model "
+                "and returns the loss tensor, without calling backward() (budget runs the "
+                "backward itself, to plan and predict it)"
+            )
+        return loss
 
     return run
 

@@ -33,7 +33,16 @@ aten = torch.ops.aten
 _KINDS = {
     **{
         p: "matmul"
-        for p in (aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten._scaled_mm, aten._grouped_mm)
+        for p in (
+            aten.mm,
+            aten.addmm,
+            aten.bmm,
+            aten.baddbmm,
+            aten._scaled_mm,
+            aten._grouped_mm,
+            aten.mkldnn_rnn_layer,  # an LSTM layer's matmuls (runtime/flop_gaps.py)
+            aten.mkldnn_rnn_layer_backward,
+        )
     },
     **{
         p: "conv"

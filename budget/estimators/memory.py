@@ -21,7 +21,7 @@ from ..runtime._torch_private import OpOverload
 from ..runtime.values import hint, input_tensors, numel, shape, tensors
 from .conv_workspace import measured_workspace_bytes
 from .cuda_workspace import cuda_workspace_bytes
-from .matmul_workspace import matmul_workspace_bytes
+from .onednn_workspace import onednn_workspace_bytes
 from .ops import is_alias
 from .prim_workspace import prim_workspace_bytes
 
@@ -291,9 +291,9 @@ def workspace_bytes(
     output's bytes (a T5 step under ``compiler="eager"`` peaks inside one). A Python
     number where an op takes a Tensor: :func:`wrapped_scalar_bytes`.
 
-    CPU matmuls in bfloat16 or float16 (oneDNN's packed operands and scratch) are
-    measured on this host (:mod:`budget.estimators.matmul_workspace`), unless
-    ``measure=False``.
+    CPU matmuls in bfloat16 or float16 (oneDNN's packed operands and scratch) and LSTM
+    layers (their gates, operand copies) are measured on this host
+    (:mod:`budget.estimators.onednn_workspace`), unless ``measure=False``.
     On CUDA, the kernels that allocate inside themselves (attention backwards, cuDNN
     convolutions) are measured on this GPU (:mod:`budget.estimators.cuda_workspace`).
     Other ops and devices: 0. ``device``: the device the op runs on, by default its first
@@ -315,7 +315,7 @@ def workspace_bytes(
     if isinstance(func, OpOverload) and func.name() == _FMA and isinstance(out, torch.Tensor):
         return tensor_bytes(out)  # run eagerly as a * b, then + c: the product is a temporary
     if func not in _CONVOLUTIONS:
-        inner = matmul_workspace_bytes(func, args) if measure else 0
+        inner = onednn_workspace_bytes(func, args) if measure else 0
         copies = 0 if inductor else promotion_bytes(func, args, out)  # Inductor casts inside
         return inner + wrapped_scalar_bytes(func, args, out) + copies
     if measure:

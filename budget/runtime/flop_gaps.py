@@ -25,6 +25,11 @@ packet. The ``flops`` estimator (:mod:`budget.estimators.flops`) and the measure
   ``torch.compile`` outside bfloat16), ``2SKN`` for ``(S, K)`` rows by ``E`` experts'
   ``(K, N)``, its backward twice that (the input's gradient and the weights').
   Registered by name (:func:`flop_gaps`): transformers defines them when it is imported.
+- CPU LSTM layers (``aten.mkldnn_rnn_layer``, what ``nn.LSTM`` runs on the CPU): the two
+  matmuls of each time step, ``2 * (T * B) * G * (I + H)`` for ``T * B`` rows of input,
+  ``G`` gate rows (``4H``) and input and hidden widths ``I`` and ``H``; the gates'
+  pointwise work counts 0, as elsewhere. The backward twice that (the gradients of the
+  inputs and of the weights of both matmuls).
 """
 
 from __future__ import annotations
@@ -158,6 +163,14 @@ def _grouped_mm_fallback_bwd(x, weight, *_, **__) -> int:  # type: ignore[no-unt
     return 2 * _grouped_mm_fallback(x, weight)
 
 
+def _rnn_layer(x, w_ih, w_hh, *_, **__) -> int:  # type: ignore[no-untyped-def]
+    return 2 * int(x[0]) * int(x[1]) * (_n(w_ih) + _n(w_hh))
+
+
+def _rnn_layer_bwd(x, w_ih, w_hh, *_, **__) -> int:  # type: ignore[no-untyped-def]
+    return 2 * _rnn_layer(x, w_ih, w_hh)
+
+
 # Formulas on shapes (the form FlopCounterMode's ``custom_mapping`` takes), keyed by
 # overload packet, for the ops torch's counter prices at 0. See the module docstring.
 FLOP_GAPS: dict[Any, Callable[..., int]] = {
@@ -185,6 +198,8 @@ FLOP_GAPS: dict[Any, Callable[..., int]] = {
     aten.miopen_batch_norm_backward: _cudnn_bn_bwd,
     aten.embedding_dense_backward: _embedding_bwd,
     aten._grouped_mm: _grouped_mm,
+    aten.mkldnn_rnn_layer: _rnn_layer,
+    aten.mkldnn_rnn_layer_backward: _rnn_layer_bwd,
 }
 
 # Ops of other libraries, by qualified name: in FLOP_GAPS' form once they are registered.

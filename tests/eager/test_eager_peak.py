@@ -7,7 +7,7 @@ import copy
 
 import pytest
 import torch
-from helpers.small import bf16_autocast, small_gpt, small_mlp, small_resnet
+from helpers.small import bf16_autocast, small_gpt, small_lstm, small_mlp, small_resnet
 
 import budget
 import budget.eager
@@ -15,7 +15,7 @@ from budget.runtime.measure import measure_peak
 
 # the resnet: its convolutions' workspace is profiled per call (budget.estimators), so the
 # prediction holds to the byte there too; under autocast, oneDNN's bf16 matmuls allocate
-# inside each call (budget.estimators.matmul_workspace)
+# inside each call (budget.estimators.onednn_workspace)
 EXACT = {
     "gpt": small_gpt,
     "gpt-bf16-autocast": lambda: bf16_autocast(small_gpt()),
@@ -25,6 +25,12 @@ EXACT = {
     # BatchNorm of bf16 convolutions with float32 parameters: its saved statistics are
     # float32 on the CPU though fake tensors make them bf16 (budget.eager.fake.KernelGaps)
     "resnet-bf16-autocast": lambda: bf16_autocast(small_resnet()),
+    # oneDNN's LSTM layers: the gates and operand copies inside each call, measured per
+    # call (budget.estimators.onednn_workspace); the workspace the forward keeps for the
+    # backward and the backward's two bias gradients, which fake tensors make otherwise
+    # (budget.eager.fake.KernelGaps)
+    "lstm": small_lstm,
+    "lstm-bidirectional": lambda: small_lstm(bidirectional=True),
 }
 
 

@@ -31,6 +31,19 @@ def test_default_candidates_are_the_blocks_of_containers():
     ]
 
 
+def test_a_module_list_of_leaf_modules_offers_each_entry():
+    """A ModuleList has no forward of its own: its entries are the candidates, leaves or not
+    (a list of LSTM layers); a Sequential of leaves is run whole, and is the candidate."""
+
+    class Stack(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnns = nn.ModuleList(nn.LSTM(8, 8) for _ in range(2))
+            self.mlp = nn.Sequential(nn.Linear(8, 8), nn.GELU())
+
+    assert list(default_candidates(Stack())) == ["rnns.0", "rnns.1", "mlp"]
+
+
 def test_without_containers_repeated_blocks_are_the_candidates():
     """Blocks set as attributes (timm's RegNet stages: ``b1``, ``b2``...): the children of
     one parent sharing a class, each with children of its own, outermost first; a lone
@@ -325,3 +338,16 @@ def test_a_read_of_a_random_value_is_refused_not_guessed():
     model, ids = _Net(rand=True), torch.randint(32, (32, 16))
     with pytest.raises(budget.PreviewError, match="random op"):
         budget.eager.plan(model, ids, memory_budget=0.5)
+
+
+def test_a_step_that_runs_its_own_backward_is_refused_saying_what_to_return():
+    ex = _gpt()
+    before = [p.detach().clone() for p in ex.model.parameters()]
+
+    def step(*args):  # type: ignore[no-untyped-def]
+        ex.step(*args).backward()
+
+    with pytest.raises(ValueError, match=r"step= returned NoneType, not the loss.*backward\(\)"):
+        budget.apply(ex.model, *ex.args, step=step, memory_budget=0.5)
+    assert all(torch.equal(a, p) for a, p in zip(before, ex.model.parameters(), strict=True))
+    assert all(p.grad is None for p in ex.model.parameters())

@@ -705,3 +705,35 @@ def test_fused_profile_of_a_cuda_norm_without_cuda_is_priced_0_and_noted():
     cost = P.ProfileEstimator(fused=True).estimate(node)
     assert cost.cost == 0 and cost.flops > 0
     assert "fused by the compiler; priced 0" in cost.note and "not available here" in cost.note
+
+
+@pytest.mark.filterwarnings("ignore:TF32 acceleration")  # mkldnn.flags() sets TF32 too
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_an_lstm_layers_flops_are_its_matmuls_as_torch_counts_them_off_onednn(bidirectional):
+    """The oracle: with oneDNN off, ``nn.LSTM`` on the CPU runs its time steps as matmuls,
+    which torch's own counter prices (no gaps filled); with it on, one
+    ``aten.mkldnn_rnn_layer`` call per layer and direction, priced by FLOP_GAPS."""
+    from budget.runtime.measure import backward_flops
+
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(24, 16, num_layers=2, batch_first=True, bidirectional=bidirectional)
+    # requiring grad: oneDNN's backward makes the gradients of the input and of the first
+    # hidden state either way
+    x = torch.randn(3, 7, 24, requires_grad=True)
+    directions = 2 if bidirectional else 1
+    state = tuple(torch.zeros(2 * directions, 3, 16, requires_grad=True) for _ in range(2))
+
+    def counted(onednn: bool, gaps: dict) -> tuple[int, int]:
+        with torch.backends.mkldnn.flags(enabled=onednn):
+            with FlopCounterMode(display=False, custom_mapping=gaps) as mode:
+                y = lstm(x, state)[0]
+            forward = mode.get_total_flops()
+            with FlopCounterMode(display=False, custom_mapping=gaps) as mode:
+                (y * torch.ones_like(y)).sum().backward()
+        return forward, mode.get_total_flops()
+
+    forward, backward = counted(True, FLOP_GAPS)
+    assert (forward, backward) == counted(False, {})
+    assert forward > 0 and backward == 2 * forward
+    with torch.backends.mkldnn.flags(enabled=True):
+        assert backward_flops((lstm(x, state)[0] * 1.0).sum()) == backward
