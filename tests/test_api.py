@@ -182,6 +182,21 @@ def test_no_grad_step_is_a_clear_error():
         budget.plan(lambda x: x.cos().sum(), torch.randn(4))
 
 
+def test_a_step_dynamo_makes_no_graph_of_is_a_clear_error_naming_the_eager_path():
+    """Dynamo does not trace nn.LSTM, and a graph break in a loop runs the whole frame
+    eagerly: no graph at all, which the preview says (and how to plan it instead)."""
+    layers = torch.nn.ModuleList(torch.nn.LSTM(8, 8, batch_first=True) for _ in range(2))
+
+    def step(x):  # type: ignore[no-untyped-def]
+        for layer in layers:
+            x = layer(x)[0]
+        return x.sum()
+
+    with pytest.raises(budget.PreviewError, match="made no graph.*budget.apply") as e:
+        budget.plans(step, torch.randn(2, 4, 8), memory_budget=0.5)
+    assert "nn.LSTM" in str(e.value)
+
+
 def _policy(ctx, op, *args, **kwargs):
     return (
         CheckpointPolicy.MUST_SAVE

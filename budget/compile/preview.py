@@ -18,7 +18,7 @@ from ..core.plan import Plan, step_peak
 from ..core.plan_files import PlanSource
 from ..core.problem import Problem
 from ..core.sizes import MemoryBudget, parse_budget
-from ..errors import BudgetTooSmallError, StepBudgetError
+from ..errors import BudgetTooSmallError, PreviewError, StepBudgetError
 from ..planning.peak_grid import grid_budgets
 from . import step_budget
 from .backend import BudgetBackend
@@ -74,6 +74,14 @@ def _trace(
         _joint_division, fn, example_args, example_kwargs, backend_options, progress
     )
     be, ran_on = _divided(run, lambda: made[-1], joint)
+    if not be.plans and not be.preview_runs:
+        raise PreviewError(
+            "torch.compile made no graph of this step: dynamo ran all of it eagerly (it "
+            "does so with a frame whose graph break it cannot resume from, such as a call "
+            "to nn.LSTM, GRU or RNN, which it does not trace; TORCH_LOGS=graph_breaks says "
+            "why), so the compiled path has nothing to plan; budget.apply plans eager steps "
+            "(budget solve --eager)"
+        )
     if not be.plans:
         raise ValueError(
             "no training graph was captured: nothing in the step requires grad "

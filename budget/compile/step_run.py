@@ -170,6 +170,8 @@ class OutsideSaves:
         run; before the first run: the first graph's) and what the step holds outside its
         graph while it runs (``held_bytes``: over its runs, the most)."""
         plans, runs = self.be.plans, self.be.preview_runs
+        if not plans:  # no graph to put them on (the preview says so)
+            return
         ran = [i for i in runs if i is not None]
         eager = [0] * len(plans)
         saves_before = [0] * (len(runs) + 1)  # eager bytes saved after k runs, by k
