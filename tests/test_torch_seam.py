@@ -98,6 +98,7 @@ LAZY = {
     "CachingTorchDispatchMode": "torch.utils.checkpoint",
     "FakeTensor": "torch._subclasses.fake_tensor",
     "FunctionalTensor": "torch._subclasses.functional_tensor",
+    "VF": "torch",
 }
 OWN = {
     "compiled_call",
@@ -120,6 +121,7 @@ ALIASES = {
     "reparametrize_module": "_reparametrize_module",
     "sac_is_compiling": "_is_compiling",
     "CachingTorchDispatchMode": "_CachingTorchDispatchMode",
+    "VF": "_VF",
 }
 
 

@@ -67,6 +67,10 @@ class KernelGaps(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
       backward's meta function returns one tensor as both bias gradients, where the
       kernel makes two: the second is made again.
 
+    - an integer CPU tensor a composite op writes through its data pointer (the lengths
+      ``_pad_packed_sequence`` returns, inside :func:`real_paths`'s scope): made real, as
+      a fake tensor has no data to write.
+
     And those whose fake kernel makes another dtype than the device's kernel:
 
     - a batch norm's saved mean and inverse standard deviation: fake tensors make them in
@@ -83,6 +87,9 @@ class KernelGaps(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
             out_dtype = kwargs.get("out_dtype") or a.dtype
             low = func(a.to(torch.bfloat16), b.to(torch.bfloat16), *args[2:], **kwargs)
             return torch.empty_strided(low.shape, low.stride(), dtype=out_dtype, device=a.device)
+        if _HOST_WRITES[0] and func is aten.empty.memory_format and _host_ints(kwargs):
+            with T._disable_current_modes():  # written through its data pointer: real
+                return func(*args, **kwargs)
         out = func(*args, **kwargs)
         if func is aten.mkldnn_rnn_layer.default and out[3].numel() == 0:
             shape, dtype = _rnn_workspace(_signature(args))
@@ -112,16 +119,40 @@ def real_paths() -> Iterator[None]:
       ``arange`` and ``eq``; on a device ``zeros`` and ``scatter_``, after the class values
       are read (ATen/native/Onehot.cpp; on a CPU ``aminmax`` in torch 2.13, ``min`` and
       ``max`` in 2.11); the reads are answered as the run answers every read of values.
+    - ``_pad_packed_sequence`` (``torch.nn.utils.rnn.pad_packed_sequence``) writes the
+      lengths it returns through their data pointer: made real while it runs
+      (:class:`KernelGaps`); the batch sizes it reads are real already
+      (:func:`budget.eager.reads.host_read`).
     """
     original = torch.nn.functional.one_hot
+    pad = T.VF._pad_packed_sequence
+
+    def pad_packed(*args: Any, **kwargs: Any) -> Any:
+        _HOST_WRITES[0] += 1
+        try:
+            return pad(*args, **kwargs)
+        finally:
+            _HOST_WRITES[0] -= 1
 
     def one_hot(input: torch.Tensor, num_classes: int = -1) -> torch.Tensor:  # noqa: A002
         if isinstance(input, T.FakeTensor):
             return _one_hot_on_device(input, num_classes, original)
         return original(input, num_classes)
 
-    with mock.patch.object(torch.nn.functional, "one_hot", one_hot):
+    with (
+        mock.patch.object(torch.nn.functional, "one_hot", one_hot),
+        mock.patch.object(T.VF, "_pad_packed_sequence", pad_packed),
+    ):
         yield
+
+
+_HOST_WRITES = [0]  # calls of _pad_packed_sequence under way (real_paths)
+
+
+def _host_ints(kwargs: dict) -> bool:
+    dtype, device = kwargs.get("dtype"), kwargs.get("device")
+    integer = dtype is not None and not dtype.is_floating_point and not dtype.is_complex
+    return integer and device is not None and torch.device(device).type == "cpu"
 
 
 def _one_hot_on_device(x: torch.Tensor, num_classes: int, original: Any) -> torch.Tensor:

@@ -44,17 +44,21 @@ def real_value(tracer: Any, func: Any, args: tuple, kwargs: dict) -> Any:
     return out
 
 
-def fake_like(out: Any) -> Any:
+def fake_like(out: Any, *, host: bool = False) -> Any:
     """Empty tensors shaped, strided and typed as ``out``'s (fake ones, under a fake mode):
-    what a fake run makes of an op whose output size depends on values."""
-    return T.tree_map(
-        lambda t: (
-            torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
-            if isinstance(t, torch.Tensor)
-            else t
-        ),
-        out,
-    )
+    what a fake run makes of an op whose output size depends on values. ``host``: its
+    integer CPU tensors are kept as they are, real, for the kernels that read them on the
+    host (the batch sizes of a ``PackedSequence``, which ``nn.LSTM``, ``nn.GRU`` and
+    ``pad_packed_sequence`` read in C++, where a fake tensor has no data to give)."""
+
+    def like(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return t
+        if host and _host_ints(t) and not isinstance(t, T.FakeTensor):
+            return t
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+
+    return T.tree_map(like, out)
 
 
 def real_output(tracer: Any, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -114,6 +118,43 @@ def real_output(tracer: Any, func: Any, args: tuple, kwargs: dict) -> Any:
         return func(*a, **k)
 
 
+# Ops whose CPU kernel reads integer operands on the host (a PackedSequence's lengths),
+# which fake tensors cannot give it, and whose outputs' sizes depend on those alone: their
+# floating-point operands are read for values only. (``_pad_packed_sequence``, which reads
+# the batch sizes, is composite: its calls run on them, real: budget.eager.fake.real_paths)
+HOST_READS = ("aten::_pack_padded_sequence",)
+
+
+def host_read(tracer: Any, func: Any, args: tuple, kwargs: dict) -> Any:
+    """What a fake run makes of a call of one of ``HOST_READS`` (None for other calls, or
+    where its integer operands have no real value behind them): the kernel run on zeros
+    of its floating-point operands' sizes and the real values of its integer ones
+    (:func:`real_output`), its outputs made :func:`fake_like` (the integer ones stay real,
+    for the kernels that read them next)."""
+    if not isinstance(func, T.OpOverload) or func.name() not in HOST_READS:
+        return None
+    ints = [a for a in T.tree_leaves((args, kwargs)) if _host_ints(a)]
+    real_ints = real_output(tracer, lambda *a: list(a), tuple(ints), {}) if ints else []
+    if real_ints is None:
+        return None
+    given = dict(zip(map(id, ints), real_ints, strict=True))
+
+    def real(a: Any) -> Any:
+        if not isinstance(a, torch.Tensor):
+            return a
+        if id(a) in given:
+            return given[id(a)]
+        return torch.zeros(a.shape, dtype=a.dtype).as_strided(a.shape, a.stride())
+
+    with T._disable_current_modes(), torch.no_grad():
+        out = func(*T.tree_map(real, args), **T.tree_map(real, kwargs))
+    return fake_like(out, host=True)
+
+
+def _host_ints(a: Any) -> bool:
+    return isinstance(a, torch.Tensor) and a.device.type == "cpu" and not a.is_floating_point()
+
+
 def _dependencies(tracer: Any, roots: list[fx.Node]) -> set[fx.Node]:
     """The nodes ``roots`` are computed from: their inputs, and every op that wrote
     into one of their storages before now (an in-place op through a view), closed."""
@@ -169,6 +210,8 @@ class _Answers(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         try:
+            if isinstance(func, T.OpOverload) and func.name() in HOST_READS:
+                raise T.DynamicOutputShapeException(func)  # answered as the trace's
             return func(*args, **(kwargs or {}))
         except (T.DataDependentOutputException, T.DynamicOutputShapeException):
             now = self.recomputing()
@@ -180,7 +223,8 @@ class _Answers(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
                 self.next_again[now[1]] = at + 1
             if at >= len(reads) or reads[at].op != str(func):
                 raise
-            return fake_like(reads[at].value)
+            host = isinstance(func, T.OpOverload) and func.name() in HOST_READS
+            return fake_like(reads[at].value, host=host)
 
 
 @contextlib.contextmanager

@@ -47,7 +47,7 @@ from ..runtime import _torch_private as T
 from ..runtime.values import generator_state_bytes, storage_of, written_args
 from . import own_checkpoint
 from .fake import KernelGaps, fake_step, real_paths
-from .reads import fake_like, real_output, real_value, transformers_reads_values
+from .reads import fake_like, host_read, real_output, real_value, transformers_reads_values
 from .replays import ViewReplays
 from .traced import Read, Region, Save, Trace
 
@@ -64,7 +64,11 @@ class _Recorder(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
         replays = self.tracer.replays
         replay = replays.is_replay(func, args)
         try:
-            out = func(*args, **kwargs)
+            out = host_read(self.tracer, func, args, kwargs)  # a PackedSequence's ops
+            if out is not None:
+                self.tracer.read(func, out)
+            else:
+                out = func(*args, **kwargs)
         except T.DataDependentOutputException:
             # a Python value read from tensor data (``bool(t)``, ``.item()``, ``equal``)
             out = real_value(self.tracer, func, args, kwargs)

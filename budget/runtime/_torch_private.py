@@ -113,6 +113,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "sac_is_compiling": ("torch.utils.checkpoint", "_is_compiling"),
     "CachingTorchDispatchMode": ("torch.utils.checkpoint", "_CachingTorchDispatchMode"),
     "FakeTensor": ("torch._subclasses.fake_tensor", "FakeTensor"),
+    "VF": ("torch", "_VF"),  # the C++ ops torch.nn.utils.rnn calls (budget.eager.fake)
     "FunctionalTensor": ("torch._subclasses.functional_tensor", "FunctionalTensor"),
 }
 

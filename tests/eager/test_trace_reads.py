@@ -115,3 +115,51 @@ def test_a_routed_mixture_of_experts_is_traced_at_the_real_routing(b, estimator)
     assert_same_grads(model, ref)
     model.zero_grad(set_to_none=True)
     assert measure_peak(lambda: model(x).square().sum()) == plan.peak_bytes
+
+
+class _Packed(nn.Module):
+    """Variable-length sequences through recurrent layers, packed as users pack them."""
+
+    def __init__(self, rnn: type[nn.Module]) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            rnn(16, 8, batch_first=True, bidirectional=True) for _ in range(2)
+        )
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+        for layer in self.layers:
+            packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+            out = layer(packed)[0]
+            x = x + pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])[0]
+        return x.square().sum()
+
+
+@pytest.mark.parametrize("rnn", [nn.LSTM, nn.GRU])
+@pytest.mark.parametrize("b", [1.0, 0.0])
+def test_packed_sequences_are_traced_with_their_real_batch_sizes(rnn, b):
+    """``pack_padded_sequence`` makes batch sizes of the lengths' values, which the
+    recurrent kernels and ``pad_packed_sequence`` read on the host: the trace gives them
+    the real ones (budget.eager.reads.host_read), and ``pad_packed_sequence`` writes the
+    lengths it returns into a real tensor (budget.eager.fake.real_paths). budget.apply
+    plans the layers; gradients are the unplanned model's, and the peak predicted is at
+    or over the one measured (the engine sums gradients in place, which fake tensors
+    cannot: over by such sums)."""
+    import copy
+
+    import budget
+    from budget.runtime.measure import measure_peak
+
+    torch.manual_seed(0)
+    model, x = _Packed(rnn), torch.randn(4, 12, 16)
+    lengths = torch.tensor([12, 9, 5, 2])
+    ref = copy.deepcopy(model)
+    plan = budget.apply(model, x, lengths, step=lambda x, n: model(x, n), memory_budget=b)
+    assert plan.checkpointed == ([] if b == 1.0 else ["layers.0", "layers.1"])
+    for m in (model, ref):
+        m(x, lengths).backward()
+    assert_same_grads(model, ref)
+    model.zero_grad(set_to_none=True)
+    measured = measure_peak(lambda: model(x, lengths))
+    assert measured <= plan.peak_bytes <= 1.25 * measured
