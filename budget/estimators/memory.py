@@ -291,8 +291,9 @@ def workspace_bytes(
     output's bytes (a T5 step under ``compiler="eager"`` peaks inside one). A Python
     number where an op takes a Tensor: :func:`wrapped_scalar_bytes`.
 
-    CPU matmuls in bfloat16 or float16 (oneDNN's packed operands and scratch) and LSTM
-    layers (their gates, operand copies) are measured on this host
+    CPU matmuls in bfloat16 or float16 (oneDNN's packed operands and scratch) or on an
+    operand BLAS cannot read as laid out (its copy), and LSTM layers (their gates, operand
+    copies) are measured on this host
     (:mod:`budget.estimators.onednn_workspace`), unless ``measure=False``.
     On CUDA, the kernels that allocate inside themselves (attention backwards, cuDNN
     convolutions) are measured on this GPU (:mod:`budget.estimators.cuda_workspace`).

@@ -1,11 +1,13 @@
-"""CPU oneDNN calls that allocate inside themselves: low-precision matmuls and LSTM layers.
+"""CPU calls that allocate inside themselves: matmuls (oneDNN's, copies) and LSTM layers.
 
 On the CPU, torch runs some ops through oneDNN, which takes memory while the call runs and
 frees it before it returns: memory no graph value shows, at a moment a step may peak.
 
 - matmuls in bfloat16 or float16: oneDNN packs the operands into blocked copies and takes
   scratch (an eager step under bf16 autocast peaks inside one). float32 matmuls (MKL)
-  take none;
+  take none, unless an operand is laid out otherwise than BLAS reads it (neither its rows
+  nor its columns contiguous: the stride-0 gradient of a ``sum`` loss), which the kernel
+  copies first;
 - LSTM layers (``aten.mkldnn_rnn_layer`` and its backward, what ``nn.LSTM`` runs on the
   CPU), in any dtype: the gates of every time step and copies of operands laid out
   otherwise than oneDNN's own (a ``batch_first`` input, a gradient expanded by ``sum``),
@@ -88,14 +90,32 @@ def _measured(func: Any, args: Sequence[Any]) -> bool:
     """Whether ``func`` on ``args`` is a call this module measures."""
     if func in RNN_LAYERS:
         return True
-    first = next((a for a in args if isinstance(a, torch.Tensor)), None)
-    return func in MATMULS and first is not None and first.dtype in LOW_PRECISION
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if func not in MATMULS or not tensors:
+        return False
+    return tensors[0].dtype in LOW_PRECISION or not all(map(_blas_ready, tensors))
+
+
+def _blas_ready(t: torch.Tensor) -> bool:
+    """Whether a matmul operand's last two dimensions are laid out as BLAS reads them (rows
+    or columns contiguous): otherwise the CPU kernel copies it first (the gradient of a
+    ``sum`` loss, expanded with stride 0, reaching a Linear's backward)."""
+    if t.dim() < 2:
+        return True
+    (rows, cols), (row_stride, col_stride) = (
+        [hint(n) for n in t.shape[-2:]],
+        [hint(s) for s in t.stride()[-2:]],
+    )
+    by_rows = (col_stride == 1 or cols == 1) and row_stride >= max(1, cols)
+    by_cols = (row_stride == 1 or rows == 1) and col_stride >= max(1, rows)
+    return by_rows or by_cols
 
 
 def onednn_workspace_bytes(func: Any, args: Sequence[Any]) -> int:
-    """The bytes a CPU call of a low-precision matmul or an LSTM layer allocates inside
-    itself, measured on this host (0 for other calls, operands too large to run, or a
-    failed run). An ``out=`` matmul is measured as the call that makes its output."""
+    """The bytes a CPU call of a matmul (low-precision, or on an operand BLAS cannot read
+    as it is) or an LSTM layer allocates inside itself, measured on this host (0 for other
+    calls, operands too large to run, or a failed run). An ``out=`` matmul is measured as
+    the call that makes its output."""
     func = OUT_VARIANTS.get(func, func)
     if not _measured(func, args):
         return 0

@@ -55,6 +55,21 @@ def test_eager_prediction_equals_measurement(name, opts, b):
     assert plan.peak_bytes == measured
 
 
+@pytest.mark.parametrize("b", [1.0, 0.0])
+def test_a_sum_losss_stride_0_gradient_is_copied_by_the_matmul_that_reads_it(b):
+    """The gradient of ``out.sum()`` is a scalar expanded with stride 0; a Linear's
+    backward hands it to ``mm``, whose CPU kernel copies it (the step peaks inside that
+    copy, which was once uncounted: a sum-loss step measured over its prediction)."""
+    from helpers.small import linears_sum_loss
+
+    torch._dynamo.reset()
+    ex = linears_sum_loss()
+    step, be = _compiled(ex, "eager", memory_budget=b)
+    measured = measure_peak(step, *ex.args)
+    (plan,) = be.plans
+    assert plan.peak_bytes == measured
+
+
 @pytest.mark.slow
 def test_inductor_prediction_of_a_weight_heavy_convnet_is_an_upper_bound():
     """Inductor runs convolutions channels-last, where oneDNN copies weights, not

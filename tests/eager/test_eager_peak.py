@@ -7,7 +7,14 @@ import copy
 
 import pytest
 import torch
-from helpers.small import bf16_autocast, small_gpt, small_lstm, small_mlp, small_resnet
+from helpers.small import (
+    bf16_autocast,
+    linears_sum_loss,
+    small_gpt,
+    small_lstm,
+    small_mlp,
+    small_resnet,
+)
 
 import budget
 import budget.eager
@@ -21,6 +28,7 @@ EXACT = {
     "gpt-bf16-autocast": lambda: bf16_autocast(small_gpt()),
     "gpt-dropout": lambda: small_gpt(0.1),
     "mlp": small_mlp,
+    "linears-sum-loss": linears_sum_loss,  # a matmul's copy of a stride-0 gradient
     "resnet": small_resnet,
     # BatchNorm of bf16 convolutions with float32 parameters: its saved statistics are
     # float32 on the CPU though fake tensors make them bf16 (budget.eager.fake.KernelGaps)

@@ -104,3 +104,17 @@ def test_an_lstm_layers_calls_are_measured_in_any_dtype_from_a_fake_trace_too():
         with FakeTensorMode(allow_non_fake_inputs=True) as mode:
             fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
             assert onednn_workspace_bytes(func, fake) == measured
+
+
+def test_a_float32_matmul_copies_an_operand_blas_cannot_read_as_it_is():
+    """A ``sum`` loss's gradient is expanded with stride 0; a Linear's backward hands it to
+    ``mm``, whose CPU kernel copies it first. Rows- or columns-contiguous operands (a
+    transpose included) are read as they are: nothing measured, nothing run."""
+    grad = torch.ones(()).expand(80, 32)
+    w = torch.empty(32, 48)
+    copied = onednn_workspace_bytes(aten.mm.default, (grad, w))
+    assert copied >= grad.shape.numel() * 4
+    assert onednn_workspace_bytes(aten.mm.default, (grad.t(), torch.empty(80, 48))) >= copied
+    assert onednn_workspace_bytes(aten.mm.default, (torch.empty(80, 32), w)) == 0
+    assert onednn_workspace_bytes(aten.mm.default, (torch.empty(32, 80).t(), w)) == 0
+    assert onednn_workspace_bytes(aten.mm.default, (torch.empty(80, 64)[:, ::2], w)) > 0

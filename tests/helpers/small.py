@@ -48,6 +48,17 @@ def small_lstm(bidirectional: bool = False) -> Example:
     return Example("lstm", model, (torch.randn(8, 50, 32),), lambda x: model(x))
 
 
+def linears_sum_loss() -> Example:
+    """Two Linears on a batch of sequences, the sum of the output the loss: its gradient,
+    expanded with stride 0, reaches the last Linear's backward, whose CPU matmuls copy it
+    (the step's peak)."""
+    torch.manual_seed(0)
+    model = torch.nn.Module()
+    model.layers = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Linear(32, 32))
+    x = torch.randn(4, 20, 32)
+    return Example("linears", model, (x,), lambda x: model.layers(x).sum())
+
+
 def bf16_autocast(ex: Example) -> Example:
     """The example with its step run under CPU bf16 autocast: matmuls and convolutions in
     bf16 (oneDNN, which allocates inside each call), BatchNorm keeping float32 statistics."""
