@@ -64,11 +64,13 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
+    import importlib
 
+    if name in _LAZY:
         module = importlib.import_module(_LAZY[name], __name__)
         return getattr(module, name)
+    if name == "eager":  # budget.eager.plan(...) after a bare ``import budget``
+        return importlib.import_module(".eager", __name__)
     raise AttributeError(f"module 'budget' has no attribute {name!r}")
 
 

@@ -157,6 +157,8 @@ loaded = [m for m in stack if m in sys.modules]
 assert not loaded, f"budget.estimators loaded the compile stack: {loaded}"
 T.classify_nodes
 assert "torch._functorch.partitioners" in sys.modules
+assert "budget.eager" not in sys.modules
+assert callable(budget.eager.plan)  # the subpackage, on first use after `import budget`
 """
 
 

@@ -140,6 +140,18 @@ def _check_model(model: nn.Module) -> None:
             "this model has a plan applied: budget.unapply(model) first, or call "
             "budget.apply(model, ...) again (it re-plans from the original model)"
         )
+    compiled = [
+        name or type(model).__name__
+        for name, m in model.named_modules()
+        if isinstance(m, T.OptimizedModule) or getattr(m, "_compiled_call_impl", None)
+    ]
+    if compiled:
+        raise ValueError(
+            f"budget.apply plans eager steps, and {compiled[0]} is compiled (torch.compile "
+            "or .compile()): tracing it would leave dynamo running it eagerly from then on. "
+            "Give torch.compile budget's backend instead: torch.compile(model, "
+            "backend=budget.backend(memory_budget=...)), or apply to the uncompiled model"
+        )
     config = getattr(model, "config", None)
     if model.training and getattr(config, "use_cache", False) is True:
         raise ValueError(

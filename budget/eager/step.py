@@ -23,6 +23,12 @@ def step_of(
     if step is not None:
         if loss_fn is not None:
             raise ValueError("pass loss_fn= or step=, not both: step= computes the loss itself")
+        if hasattr(step, "_torchdynamo_orig_callable"):  # what torch.compile(fn) returns
+            raise ValueError(
+                "step= is compiled (torch.compile): budget.apply plans eager steps. Compile "
+                "it with budget's backend instead (torch.compile(step, backend="
+                "budget.backend(memory_budget=...))), or give the uncompiled step"
+            )
         return _returning_the_loss(step)
 
     def run(*args: Any, **kwargs: Any) -> torch.Tensor:

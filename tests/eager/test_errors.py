@@ -351,3 +351,31 @@ def test_a_step_that_runs_its_own_backward_is_refused_saying_what_to_return():
         budget.apply(ex.model, *ex.args, step=step, memory_budget=0.5)
     assert all(torch.equal(a, p) for a, p in zip(before, ex.model.parameters(), strict=True))
     assert all(p.grad is None for p in ex.model.parameters())
+
+
+@pytest.mark.parametrize("how", ["torch.compile", "module.compile", "step"])
+def test_a_compiled_model_or_step_is_refused_before_dynamo_sees_a_fake_run(how):
+    """Traced on fake tensors, a compiled model would be run eagerly by dynamo from then on
+    (it gives up on the frame): refused first, naming budget's backend, and it compiles
+    as before after the refusal."""
+    ex = _gpt()
+    compiles = []
+
+    def counting(gm, example_inputs):  # type: ignore[no-untyped-def]
+        compiles.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    model, step = ex.model, ex.step
+    if how == "torch.compile":
+        model = torch.compile(ex.model, backend=counting)
+        step = None
+    elif how == "module.compile":
+        ex.model.blocks[0].compile(backend=counting)
+    else:
+        step = torch.compile(ex.step, backend=counting)
+    with pytest.raises(ValueError, match="compiled.*budget.backend"):
+        budget.apply(model, *ex.args, step=step, memory_budget=0.5)
+    assert not compiles
+    out = model(ex.args[0]) if step is None else step(*ex.args)
+    assert compiles and torch.is_tensor(out)
