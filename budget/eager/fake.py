@@ -71,6 +71,12 @@ class KernelGaps(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
       ``_pad_packed_sequence`` returns, inside :func:`real_paths`'s scope): made real, as
       a fake tensor has no data to write.
 
+    - a CPU loss reduced in place (``mse_loss``, ``smooth_l1_loss``,
+      ``binary_cross_entropy``, ``soft_margin_loss``): the kernel returns the loss as a
+      view of the unreduced losses' storage, which lives as long as the loss does; fake
+      tensors make a storage of the loss alone. The kernel, run once per signature on
+      zeros, gives the storage's size.
+
     And those whose fake kernel makes another dtype than the device's kernel:
 
     - a batch norm's saved mean and inverse standard deviation: fake tensors make them in
@@ -96,6 +102,11 @@ class KernelGaps(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
             return (*out[:3], torch.empty(shape, dtype=dtype, device=out[3].device))
         if func is aten.mkldnn_rnn_layer_backward.default and out[3] is out[4]:
             return (*out[:4], torch.empty_like(out[3]), *out[5:])
+        if _reduced_in_place(func, args, out):
+            nbytes = _loss_storage(func, _signature(args))
+            if nbytes > out.untyped_storage().nbytes():
+                flat = torch.empty(nbytes // out.dtype.itemsize, dtype=out.dtype, device=out.device)
+                return flat.as_strided(out.shape, out.stride())
         if func in _BATCH_NORMS and isinstance(args[0], torch.Tensor):
             dtype = _stats_dtype(func, args)
             if dtype is not None and any(t.dtype != dtype for t in out[1:3]):
@@ -250,6 +261,34 @@ def _signature(args: tuple) -> tuple:
         else (tuple(a) if isinstance(a, list) else a)
         for a in args
     )
+
+
+_REDUCED_IN_PLACE = ("mse_loss", "smooth_l1_loss", "binary_cross_entropy", "soft_margin_loss")
+
+
+def _reduced_in_place(func: Any, args: tuple, out: Any) -> bool:
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    return (
+        isinstance(func, T.OpOverload)
+        and func.name().removeprefix("aten::") in _REDUCED_IN_PLACE
+        and isinstance(out, torch.Tensor)
+        and out.dim() == 0
+        and all(t.device.type == "cpu" for t in tensors)
+    )
+
+
+@functools.cache
+def _loss_storage(func: Any, signature: tuple) -> int:
+    """The bytes of the storage the CPU kernel of ``func`` returns its loss in, for a call
+    of ``signature`` (:func:`_signature`): the kernel run on zeros."""
+    with T._disable_current_modes(), torch.no_grad():
+        args = [
+            torch.zeros(a.shape, dtype=a.dtype)
+            if isinstance(a, _Like)
+            else (list(a) if isinstance(a, tuple) else a)
+            for a in signature
+        ]
+        return int(func(*args).untyped_storage().nbytes())
 
 
 class _Like(NamedTuple):

@@ -10,6 +10,12 @@ the pooled output's size, alive together inside the call and freed before it ret
 backward's conversion. What they allocate beyond their outputs is measured once per call
 signature (:func:`budget.runtime.measure.measure_workspace`) by running the prim on zeros
 of the call's shapes: index arithmetic that is the same on every host and device.
+
+CPU loss kernels with a reduction (``mse_loss``, ``smooth_l1_loss``, ``huber_loss``,
+``binary_cross_entropy`` and ``..._with_logits``, ``soft_margin_loss``, and the backwards
+that are kernels of their own) make the unreduced losses, or a gradient's factor, as a
+temporary before reducing it: measured the same way, on the CPU only (Inductor's and
+``compiler="eager"``'s decompositions run such losses as ops of their own).
 """
 
 from __future__ import annotations
@@ -27,16 +33,34 @@ PRIMS = (
     "prims::_low_memory_max_pool_with_offsets",
     "prims::_low_memory_max_pool_offsets_to_indices",
 )
+LOSSES = tuple(
+    f"aten::{name}"
+    for name in (
+        "mse_loss",
+        "mse_loss_backward",
+        "smooth_l1_loss",
+        "smooth_l1_loss_backward",
+        "huber_loss",
+        "huber_loss_backward",
+        "binary_cross_entropy",
+        "binary_cross_entropy_backward",
+        "binary_cross_entropy_with_logits",
+        "soft_margin_loss",
+        "soft_margin_loss_backward",
+    )
+)
 MAX_OPERAND_BYTES = 256 * 2**20  # operands larger than this are not materialised
 
 _MEMO: dict[tuple[Any, ...], int] = {}
 
 
 def prim_workspace_bytes(func: Any, args: Sequence[Any]) -> int | None:
-    """The bytes ``func`` (one of ``PRIMS``) allocates inside itself on ``args``, beyond
-    what it returns; None for any other op (and 0 for operands too large to run)."""
+    """The bytes ``func`` (one of ``PRIMS``, or of ``LOSSES`` on CPU operands) allocates
+    inside itself on ``args``, beyond what it returns; None for any other op (and 0 for
+    operands too large to run)."""
     name = func.name() if isinstance(func, OpOverload) else None
-    if name not in PRIMS:
+    on_cpu = all(a.device.type == "cpu" for a in args if isinstance(a, torch.Tensor))
+    if name not in PRIMS and not (name in LOSSES and on_cpu):
         return None
     key = (name, *(_signature(a) for a in args))
     if key not in _MEMO:

@@ -145,3 +145,38 @@ def test_bad_peak_budgets_are_refused():
     plan = budget.eager.plan(ex.model, *ex.args, step=ex.step, memory_budget=0.5)
     with pytest.raises(ValueError, match="not both"):
         budget.apply(ex.model, step=ex.step, plan=plan, peak_memory_budget="1GiB")
+
+
+LOSSES = {
+    "mse": lambda o, y: torch.nn.functional.mse_loss(o, y),
+    "smooth_l1": lambda o, y: torch.nn.functional.smooth_l1_loss(o, y),
+    "huber": lambda o, y: torch.nn.functional.huber_loss(o, y),
+    "bce": lambda o, y: torch.nn.functional.binary_cross_entropy(o.sigmoid(), y.sigmoid()),
+    "bce_logits": lambda o, y: torch.nn.functional.binary_cross_entropy_with_logits(o, y),
+    "soft_margin": lambda o, y: torch.nn.functional.soft_margin_loss(o, y.sign()),
+}
+
+
+@pytest.mark.parametrize("loss", list(LOSSES))
+@pytest.mark.parametrize("b", [1.0, 0.0])
+def test_a_cpu_loss_kernels_temporaries_and_kept_losses_are_predicted(loss, b):
+    """Loss kernels with a reduction make the unreduced losses as a temporary, and several
+    return the loss as a view of them (alive as long as the loss is): the peak of a step
+    ending in one is predicted to the byte (budget.estimators.prim_workspace, and
+    budget.eager.fake.KernelGaps for the kept storage)."""
+    torch.manual_seed(0)
+    model = torch.nn.Module()
+    model.blocks = torch.nn.ModuleList(
+        torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.GELU()) for _ in range(2)
+    )
+    model.out = torch.nn.Linear(32, 16)
+    x, y = torch.randn(8, 20, 32), torch.randn(8, 20, 16)
+
+    def step(x, y):  # type: ignore[no-untyped-def]
+        for block in model.blocks:
+            x = block(x)
+        return LOSSES[loss](model.out(x), y)
+
+    plan = budget.apply(model, x, y, step=step, memory_budget=b)
+    model.zero_grad(set_to_none=True)
+    assert plan.peak_bytes == measure_peak(step, x, y)
