@@ -284,7 +284,9 @@ def workspace_bytes(
 
     Inductor's low-memory max-pool prims, run op by op (``compiler="eager"``; not with
     ``inductor=True``, where Inductor lowers them into its code): their temporaries,
-    measured (:mod:`budget.estimators.prim_workspace`), on every device.
+    measured (:mod:`budget.estimators.prim_workspace`), on every device; likewise CPU
+    kernels with temporaries of their own (losses, normalisation backwards, batch norm,
+    nearest upsampling), on the CPU.
     CPU flash attention (``_scaled_dot_product_flash_attention_for_cpu`` and its backward)
     allocates per-thread blocks: :func:`attention_workspace_bytes`. ``prims.fma`` (in the
     decomposed softmax backward) run op by op makes its product before the sum: one

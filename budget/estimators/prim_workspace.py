@@ -11,11 +11,14 @@ backward's conversion. What they allocate beyond their outputs is measured once 
 signature (:func:`budget.runtime.measure.measure_workspace`) by running the prim on zeros
 of the call's shapes: index arithmetic that is the same on every host and device.
 
-CPU loss kernels with a reduction (``mse_loss``, ``smooth_l1_loss``, ``huber_loss``,
-``binary_cross_entropy`` and ``..._with_logits``, ``soft_margin_loss``, and the backwards
-that are kernels of their own) make the unreduced losses, or a gradient's factor, as a
-temporary before reducing it: measured the same way, on the CPU only (Inductor's and
-``compiler="eager"``'s decompositions run such losses as ops of their own).
+Some CPU kernels allocate inside themselves too, measured the same way (on zeros laid out
+as the call's operands), on the CPU only (Inductor's and ``compiler="eager"``'s
+decompositions run them as ops of their own): loss kernels with a reduction
+(``mse_loss``, ``smooth_l1_loss``, ``huber_loss``, ``binary_cross_entropy`` and
+``..._with_logits``, ``soft_margin_loss``, and the backwards that are kernels of their
+own) make the unreduced losses, or a gradient's factor, before reducing them; the
+backwards of group and layer norm sum the parameters' gradients per thread; batch norm's
+backward makes a temporary of the input's size; nearest upsampling copies.
 """
 
 from __future__ import annotations
@@ -33,9 +36,15 @@ PRIMS = (
     "prims::_low_memory_max_pool_with_offsets",
     "prims::_low_memory_max_pool_offsets_to_indices",
 )
-LOSSES = tuple(
+CPU_KERNELS = tuple(
     f"aten::{name}"
     for name in (
+        "native_group_norm_backward",
+        "native_layer_norm_backward",
+        "native_batch_norm",
+        "native_batch_norm_backward",
+        "upsample_nearest2d",
+        "upsample_nearest2d_backward",
         "mse_loss",
         "mse_loss_backward",
         "smooth_l1_loss",
@@ -55,12 +64,12 @@ _MEMO: dict[tuple[Any, ...], int] = {}
 
 
 def prim_workspace_bytes(func: Any, args: Sequence[Any]) -> int | None:
-    """The bytes ``func`` (one of ``PRIMS``, or of ``LOSSES`` on CPU operands) allocates
+    """The bytes ``func`` (one of ``PRIMS``, or of ``CPU_KERNELS`` on CPU operands) allocates
     inside itself on ``args``, beyond what it returns; None for any other op (and 0 for
     operands too large to run)."""
     name = func.name() if isinstance(func, OpOverload) else None
     on_cpu = all(a.device.type == "cpu" for a in args if isinstance(a, torch.Tensor))
-    if name not in PRIMS and not (name in LOSSES and on_cpu):
+    if name not in PRIMS and not (name in CPU_KERNELS and on_cpu):
         return None
     key = (name, *(_signature(a) for a in args))
     if key not in _MEMO:
@@ -70,7 +79,7 @@ def prim_workspace_bytes(func: Any, args: Sequence[Any]) -> int | None:
 
 def _signature(arg: Any) -> Any:
     if isinstance(arg, torch.Tensor):
-        return ("tensor", shape(arg), str(arg.dtype))
+        return ("tensor", shape(arg), tuple(hint(s) for s in arg.stride()), str(arg.dtype))
     if isinstance(arg, (list, tuple)):
         return tuple(_signature(a) for a in arg)
     if isinstance(arg, (torch.SymInt, torch.SymBool)):
@@ -85,8 +94,10 @@ def _measure(func: Any, args: Sequence[Any]) -> int:
         return 0
 
     def real(arg: Any) -> Any:
-        if isinstance(arg, torch.Tensor):
-            return torch.zeros(shape(arg), dtype=arg.dtype)
+        if isinstance(arg, torch.Tensor):  # laid out as the operand (a kernel may copy it)
+            size, stride = shape(arg), [hint(s) for s in arg.stride()]
+            extent = 1 + sum((n - 1) * st for n, st in zip(size, stride, strict=True))
+            return torch.zeros(max(1, extent), dtype=arg.dtype).as_strided(size, stride)
         if isinstance(arg, (list, tuple)):
             return type(arg)(real(a) for a in arg)
         if isinstance(arg, (torch.SymInt, torch.SymBool)):

@@ -10,6 +10,7 @@ import torch
 from helpers.small import (
     bf16_autocast,
     linears_sum_loss,
+    small_audio,
     small_gpt,
     small_lstm,
     small_mlp,
@@ -29,6 +30,8 @@ EXACT = {
     "gpt-dropout": lambda: small_gpt(0.1),
     "mlp": small_mlp,
     "linears-sum-loss": linears_sum_loss,  # a matmul's copy of a stride-0 gradient
+    # GroupNorm's backward sums per thread inside its kernel (estimators.prim_workspace)
+    "audio": small_audio,
     "resnet": small_resnet,
     # BatchNorm of bf16 convolutions with float32 parameters: its saved statistics are
     # float32 on the CPU though fake tensors make them bf16 (budget.eager.fake.KernelGaps)

@@ -59,6 +59,40 @@ def linears_sum_loss() -> Example:
     return Example("linears", model, (x,), lambda x: model.layers(x).sum())
 
 
+class _SeparableBlock(torch.nn.Module):
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.dw = torch.nn.Conv1d(c, c, 5, padding=2, groups=c)
+        self.pw = torch.nn.Conv1d(c, c, 1)
+        self.norm = torch.nn.GroupNorm(4, c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.nn.functional.silu(self.norm(self.pw(self.dw(x))))
+
+
+class _Audio(torch.nn.Module):
+    """A waveform through depthwise-separable 1-d convolutions with GroupNorm, pooled over
+    time into a classifier: GroupNorm's CPU backward sums the parameters' gradients per
+    thread, inside the kernel (the step's peak)."""
+
+    def __init__(self, c: int = 32) -> None:
+        super().__init__()
+        self.inp = torch.nn.Conv1d(1, c, 3, padding=1)
+        self.layers = torch.nn.Sequential(*(_SeparableBlock(c) for _ in range(2)))
+        self.head = torch.nn.Linear(c, 8)
+
+    def forward(self, wav: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        h = self.layers(self.inp(wav[:, None]))
+        return torch.nn.functional.cross_entropy(self.head(h.mean(-1)), y)
+
+
+def small_audio() -> Example:
+    torch.manual_seed(0)
+    model = _Audio()
+    args = (torch.randn(4, 200), torch.randint(0, 8, (4,)))
+    return Example("audio", model, args, lambda wav, y: model(wav, y))
+
+
 def bf16_autocast(ex: Example) -> Example:
     """The example with its step run under CPU bf16 autocast: matmuls and convolutions in
     bf16 (oneDNN, which allocates inside each call), BatchNorm keeping float32 statistics."""
