@@ -282,6 +282,7 @@ def _workspace(
     if memo is not None and (node, layout) in memo.workspace:
         return memo.workspace[node, layout]
     args = [a.meta.get("val") if isinstance(a, fx.Node) else a for a in node.args]
+    kwargs = {k: v.meta.get("val") if isinstance(v, fx.Node) else v for k, v in node.kwargs.items()}
     device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), None)
     copy = 0
     if layout is False:  # on a contiguous copy of its input, made for the call
@@ -295,6 +296,7 @@ def _workspace(
         device=device,
         measure=measure,
         inductor=inductor,
+        kwargs=kwargs,
     )
     if memo is not None:
         memo.workspace[node, layout] = out

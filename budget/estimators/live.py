@@ -74,7 +74,7 @@ class LiveStorages(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
         if not made:  # prim.device and the like: no memory, not a step of the timeline
             return out
         transient = workspace_bytes(
-            func, args, out, device=self.device, measure=self.measure_workspace
+            func, args, out, device=self.device, measure=self.measure_workspace, kwargs=kwargs
         )
         self._reach(self.live + transient)  # inputs and workspace, no outputs
         for t in made:

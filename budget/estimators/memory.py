@@ -270,6 +270,7 @@ def workspace_bytes(
     device: str | None = None,
     measure: bool = True,
     inductor: bool = False,
+    kwargs: dict | None = None,
 ) -> int:
     """Bytes an op allocates inside its kernel and frees before it returns, which neither
     its inputs nor its outputs show; for the peak models (:mod:`budget.compile.peak`,
@@ -286,7 +287,8 @@ def workspace_bytes(
     ``inductor=True``, where Inductor lowers them into its code): their temporaries,
     measured (:mod:`budget.estimators.prim_workspace`), on every device; likewise CPU
     kernels with temporaries of their own (losses, normalisation backwards, batch norm,
-    nearest upsampling), on the CPU.
+    nearest upsampling), and, given the call's ``kwargs``, any CPU call on an operand
+    expanded with stride 0 (many kernels copy it first).
     CPU flash attention (``_scaled_dot_product_flash_attention_for_cpu`` and its backward)
     allocates per-thread blocks: :func:`attention_workspace_bytes`. ``prims.fma`` (in the
     decomposed softmax backward) run op by op makes its product before the sum: one
@@ -305,8 +307,8 @@ def workspace_bytes(
     first = next((a for a in args if isinstance(a, torch.Tensor)), None)
     if first is None:
         return 0
-    inside = None if inductor else prim_workspace_bytes(func, args)
-    if inside is not None:  # Inductor's max-pool prims, run op by op
+    inside = None if inductor else prim_workspace_bytes(func, args, kwargs)
+    if inside is not None:  # max-pool prims, CPU kernels, calls on expanded operands
         return inside
     where = device or first.device.type
     if where == "cuda":

@@ -18,7 +18,10 @@ decompositions run them as ops of their own): loss kernels with a reduction
 ``..._with_logits``, ``soft_margin_loss``, and the backwards that are kernels of their
 own) make the unreduced losses, or a gradient's factor, before reducing them; the
 backwards of group and layer norm sum the parameters' gradients per thread; batch norm's
-backward makes a temporary of the input's size; nearest upsampling copies.
+backward makes a temporary of the input's size; nearest upsampling copies. And any CPU
+op (a functional ATen op) called on an operand expanded with stride 0 (the gradient of a
+``sum`` or ``mean`` reaching the op before it: pooling over time into a classifier), which
+many kernels copy first, where the caller gives the call's keyword arguments.
 """
 
 from __future__ import annotations
@@ -63,18 +66,44 @@ MAX_OPERAND_BYTES = 256 * 2**20  # operands larger than this are not materialise
 _MEMO: dict[tuple[Any, ...], int] = {}
 
 
-def prim_workspace_bytes(func: Any, args: Sequence[Any]) -> int | None:
-    """The bytes ``func`` (one of ``PRIMS``, or of ``CPU_KERNELS`` on CPU operands) allocates
-    inside itself on ``args``, beyond what it returns; None for any other op (and 0 for
-    operands too large to run)."""
+def prim_workspace_bytes(
+    func: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = None
+) -> int | None:
+    """The bytes ``func`` (one of ``PRIMS``, of ``CPU_KERNELS`` on CPU operands, or, with
+    ``kwargs`` given, a functional ATen op on a CPU operand expanded with stride 0)
+    allocates inside itself on ``args``, beyond what it returns; None for any other call
+    (and 0 for operands too large to run)."""
     name = func.name() if isinstance(func, OpOverload) else None
     on_cpu = all(a.device.type == "cpu" for a in args if isinstance(a, torch.Tensor))
-    if name not in PRIMS and not (name in CPU_KERNELS and on_cpu):
+    kernel = name in CPU_KERNELS and on_cpu
+    expanded = kwargs is not None and on_cpu and _functional(func) and _expanded(args)
+    if name not in PRIMS and not kernel and not expanded:
         return None
-    key = (name, *(_signature(a) for a in args))
+    kwargs = kwargs or {}
+    key = (name, *(_signature(a) for a in args), *((k, _signature(v)) for k, v in kwargs.items()))
     if key not in _MEMO:
-        _MEMO[key] = _measure(func, args)
+        _MEMO[key] = _measure(func, args, kwargs)
     return _MEMO[key]
+
+
+def _functional(func: Any) -> bool:
+    """An ATen op safe to run again on zeros: it writes no operand, returns no view of one,
+    draws no random numbers and makes outputs of sizes its operands' sizes decide."""
+    if not isinstance(func, OpOverload) or func.namespace != "aten":
+        return False
+    schema = func._schema
+    aliased = any(r.alias_info is not None for r in schema.returns)
+    tags = (torch.Tag.nondeterministic_seeded, torch.Tag.dynamic_output_shape)
+    return not schema.is_mutable and not aliased and not any(t in func.tags for t in tags)
+
+
+def _expanded(args: Sequence[Any]) -> bool:
+    """Whether a tensor operand repeats elements: a stride of 0 over a size above 1."""
+    return any(
+        isinstance(a, torch.Tensor)
+        and any(hint(st) == 0 and hint(n) > 1 for n, st in zip(a.shape, a.stride(), strict=True))
+        for a in args
+    )
 
 
 def _signature(arg: Any) -> Any:
@@ -87,7 +116,7 @@ def _signature(arg: Any) -> Any:
     return arg
 
 
-def _measure(func: Any, args: Sequence[Any]) -> int:
+def _measure(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> int:
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     size = sum(a.dtype.itemsize * max(1, int(torch.Size(shape(a)).numel())) for a in tensors)
     if size > MAX_OPERAND_BYTES:
@@ -105,5 +134,5 @@ def _measure(func: Any, args: Sequence[Any]) -> int:
         return arg
 
     with _disable_current_modes(), torch.no_grad():  # real zeros, outside the caller's modes
-        made = [real(a) for a in args]
-        return max(0, measure_workspace(lambda: func(*made)))
+        made, made_kw = [real(a) for a in args], {k: real(v) for k, v in kwargs.items()}
+        return max(0, measure_workspace(lambda: func(*made, **made_kw)))

@@ -183,3 +183,25 @@ def test_a_cpu_loss_kernels_temporaries_and_kept_losses_are_predicted(loss, b):
     plan = budget.apply(model, x, y, step=step, memory_budget=b)
     model.zero_grad(set_to_none=True)
     assert plan.peak_bytes == measure_peak(step, x, y)
+
+
+@pytest.mark.parametrize("b", [1.0, 0.0])
+def test_a_kernel_copying_an_expanded_gradient_is_predicted(b):
+    """``gelu(h).sum()``: the sum's gradient is a scalar expanded with stride 0, and GELU's
+    CPU backward copies it first (budget.estimators.prim_workspace measures a call on an
+    expanded operand); the step peaks there at b=1."""
+    torch.manual_seed(0)
+    model = torch.nn.Module()
+    model.blocks = torch.nn.ModuleList(
+        torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU()) for _ in range(2)
+    )
+    x = torch.randn(4, 50, 64)
+
+    def step(x):  # type: ignore[no-untyped-def]
+        for block in model.blocks:
+            x = block(x)
+        return torch.nn.functional.gelu(x).sum()
+
+    plan = budget.apply(model, x, step=step, memory_budget=b)
+    model.zero_grad(set_to_none=True)
+    assert plan.peak_bytes == measure_peak(step, x)
