@@ -92,18 +92,27 @@ class _SavedNumbers(TorchFunctionMode):
     the dispatcher, so no op call makes it and the saved-tensor hooks never see it. Its
     storage is counted from the call until autograd lets it go (after the node's backward
     runs), as :class:`_Live` counts any storage. Only the slot the number was given in is
-    read: reading another (a saved activation) would run its unpack hook."""
+    read: reading another (a saved activation) would run its unpack hook. And only for
+    the arithmetic whose node saves the number (``ARITHMETIC``): a function of the model
+    given numbers (``F.local_response_norm(x, 5, ...)``) returns a node of its last op,
+    whose slot of that name holds an activation."""
 
     def __init__(self, live: _Live) -> None:
         super().__init__()
         self.live = live
 
+    ARITHMETIC = frozenset(
+        ("mul", "multiply", "rmul", "div", "divide", "true_divide", "truediv", "rtruediv")
+        + ("pow", "rpow", "floor_divide", "floordiv", "rfloordiv")
+    )
+
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         out = func(*args, **(kwargs or {}))
+        arithmetic = getattr(func, "__name__", "").strip("_") in self.ARITHMETIC
         slots = [
             name
             for name, arg in (("_saved_self", args[:1]), ("_saved_other", args[1:2]))
-            if arg and isinstance(arg[0], (bool, int, float))
+            if arithmetic and arg and isinstance(arg[0], (bool, int, float))
         ]
         node = getattr(out, "grad_fn", None) if slots and isinstance(out, torch.Tensor) else None
         for name in slots if node is not None else ():

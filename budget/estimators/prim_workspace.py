@@ -18,7 +18,10 @@ decompositions run them as ops of their own): loss kernels with a reduction
 ``..._with_logits``, ``soft_margin_loss``, and the backwards that are kernels of their
 own) make the unreduced losses, or a gradient's factor, before reducing them; the
 backwards of group and layer norm sum the parameters' gradients per thread; batch norm's
-backward makes a temporary of the input's size; nearest upsampling copies. And any CPU
+backward makes a temporary of the input's size; upsampling copies or keeps weights;
+softmax backwards copy a gradient laid out otherwise; FFTs over other than the last
+dimension transpose; EmbeddingBag's backward and CTC keep per-bag and per-step buffers.
+And any CPU
 op (a functional ATen op) called on an operand expanded with stride 0 (the gradient of a
 ``sum`` or ``mean`` reaching the op before it: pooling over time into a classifier), which
 many kernels copy first, where the caller gives the call's keyword arguments.
@@ -48,6 +51,21 @@ CPU_KERNELS = tuple(
         "native_batch_norm_backward",
         "upsample_nearest2d",
         "upsample_nearest2d_backward",
+        "upsample_linear1d",
+        "upsample_bilinear2d",
+        "_upsample_bilinear2d_aa",
+        "upsample_bicubic2d",
+        "upsample_trilinear3d",
+        "_softmax_backward_data",
+        "_log_softmax_backward_data",
+        "_fft_r2c",
+        "_fft_c2r",
+        "_fft_c2c",
+        "_embedding_bag_backward",
+        "_embedding_bag_dense_backward",
+        "_embedding_bag_per_sample_weights_backward",
+        "_ctc_loss",
+        "_ctc_loss_backward",
         "mse_loss",
         "mse_loss_backward",
         "smooth_l1_loss",

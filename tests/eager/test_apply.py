@@ -417,3 +417,30 @@ def test_a_one_hot_routing_runs_the_calls_it_was_planned_with(b):
     reference(x).square().mean().backward()
     for got, want in zip(model.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(got.grad, want.grad, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("b", [0.0, 1.0])
+def test_a_library_function_given_numbers_is_not_read_for_saved_numbers(b):
+    """``F.local_response_norm(x, 5, ...)`` is given numbers and returns the node of its
+    last op (a division, whose ``_saved_other`` is an activation): the fake run counts the
+    numbers arithmetic saves (budget.eager.peak._SavedNumbers) for arithmetic alone, so
+    it never unpacks the activation (which ran the checkpointed block again, inside its
+    own forward: PlanMismatchError). Planned, gradients are the unplanned step's, and
+    the step keeps what the plan saves but for the number the function's own ``mul``
+    saves (8 bytes: the torch function mode does not see calls inside a function it
+    handles)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(8, 8, 3, padding=1),
+        torch.nn.Sequential(torch.nn.Conv2d(8, 8, 1), torch.nn.LocalResponseNorm(5)),
+    )
+    x = torch.randn(2, 8, 16, 16)
+    reference = copy.deepcopy(model)
+    plan = budget.apply(model, x, memory_budget=b, modules=["1"], loss_fn=lambda o: o.mean())
+    assert plan.checkpointed == ([] if b == 1.0 else ["1"])
+    step = lambda: model(x).mean()  # noqa: E731
+    assert measure_eager(step).retained_bytes == plan.saved_bytes + 8
+    model.zero_grad()
+    step().backward()
+    reference(x).mean().backward()
+    assert_same_grads(model, reference)
