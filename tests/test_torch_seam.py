@@ -97,6 +97,8 @@ LAZY = {
     "sac_is_compiling": "torch.utils.checkpoint",
     "CachingTorchDispatchMode": "torch.utils.checkpoint",
     "FakeTensor": "torch._subclasses.fake_tensor",
+    "detect_fake_mode": "torch._guards",
+    "disable_fake_tensor_cache": "torch._subclasses.fake_tensor",
     "FunctionalTensor": "torch._subclasses.functional_tensor",
     "VF": "torch",
 }
@@ -403,3 +405,29 @@ def test_saved_sets_are_torchs_at_every_fraction_and_the_min_cuts_are_solved_onc
     plain = [c for c in calls if not c]  # the budget-independent cuts, without dont_ban
     assert 1 <= len(cuts) == len(plain) <= 3 < torchs
     assert restored
+
+
+def test_fake_cache_off_gives_a_functional_copys_storage_as_the_kernel_makes_it():
+    """torch's fake-tensor dispatch cache rebuilds a hit's output at its strides' least
+    extent (a functional copy into a slice, as in an inverse FFT's backward): a graph
+    traced again in one process would count a smaller storage than the kernel makes. The
+    backend traces its graphs with the cache off (compile/dynamo_graph.fake_cache_off)."""
+    aten = torch.ops.aten
+
+    def copy_into_a_slice(mode) -> int:  # type: ignore[no-untyped-def]
+        full = mode.from_tensor(torch.zeros(4, 32, 8))
+        src = mode.from_tensor(torch.zeros(4, 17, 8))
+        with mode:
+            return (
+                aten.copy.default(aten.slice.Tensor(full, 1, 0, 17), src).untyped_storage().nbytes()
+            )
+
+    real = aten.copy.default(torch.zeros(4, 32, 8)[:, :17], torch.zeros(4, 17, 8))
+    kernel = real.untyped_storage().nbytes()
+    mode = T.FakeTensorMode()
+    from budget.compile.dynamo_graph import fake_cache_off
+
+    with fake_cache_off([mode.from_tensor(torch.zeros(1))]):
+        assert [copy_into_a_slice(mode) for _ in range(2)] == [kernel, kernel]
+    assert copy_into_a_slice(mode) == kernel  # the cache's first entry
+    assert copy_into_a_slice(mode) < kernel  # its hit (when torch mends it, drop the helper)

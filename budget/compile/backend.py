@@ -37,7 +37,7 @@ from ..errors import BudgetTooSmallError
 from ..planning.options import resolve_settings
 from . import kernels, plan_cache, ranks, step_budget
 from .compiled_peak import CodeCapture
-from .dynamo_graph import graph_break, held_inputs
+from .dynamo_graph import fake_cache_off, graph_break, held_inputs
 from .inductor_hooks import InductorPartitioner, run_uncompiled
 from .layout import backward_keeps_layouts
 from .partition import budget_partition
@@ -122,7 +122,8 @@ class BudgetBackend:
             settings = step_budget.share(self.settings, outside, made, cap, preview)
             try:
                 job = GraphJob(gm, example_inputs, settings, not ended, held_in)
-                compiled = self._compile(job)
+                with fake_cache_off(example_inputs):  # a cache hit misstates storage sizes
+                    compiled = self._compile(job)
             except BudgetTooSmallError as e:
                 told = step_budget.refusal(self.settings, outside, made, e, preview)
                 if told is e:

@@ -1,9 +1,11 @@
 """What dynamo's graph of a frame says about the step around it: where the graph ended
 (a graph break, and why), and which of its inputs the user holds anyway, so that its
-backward keeping them costs nothing (``Plan.kept_input_bytes`` counts the others)."""
+backward keeping them costs nothing (``Plan.kept_input_bytes`` counts the others); and how
+to trace it again with sizes that hold (:func:`fake_cache_off`)."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -73,3 +75,12 @@ def graph_break(gm: torch.fx.GraphModule) -> str:
         where = f" at {path}:{frame.lineno} in {frame.name}"
     first = str(reason.reason).strip().splitlines()[0] if str(reason.reason).strip() else "?"
     return f"{first}{where}"
+
+
+def fake_cache_off(example_inputs: Any) -> contextlib.AbstractContextManager[None]:
+    """torch's fake-tensor dispatch cache off for the graph's fake mode while budget traces
+    it: a cache hit rebuilds an output's storage at its strides' least extent, not the size
+    the kernel makes (a functional copy into a slice), so a graph traced again in one
+    process (training after a preview) would count a smaller storage than it allocates."""
+    mode = T.detect_fake_mode(example_inputs)
+    return contextlib.nullcontext() if mode is None else T.disable_fake_tensor_cache(mode)

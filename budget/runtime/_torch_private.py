@@ -113,6 +113,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "sac_is_compiling": ("torch.utils.checkpoint", "_is_compiling"),
     "CachingTorchDispatchMode": ("torch.utils.checkpoint", "_CachingTorchDispatchMode"),
     "FakeTensor": ("torch._subclasses.fake_tensor", "FakeTensor"),
+    "detect_fake_mode": ("torch._guards", "detect_fake_mode"),  # compile/backend.py
+    "disable_fake_tensor_cache": ("torch._subclasses.fake_tensor", "disable_fake_tensor_cache"),
     "VF": ("torch", "_VF"),  # the C++ ops torch.nn.utils.rnn calls (budget.eager.fake)
     "FunctionalTensor": ("torch._subclasses.functional_tensor", "FunctionalTensor"),
 }
@@ -132,10 +134,9 @@ def memory_events(prof: Any) -> list[tuple[int, int]]:
 
 def input_mutation_outputs(output: Any) -> dict[int, Any]:
     """Positions, among an AOTAutograd graph's ``output`` node's outputs, of the new values
-    of mutated inputs, each with the descriptor of its input (a placeholder's
-    ``meta["desc"]``): AOTAutograd's runtime copies each into its input as the graph
-    returns and drops it (BatchNorm's running statistics under a compiler that keeps no
-    mutation in the graph). Read off the node's output descriptors; empty where it has none."""
+    of mutated inputs, each with its input's descriptor (``meta["desc"]``): AOTAutograd's
+    runtime copies each into its input and drops it (BatchNorm's running statistics under a
+    compiler that keeps no mutation in the graph); empty where the node has no descriptors."""
     descs = output.meta.get("desc")
     if not isinstance(descs, (list, tuple)):
         return {}
@@ -146,9 +147,8 @@ def input_mutation_outputs(output: Any) -> dict[int, Any]:
 @functools.cache
 def _tangents_in_a_list() -> bool:
     """Whether AOTAutograd's compiled backward takes its gradients as one mutable list
-    (torch 2.13 generates it: ``_codegen_compiled_backward``), so the compiled graph frees
-    each as it is last read; earlier versions take them as arguments, which the autograd
-    Function holds until it returns."""
+    (torch 2.13's ``_codegen_compiled_backward``), freeing each as it is last read; earlier
+    versions take them as arguments, which the autograd Function holds until it returns."""
     wrappers = importlib.import_module("torch._functorch._aot_autograd.runtime_wrappers")
     return hasattr(wrappers, "_codegen_compiled_backward")
 
