@@ -281,8 +281,8 @@ def _workspace(
         return 0
     if memo is not None and (node, layout) in memo.workspace:
         return memo.workspace[node, layout]
-    args = [a.meta.get("val") if isinstance(a, fx.Node) else a for a in node.args]
-    kwargs = {k: v.meta.get("val") if isinstance(v, fx.Node) else v for k, v in node.kwargs.items()}
+    args = list(fx.node.map_arg(node.args, lambda a: a.meta.get("val")))
+    kwargs = dict(fx.node.map_arg(node.kwargs, lambda a: a.meta.get("val")))
     device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), None)
     copy = 0
     if layout is False:  # on a contiguous copy of its input, made for the call

@@ -17,6 +17,7 @@ original model (what was applied is undone first).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -140,10 +141,11 @@ def _check_model(model: nn.Module) -> None:
             "this model has a plan applied: budget.unapply(model) first, or call "
             "budget.apply(model, ...) again (it re-plans from the original model)"
         )
-    compiled = [
+    compiled = [  # (nothing is compiled before torch.compile loads dynamo)
         name or type(model).__name__
         for name, m in model.named_modules()
-        if isinstance(m, T.OptimizedModule) or getattr(m, "_compiled_call_impl", None)
+        if "torch._dynamo" in sys.modules
+        and (isinstance(m, T.OptimizedModule) or getattr(m, "_compiled_call_impl", None))
     ]
     if compiled:
         raise ValueError(

@@ -93,7 +93,7 @@ class KernelGaps(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
             out_dtype = kwargs.get("out_dtype") or a.dtype
             low = func(a.to(torch.bfloat16), b.to(torch.bfloat16), *args[2:], **kwargs)
             return torch.empty_strided(low.shape, low.stride(), dtype=out_dtype, device=a.device)
-        if _HOST_WRITES[0] and func is aten.empty.memory_format and _host_ints(kwargs):
+        if _HOST_WRITES[0] and func is aten.empty.memory_format and _host_int_kwargs(kwargs):
             with T._disable_current_modes():  # written through its data pointer: real
                 return func(*args, **kwargs)
         out = func(*args, **kwargs)
@@ -160,7 +160,7 @@ def real_paths() -> Iterator[None]:
 _HOST_WRITES = [0]  # calls of _pad_packed_sequence under way (real_paths)
 
 
-def _host_ints(kwargs: dict) -> bool:
+def _host_int_kwargs(kwargs: dict) -> bool:
     dtype, device = kwargs.get("dtype"), kwargs.get("device")
     integer = dtype is not None and not dtype.is_floating_point and not dtype.is_complex
     return integer and device is not None and torch.device(device).type == "cpu"

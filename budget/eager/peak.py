@@ -102,8 +102,9 @@ class _SavedNumbers(TorchFunctionMode):
         self.live = live
 
     ARITHMETIC = frozenset(
-        ("mul", "multiply", "rmul", "div", "divide", "true_divide", "truediv", "rtruediv")
-        + ("pow", "rpow", "floor_divide", "floordiv", "rfloordiv")
+        ("mul", "multiply", "rmul", "imul", "div", "divide", "true_divide", "truediv")
+        + ("rtruediv", "rdiv", "idiv", "itruediv", "pow", "rpow", "ipow")
+        + ("floor_divide", "floordiv", "rfloordiv", "ifloordiv")
     )
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]

@@ -144,7 +144,7 @@ def host_read(tracer: Any, func: Any, args: tuple, kwargs: dict) -> Any:
             return a
         if id(a) in given:
             return given[id(a)]
-        return torch.zeros(a.shape, dtype=a.dtype).as_strided(a.shape, a.stride())
+        return torch.zeros(a.shape, dtype=a.dtype, device=a.device)  # read for values only
 
     with T._disable_current_modes(), torch.no_grad():
         out = func(*T.tree_map(real, args), **T.tree_map(real, kwargs))
@@ -152,7 +152,9 @@ def host_read(tracer: Any, func: Any, args: tuple, kwargs: dict) -> Any:
 
 
 def _host_ints(a: Any) -> bool:
-    return isinstance(a, torch.Tensor) and a.device.type == "cpu" and not a.is_floating_point()
+    """An integer (or bool) tensor on the CPU: values a kernel may read on the host."""
+    integral = isinstance(a, torch.Tensor) and not (a.is_floating_point() or a.is_complex())
+    return integral and a.device.type == "cpu"
 
 
 def _dependencies(tracer: Any, roots: list[fx.Node]) -> set[fx.Node]:

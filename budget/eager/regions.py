@@ -5,14 +5,15 @@ else autograd keeps as usual. The default candidates are the repeated blocks of 
 found in its ``nn.ModuleList`` and ``nn.Sequential`` containers:
 
 - a container of modules with children of their own (transformer layers, residual
-  blocks), and any ``nn.ModuleList`` (which has no forward to run): each of its entries
-  is a candidate (a list of ``nn.LSTM`` layers: each layer);
+  blocks): each of its entries is a candidate;
 - an ``nn.Sequential`` of two leaf modules or more (``Linear, GELU, Linear, ...``): the
   container;
 - where no container holds any: children of one parent that share a class, two or more,
   each with children of its own (timm's RegNet sets each stage's blocks as attributes);
 
-outermost first: nothing inside a candidate is a candidate too. ``modules=`` overrides the
+outermost first: nothing inside a candidate is a candidate too. And besides them, each
+entry of an ``nn.ModuleList`` of leaf modules outside them (a list of ``nn.LSTM`` layers:
+each layer; a ModuleList has no forward of its own to checkpoint). ``modules=`` overrides the
 default with qualified names (``"blocks.0"``, ``"transformer.h.3"``) or module classes
 (``GPT2Block``: every outermost module of that class). A name that is no module, a class
 nothing is an instance of, or candidates inside one another are a ValueError that names
@@ -40,6 +41,7 @@ ModuleSpec = str | type
 def default_candidates(model: nn.Module) -> dict[str, nn.Module]:
     """The default candidate regions of ``model``, by qualified name, in module order."""
     found: dict[str, nn.Module] = {}
+    leaf_lists: dict[str, nn.Module] = {}  # entries of ModuleLists of leaf modules
 
     def visit(name: str, module: nn.Module) -> None:
         for child_name, child in module.named_children():
@@ -47,18 +49,22 @@ def default_candidates(model: nn.Module) -> dict[str, nn.Module]:
             if isinstance(child, (nn.ModuleList, nn.Sequential)) and len(child) >= 1:
                 entries = list(child.named_children())
                 leaves = all(not list(c.children()) for _, c in entries)
+                into = leaf_lists if leaves and isinstance(child, nn.ModuleList) else found
                 if leaves and isinstance(child, nn.Sequential):
                     if len(entries) >= 2:
                         found[qualified] = child
                         continue
                 else:
                     for entry_name, entry in entries:
-                        found[f"{qualified}.{entry_name}"] = entry
+                        into[f"{qualified}.{entry_name}"] = entry
                     continue
             visit(qualified, child)
 
     visit("", model)
-    return found or _repeated_blocks(model)
+    blocks = found or _repeated_blocks(model)
+    lists = {n: m for n, m in leaf_lists.items() if not any(_inside(n, b) for b in blocks)}
+    order = {n: i for i, (n, _) in enumerate(model.named_modules())}
+    return dict(sorted({**blocks, **lists}.items(), key=lambda kv: order[kv[0]]))
 
 
 def _repeated_blocks(model: nn.Module) -> dict[str, nn.Module]:

@@ -21,9 +21,9 @@ from ..runtime._torch_private import OpOverload
 from ..runtime.values import hint, input_tensors, numel, shape, tensors
 from .conv_workspace import measured_workspace_bytes
 from .cuda_workspace import cuda_workspace_bytes
-from .onednn_workspace import onednn_workspace_bytes
+from .onednn_workspace import onednn_measures, onednn_workspace_bytes
 from .ops import is_alias
-from .prim_workspace import prim_workspace_bytes
+from .prim_workspace import kernel_workspace_bytes, prim_workspace_bytes
 
 aten = torch.ops.aten
 
@@ -285,10 +285,10 @@ def workspace_bytes(
 
     Inductor's low-memory max-pool prims, run op by op (``compiler="eager"``; not with
     ``inductor=True``, where Inductor lowers them into its code): their temporaries,
-    measured (:mod:`budget.estimators.prim_workspace`), on every device; likewise CPU
-    kernels with temporaries of their own (losses, normalisation backwards, batch norm,
-    nearest upsampling), and, given the call's ``kwargs``, any CPU call on an operand
-    expanded with stride 0 (many kernels copy it first).
+    measured (:mod:`budget.estimators.prim_workspace`), on every device. Other CPU calls
+    that no rule below owns, run op by op: CPU kernels with temporaries of their own and
+    calls on an operand expanded with stride 0, measured with their ``kwargs`` unless
+    ``measure=False`` (:func:`~budget.estimators.prim_workspace.kernel_workspace_bytes`).
     CPU flash attention (``_scaled_dot_product_flash_attention_for_cpu`` and its backward)
     allocates per-thread blocks: :func:`attention_workspace_bytes`. ``prims.fma`` (in the
     decomposed softmax backward) run op by op makes its product before the sum: one
@@ -307,8 +307,8 @@ def workspace_bytes(
     first = next((a for a in args if isinstance(a, torch.Tensor)), None)
     if first is None:
         return 0
-    inside = None if inductor else prim_workspace_bytes(func, args, kwargs)
-    if inside is not None:  # max-pool prims, CPU kernels, calls on expanded operands
+    inside = None if inductor else prim_workspace_bytes(func, args)
+    if inside is not None:  # Inductor's max-pool prims, run op by op
         return inside
     where = device or first.device.type
     if where == "cuda":
@@ -321,6 +321,10 @@ def workspace_bytes(
         return tensor_bytes(out)  # run eagerly as a * b, then + c: the product is a temporary
     if func not in _CONVOLUTIONS:
         inner = onednn_workspace_bytes(func, args) if measure else 0
+        if measure and not inductor and kwargs is not None and not onednn_measures(func):
+            kernel = kernel_workspace_bytes(func, args, kwargs, out)
+            if kernel is not None:  # the whole call measured: its copies and numbers too
+                return kernel
         copies = 0 if inductor else promotion_bytes(func, args, out)  # Inductor casts inside
         return inner + wrapped_scalar_bytes(func, args, out) + copies
     if measure:

@@ -86,6 +86,12 @@ def _run(func: Any, sig: dict[str, Any]) -> int:
         return measured_runs(lambda: func(*args))
 
 
+def onednn_measures(func: Any) -> bool:
+    """Whether calls of ``func`` are this module's to price (matmuls, ``out=`` ones too, and
+    LSTM layers), whether or not a given call needs measuring."""
+    return OUT_VARIANTS.get(func, func) in (*MATMULS, *RNN_LAYERS)
+
+
 def _measured(func: Any, args: Sequence[Any]) -> bool:
     """Whether ``func`` on ``args`` is a call this module measures."""
     if func in RNN_LAYERS:

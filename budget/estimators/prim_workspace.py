@@ -1,4 +1,4 @@
-"""Inductor's low-memory max-pool prims run op by op: the temporaries inside them.
+"""Kernels run op by op that allocate inside themselves, measured on zeros of their calls.
 
 Inductor's decomposition of ``max_pool2d_with_indices`` (used by ``compiler="eager"``
 too, which runs Inductor's decompositions) saves int8 offsets in place of int64 indices:
@@ -9,22 +9,22 @@ the pooled output's size, alive together inside the call and freed before it ret
 (the output itself aside). A ResNet-18 step under the eager compiler peaks inside the
 backward's conversion. What they allocate beyond their outputs is measured once per call
 signature (:func:`budget.runtime.measure.measure_workspace`) by running the prim on zeros
-of the call's shapes: index arithmetic that is the same on every host and device.
+of the call's shapes: index arithmetic that is the same on every host and device
+(:func:`prim_workspace_bytes`).
 
-Some CPU kernels allocate inside themselves too, measured the same way (on zeros laid out
-as the call's operands), on the CPU only (Inductor's and ``compiler="eager"``'s
-decompositions run them as ops of their own): loss kernels with a reduction
-(``mse_loss``, ``smooth_l1_loss``, ``huber_loss``, ``binary_cross_entropy`` and
-``..._with_logits``, ``soft_margin_loss``, and the backwards that are kernels of their
-own) make the unreduced losses, or a gradient's factor, before reducing them; the
-backwards of group and layer norm sum the parameters' gradients per thread; batch norm's
-backward makes a temporary of the input's size; upsampling copies or keeps weights;
-softmax backwards copy a gradient laid out otherwise; FFTs over other than the last
-dimension transpose; EmbeddingBag's backward and CTC keep per-bag and per-step buffers.
-And any CPU
-op (a functional ATen op) called on an operand expanded with stride 0 (the gradient of a
-``sum`` or ``mean`` reaching the op before it: pooling over time into a classifier), which
-many kernels copy first, where the caller gives the call's keyword arguments.
+CPU kernels run op by op (``budget.apply``, ``compiler="eager"``; not Inductor's code,
+which fuses or lowers them) take memory too, measured the same way on zeros laid out as
+the call's operands, per thread count (:func:`kernel_workspace_bytes`): ``CPU_KERNELS``,
+whose implementations allocate inside whatever the layout (reduced losses make the
+unreduced losses first; group and layer norm backwards sum the parameters' gradients per
+thread; batch norm's backward makes a temporary of the input's size; upsampling copies or
+keeps weights; softmax backwards copy a gradient laid out otherwise; FFTs over other than
+the last dimension transpose; EmbeddingBag's backward and CTC keep per-bag and per-step
+buffers), and any functional ATen call on an operand expanded with stride 0 (the gradient
+of a ``sum`` or ``mean`` reaching the op before it, which many kernels copy first). Calls
+that write an operand, return a view or anything but tensors, draw random numbers or make
+outputs of data-dependent sizes are not run; nor calls whose operands and outputs would
+take over ``MAX_OPERAND_BYTES``; a call that fails on zeros counts 0.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from ..runtime import _torch_private as T
 from ..runtime._torch_private import OpOverload, _disable_current_modes
 from ..runtime.measure import measure_workspace
 from ..runtime.values import hint, shape
@@ -84,23 +85,39 @@ MAX_OPERAND_BYTES = 256 * 2**20  # operands larger than this are not materialise
 _MEMO: dict[tuple[Any, ...], int] = {}
 
 
-def prim_workspace_bytes(
-    func: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = None
-) -> int | None:
-    """The bytes ``func`` (one of ``PRIMS``, of ``CPU_KERNELS`` on CPU operands, or, with
-    ``kwargs`` given, a functional ATen op on a CPU operand expanded with stride 0)
-    allocates inside itself on ``args``, beyond what it returns; None for any other call
-    (and 0 for operands too large to run)."""
+def prim_workspace_bytes(func: Any, args: Sequence[Any]) -> int | None:
+    """The bytes ``func`` (one of ``PRIMS``) allocates inside itself on ``args``, beyond what
+    it returns; None for any other op (and 0 for operands too large to run)."""
     name = func.name() if isinstance(func, OpOverload) else None
-    on_cpu = all(a.device.type == "cpu" for a in args if isinstance(a, torch.Tensor))
-    kernel = name in CPU_KERNELS and on_cpu
-    expanded = kwargs is not None and on_cpu and _functional(func) and _expanded(args)
-    if name not in PRIMS and not kernel and not expanded:
+    if name not in PRIMS:
         return None
-    kwargs = kwargs or {}
-    key = (name, *(_signature(a) for a in args), *((k, _signature(v)) for k, v in kwargs.items()))
+    return _memo(func, args, {}, None)
+
+
+def kernel_workspace_bytes(
+    func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any
+) -> int | None:
+    """The bytes a CPU call of ``func`` (one of ``CPU_KERNELS``, or a functional ATen op on
+    an operand expanded with stride 0) allocates inside itself, beyond what it returns;
+    None for any other call (its owner elsewhere prices it)."""
+    name = func.name() if isinstance(func, OpOverload) else None
+    values = [*T.tree_leaves((args, kwargs, out))]
+    if not all(t.device.type == "cpu" for t in values if isinstance(t, torch.Tensor)):
+        return None
+    if name not in CPU_KERNELS and not (_functional(func) and _expanded(args)):
+        return None
+    return _memo(func, args, kwargs, out)
+
+
+def _memo(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> int:
+    key = (
+        func.name(),
+        torch.get_num_threads(),
+        *(_signature(a) for a in args),
+        *((k, _signature(v)) for k, v in kwargs.items()),
+    )
     if key not in _MEMO:
-        _MEMO[key] = _measure(func, args, kwargs)
+        _MEMO[key] = _measure(func, args, kwargs, out)
     return _MEMO[key]
 
 
@@ -111,8 +128,10 @@ def _functional(func: Any) -> bool:
         return False
     schema = func._schema
     aliased = any(r.alias_info is not None for r in schema.returns)
+    tensors = bool(schema.returns) and all(str(r.type) == "Tensor" for r in schema.returns)
     tags = (torch.Tag.nondeterministic_seeded, torch.Tag.dynamic_output_shape)
-    return not schema.is_mutable and not aliased and not any(t in func.tags for t in tags)
+    pure = not schema.is_mutable and not aliased and tensors
+    return pure and not any(t in func.tags for t in tags)
 
 
 def _expanded(args: Sequence[Any]) -> bool:
@@ -134,10 +153,10 @@ def _signature(arg: Any) -> Any:
     return arg
 
 
-def _measure(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> int:
-    tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    size = sum(a.dtype.itemsize * max(1, int(torch.Size(shape(a)).numel())) for a in tensors)
-    if size > MAX_OPERAND_BYTES:
+def _measure(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> int:
+    tensors = [t for t in T.tree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor)]
+    size = sum(t.dtype.itemsize * max(1, int(torch.Size(shape(t)).numel())) for t in tensors)
+    if size > 2 * MAX_OPERAND_BYTES:  # made twice: a run unmeasured, then the measured one
         return 0
 
     def real(arg: Any) -> Any:
@@ -145,12 +164,15 @@ def _measure(func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> int:
             size, stride = shape(arg), [hint(s) for s in arg.stride()]
             extent = 1 + sum((n - 1) * st for n, st in zip(size, stride, strict=True))
             return torch.zeros(max(1, extent), dtype=arg.dtype).as_strided(size, stride)
-        if isinstance(arg, (list, tuple)):
-            return type(arg)(real(a) for a in arg)
+        if isinstance(arg, (list, tuple)):  # fx's immutable lists as plain ones
+            return [real(a) for a in arg] if isinstance(arg, list) else tuple(map(real, arg))
         if isinstance(arg, (torch.SymInt, torch.SymBool)):
             return hint(arg)
         return arg
 
     with _disable_current_modes(), torch.no_grad():  # real zeros, outside the caller's modes
         made, made_kw = [real(a) for a in args], {k: real(v) for k, v in kwargs.items()}
-        return max(0, measure_workspace(lambda: func(*made, **made_kw)))
+        try:
+            return max(0, measure_workspace(lambda: func(*made, **made_kw)))
+        except (RuntimeError, ValueError, TypeError, AttributeError, IndexError):
+            return 0  # refused on zeros (a factorisation of a singular matrix): not priced

@@ -228,3 +228,17 @@ def test_a_mixed_dtype_product_peaks_with_its_operands_copy(b):
     plan = budget.apply(model, x, memory_budget=b, modules=["a", "b"])
     assert measure_peak(model, x) == plan.peak_bytes
     budget.unapply(model)
+
+
+@pytest.mark.parametrize("b", [1.0, 0.0])
+def test_an_indexed_sum_under_the_eager_compiler_is_predicted(b):
+    """``lin(x)[:, idx].sum()``: the backward's ``index_put`` takes a list of index
+    tensors and the sum's gradient expanded with stride 0; its workspace is measured on
+    zeros of the call (the list's nodes given their values)."""
+    torch.manual_seed(0)
+    lin, idx = torch.nn.Linear(32, 32), torch.tensor([0, 3, 5, 7])
+    x = torch.randn(8, 16, 32)
+    torch._dynamo.reset()
+    be = budget.backend(b, compiler="eager")
+    measured = measure_peak(torch.compile(lambda x: lin(x)[:, idx].sum(), backend=be), x)
+    assert be.plans[0].peak_bytes == measured

@@ -33,7 +33,8 @@ def test_default_candidates_are_the_blocks_of_containers():
 
 def test_a_module_list_of_leaf_modules_offers_each_entry():
     """A ModuleList has no forward of its own: its entries are the candidates, leaves or not
-    (a list of LSTM layers); a Sequential of leaves is run whole, and is the candidate."""
+    (a list of LSTM layers), beside the blocks found otherwise (a Sequential of leaves,
+    run whole; blocks set as attributes); none inside another."""
 
     class Stack(nn.Module):
         def __init__(self):
@@ -42,6 +43,19 @@ def test_a_module_list_of_leaf_modules_offers_each_entry():
             self.mlp = nn.Sequential(nn.Linear(8, 8), nn.GELU())
 
     assert list(default_candidates(Stack())) == ["rnns.0", "rnns.1", "mlp"]
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(4, 4, 3)
+
+    class Stages(nn.Module):  # blocks as attributes (timm's RegNet), beside a list of norms
+        def __init__(self):
+            super().__init__()
+            self.b1, self.b2 = Block(), Block()
+            self.norms = nn.ModuleList(nn.LayerNorm(4) for _ in range(2))
+
+    assert list(default_candidates(Stages())) == ["b1", "b2", "norms.0", "norms.1"]
 
 
 def test_without_containers_repeated_blocks_are_the_candidates():

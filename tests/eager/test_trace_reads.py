@@ -163,3 +163,15 @@ def test_packed_sequences_are_traced_with_their_real_batch_sizes(rnn, b):
     model.zero_grad(set_to_none=True)
     measured = measure_peak(lambda: model(x, lengths))
     assert measured <= plan.peak_bytes <= 1.25 * measured
+
+
+def test_a_packed_slice_of_a_batch_is_traced():
+    """``pack_padded_sequence`` of a slice (sorted lengths: the input passes through as
+    it is, strided): the packing kernel runs on zeros of the data's sizes."""
+    import budget
+
+    torch.manual_seed(0)
+    model = _Packed(nn.LSTM)
+    x, lengths = torch.randn(4, 16, 16)[:, :12], torch.tensor([12, 9, 5, 2])
+    plan = budget.apply(model, x, lengths, step=lambda x, n: model(x, n), memory_budget=0.0)
+    assert plan.checkpointed == ["layers.0", "layers.1"]

@@ -118,3 +118,18 @@ def test_a_float32_matmul_copies_an_operand_blas_cannot_read_as_it_is():
     assert onednn_workspace_bytes(aten.mm.default, (torch.empty(80, 32), w)) == 0
     assert onednn_workspace_bytes(aten.mm.default, (torch.empty(32, 80).t(), w)) == 0
     assert onednn_workspace_bytes(aten.mm.default, (torch.empty(80, 64)[:, ::2], w)) > 0
+
+
+def test_workspace_of_an_expanded_operand_has_one_owner_and_honours_measure_false():
+    """A matmul on a stride-0 operand is priced by this module, whether or not the caller
+    gives the call's keyword arguments (which open prim_workspace's measurement of other
+    calls on expanded operands); ``measure=False`` (conv_workspace="rule") runs nothing."""
+    grad, w = torch.ones(()).expand(80, 32), torch.empty(32, 48)
+    copied = onednn_workspace_bytes(aten.mm.default, (grad, w))
+    assert workspace_bytes(aten.mm.default, (grad, w), None, kwargs={}) == copied > 0
+    assert workspace_bytes(aten.mm.default, (grad, w), None, kwargs={}, measure=False) == 0
+    x = torch.empty(80, 32)
+    gelu = aten.gelu_backward.default
+    assert workspace_bytes(gelu, (grad, x), x, kwargs={"approximate": "none"}) > 0
+    assert workspace_bytes(gelu, (grad, x), x, kwargs={}, measure=False) == 0
+    assert workspace_bytes(gelu, (grad, x), x) == 0  # no kwargs: the call is not known
