@@ -43,6 +43,7 @@ EAGER = {
     "OpOverload": "torch._ops",
     "_disable_current_modes": "torch.utils._python_dispatch",
     "_has_storage": "torch._C",
+    "_profiler_enabled": "torch._C._autograd",
     "is_sym_node": "torch.fx.experimental.proxy_tensor",
     "no_python_dispatcher": "torch._dispatch.python",
     "tree_leaves": "torch.utils._pytree",

@@ -36,7 +36,7 @@ import torch
 
 from ..runtime import _torch_private as T
 from ..runtime._torch_private import OpOverload, _disable_current_modes
-from ..runtime.measure import measure_workspace
+from ..runtime.measure import measure_workspace, profiler_busy
 from ..runtime.values import hint, shape
 
 PRIMS = (
@@ -117,6 +117,8 @@ def _memo(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> i
         *((k, _signature(v)) for k, v in kwargs.items()),
     )
     if key not in _MEMO:
+        if profiler_busy():  # the user's profiler is recording: unmeasured, nothing kept
+            return 0
         _MEMO[key] = _measure(func, args, kwargs, out)
     return _MEMO[key]
 

@@ -29,6 +29,7 @@ import torch
 
 # Loaded with torch itself: free to import here.
 from torch._C import _has_storage
+from torch._C._autograd import _profiler_enabled  # a profiler is recording (measure.py)
 from torch._dispatch.python import no_python_dispatcher
 from torch._ops import HigherOrderOperator, OpOverload
 from torch._subclasses.fake_tensor import (
@@ -121,9 +122,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 
 
 def memory_events(prof: Any) -> list[tuple[int, int]]:
-    """(start ns, signed bytes) of every CPU allocation and free a finished
-    ``torch.profiler.profile(profile_memory=True)`` recorded, in the order it recorded
-    them (the profiler's private result object: ``kineto_results``)."""
+    """(start ns, signed bytes) of every CPU allocation and free a finished ``torch.profiler.
+    profile(profile_memory=True)`` recorded, in its order (its private ``kineto_results``)."""
     cpu = torch.autograd.DeviceType.CPU
     return [
         (e.start_ns(), e.nbytes())
@@ -155,10 +155,9 @@ def _tangents_in_a_list() -> bool:
 
 def tangent_held(val: Any) -> bool:
     """Whether a compiled backward's tangent ``val`` (its fake value) lives until the
-    backward returns. A 0-dim one is the loss's gradient, which ``loss.backward()`` makes
-    and holds; any other autograd made (another graph's or eager code's gradient, zeros
-    for an output the loss does not use), and holds only where the backward takes its
-    gradients as arguments (:func:`_tangents_in_a_list`)."""
+    backward returns: a 0-dim one (the loss's gradient, which ``loss.backward()`` makes and
+    holds), and any other (another graph's or eager code's gradient, zeros for an output
+    the loss does not use) where the backward takes its gradients as arguments."""
     dims = getattr(val, "dim", None)
     return dims is None or dims() == 0 or not _tangents_in_a_list()
 
@@ -392,6 +391,7 @@ __all__ = [
     "OpOverload",
     "_disable_current_modes",
     "_has_storage",
+    "_profiler_enabled",
     "is_sym_node",
     "no_python_dispatcher",
     "tree_leaves",

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from ._torch_private import memory_events, tree_leaves
+from ._torch_private import _profiler_enabled, memory_events, tree_leaves
 from .collector import gc_paused
 from .flop_gaps import flop_gaps
 
@@ -118,6 +118,13 @@ def _quiet_kineto() -> None:
     (:mod:`budget.estimators.conv_workspace`), dozens of them. Read when kineto starts;
     a value the user set is kept."""
     os.environ.setdefault("KINETO_LOG_LEVEL", "99")
+
+
+def profiler_busy() -> bool:
+    """Whether a torch.profiler session is recording: measuring a kernel's workspace (a
+    profiler of its own) inside it would end the user's session, so nothing is measured;
+    the callers price the call as unmeasured and keep nothing of it."""
+    return bool(_profiler_enabled())
 
 
 def measure_workspace(fn: Callable[[], Any]) -> int:

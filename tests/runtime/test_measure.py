@@ -75,3 +75,32 @@ def test_no_garbage_collection_runs_in_the_middle_of_a_measured_step(measure):
     else:
         retained_bytes(step, x).output.backward()
     assert seen == [False] and gc.isenabled()
+
+
+def test_planning_inside_a_users_profiler_measures_nothing_and_keeps_the_session():
+    """A kernel's workspace is measured with a profiler of its own, which would end a
+    session the user is recording: inside one nothing is measured or kept (the call is
+    priced unmeasured), and the user's profile keeps its events."""
+    import budget.eager
+    from budget.estimators import prim_workspace
+
+    torch.manual_seed(0)
+    model = torch.nn.Module()
+    model.blocks = torch.nn.ModuleList(
+        torch.nn.Sequential(torch.nn.Linear(24, 24), torch.nn.GELU()) for _ in range(2)
+    )
+
+    def step(x):  # type: ignore[no-untyped-def]
+        for block in model.blocks:
+            x = block(x)
+        return torch.nn.functional.gelu(x).sum()  # gelu's backward on an expanded gradient
+
+    x = torch.randn(3, 7, 24)
+    kept = dict(prim_workspace._MEMO)
+    with torch.profiler.profile() as prof:
+        budget.eager.plan(model, x, step=step, memory_budget=1.0)
+        torch.ones(3).add_(1)  # recorded after the plan: the session is still open
+    assert kept == prim_workspace._MEMO
+    assert any(e.name == "aten::add_" for e in prof.events())
+    budget.eager.plan(model, x, step=step, memory_budget=1.0)
+    assert len(prim_workspace._MEMO) > len(kept)  # outside a session: measured and kept
