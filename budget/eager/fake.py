@@ -280,15 +280,22 @@ def _reduced_in_place(func: Any, args: tuple, out: Any) -> bool:
 @functools.cache
 def _loss_storage(func: Any, signature: tuple) -> int:
     """The bytes of the storage the CPU kernel of ``func`` returns its loss in, for a call
-    of ``signature`` (:func:`_signature`): the kernel run on zeros."""
-    with T._disable_current_modes(), torch.no_grad():
+    of ``signature`` (:func:`_signature`)."""
+    return int(_on_zeros(func, signature).untyped_storage().nbytes())
+
+
+def _on_zeros(func: Any, signature: tuple) -> Any:
+    """What the device's kernel of ``func`` returns for a call of ``signature``
+    (:func:`_signature`), run on real zeros outside the run's modes (with grad mode as it
+    is: the LSTM kernel makes its workspace only where a backward may read it)."""
+    with T._disable_current_modes():
         args = [
             torch.zeros(a.shape, dtype=a.dtype)
             if isinstance(a, _Like)
             else (list(a) if isinstance(a, tuple) else a)
             for a in signature
         ]
-        return int(func(*args).untyped_storage().nbytes())
+        return func(*args)
 
 
 class _Like(NamedTuple):
@@ -299,15 +306,8 @@ class _Like(NamedTuple):
 @functools.cache
 def _rnn_workspace(signature: tuple) -> tuple[tuple[int, ...], torch.dtype]:
     """The shape and dtype of the workspace the CPU's LSTM layer kernel makes for a call of
-    ``signature`` (:func:`_signature`): the kernel run on zeros."""
-    with T._disable_current_modes():
-        args = [
-            torch.zeros(a.shape, dtype=a.dtype)
-            if isinstance(a, _Like)
-            else (list(a) if isinstance(a, tuple) else a)
-            for a in signature
-        ]
-        workspace = aten.mkldnn_rnn_layer.default(*args)[3]
+    ``signature`` (:func:`_signature`)."""
+    workspace = _on_zeros(aten.mkldnn_rnn_layer.default, signature)[3]
     return tuple(workspace.shape), workspace.dtype
 
 

@@ -42,7 +42,7 @@ def test_measure_peak_sees_a_known_allocation():
 @pytest.mark.parametrize("name,opts", [("gpt", SMALL_GPT), ("mlp", {}), ("resnet", SMALL_RESNET)])
 def test_eager_prediction_equals_measurement(name, opts, b):
     """compiler="eager" runs the partitioned graphs op by op: the predicted peak is what
-    the allocator sees, to the byte (each was once under or over: the Python numbers an
+    the allocator sees, to the byte (each of these counted: the Python numbers an
     op wraps as 0-dim tensors and the loss's gradient, held to the backward's end; the
     resnet's BatchNorm running statistics, which the forward returns and AOTAutograd
     copies into the buffers and drops before the backward; the convolutions' workspace,
@@ -58,8 +58,8 @@ def test_eager_prediction_equals_measurement(name, opts, b):
 @pytest.mark.parametrize("b", [1.0, 0.0])
 def test_a_sum_losss_stride_0_gradient_is_copied_by_the_matmul_that_reads_it(b):
     """The gradient of ``out.sum()`` is a scalar expanded with stride 0; a Linear's
-    backward hands it to ``mm``, whose CPU kernel copies it (the step peaks inside that
-    copy, which was once uncounted: a sum-loss step measured over its prediction)."""
+    backward hands it to ``mm``, whose CPU kernel copies it: the step peaks inside that
+    copy, which the prediction counts (budget.estimators.onednn_workspace)."""
     from helpers.small import linears_sum_loss
 
     torch._dynamo.reset()
@@ -189,7 +189,7 @@ def test_eager_prediction_of_t5_covers_its_fused_multiply_adds():
     """T5's joint graph (Inductor's decompositions) computes softmax's backward with
     prims.fma, which the eager compiler runs as a product, then a sum: the product is a
     temporary no graph value shows, and the step peaks inside one. The prediction counts
-    it (it was 31.5 KiB, 3.5%, under) and is the measured peak to within 1 KiB."""
+    it and is the measured peak to within 1 KiB."""
     pytest.importorskip("transformers")
     from helpers.real_models import make
 

@@ -424,11 +424,10 @@ def test_a_library_function_given_numbers_is_not_read_for_saved_numbers(b):
     """``F.local_response_norm(x, 5, ...)`` is given numbers and returns the node of its
     last op (a division, whose ``_saved_other`` is an activation): the fake run counts the
     numbers arithmetic saves (budget.eager.peak._SavedNumbers) for arithmetic alone, so
-    it never unpacks the activation (which ran the checkpointed block again, inside its
-    own forward: PlanMismatchError). Planned, gradients are the unplanned step's, and
-    the step keeps what the plan saves but for the number the function's own ``mul``
-    saves (8 bytes: the torch function mode does not see calls inside a function it
-    handles)."""
+    it never unpacks that activation (unpacking it would run the checkpointed block again
+    inside its own forward). Planned, gradients are the unplanned step's, and the step
+    keeps what the plan saves but for the number the function's own ``mul`` saves (8
+    bytes: the torch function mode does not see calls inside a function it handles)."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Conv2d(8, 8, 3, padding=1),
