@@ -24,7 +24,9 @@ buffers), and any functional ATen call on an operand expanded with stride 0 (the
 of a ``sum`` or ``mean`` reaching the op before it, which many kernels copy first). Calls
 that write an operand, return a view or anything but tensors, draw random numbers or make
 outputs of data-dependent sizes are not run; nor calls whose operands and outputs would
-take over ``MAX_OPERAND_BYTES``; a call that fails on zeros counts 0.
+take over ``MAX_OPERAND_BYTES``; a call that fails on zeros counts 0. Operands whose
+values size an allocation (``ONES``) are ones: every bag of an EmbeddingBag nonempty, an
+upper bound that is exact for the usual bags.
 """
 
 from __future__ import annotations
@@ -81,6 +83,9 @@ CPU_KERNELS = tuple(
     )
 )
 MAX_OPERAND_BYTES = 256 * 2**20  # operands larger than this are not materialised
+# Operands whose values size what a kernel allocates, made ones rather than zeros: an
+# EmbeddingBag backward in max mode gathers the rows of the bags whose size is not 0.
+ONES = frozenset({"bag_size"})
 
 _MEMO: dict[tuple[Any, ...], int] = {}
 
@@ -161,19 +166,22 @@ def _measure(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -
     if size > 2 * MAX_OPERAND_BYTES:  # made twice: a run unmeasured, then the measured one
         return 0
 
-    def real(arg: Any) -> Any:
+    def real(arg: Any, name: str = "") -> Any:
         if isinstance(arg, torch.Tensor):  # laid out as the operand (a kernel may copy it)
             size, stride = shape(arg), [hint(s) for s in arg.stride()]
             extent = 1 + sum((n - 1) * st for n, st in zip(size, stride, strict=True))
-            return torch.zeros(max(1, extent), dtype=arg.dtype).as_strided(size, stride)
+            fill = torch.ones if name in ONES else torch.zeros
+            return fill(max(1, extent), dtype=arg.dtype).as_strided(size, stride)
         if isinstance(arg, (list, tuple)):  # fx's immutable lists as plain ones
             return [real(a) for a in arg] if isinstance(arg, list) else tuple(map(real, arg))
         if isinstance(arg, (torch.SymInt, torch.SymBool)):
             return hint(arg)
         return arg
 
-    with _disable_current_modes(), torch.no_grad():  # real zeros, outside the caller's modes
-        made, made_kw = [real(a) for a in args], {k: real(v) for k, v in kwargs.items()}
+    names = [a.name for a in func._schema.arguments] if isinstance(func, OpOverload) else []
+    with _disable_current_modes(), torch.no_grad():  # real values, outside the caller's modes
+        made = [real(a, n) for a, n in zip(args, names + [""] * len(args), strict=False)]
+        made_kw = {k: real(v, k) for k, v in kwargs.items()}
         try:
             return max(0, measure_workspace(lambda: func(*made, **made_kw)))
         except (RuntimeError, ValueError, TypeError, AttributeError, IndexError):
