@@ -116,6 +116,7 @@ OWN = {
     "input_mutation_outputs",
     "memory_events",
     "nodes_prefer_channels_last",
+    "reference_counts",
     "torch_saved_set",
     "wrapper_reuse",
 }  # budget's own helpers

@@ -133,10 +133,9 @@ def memory_events(prof: Any) -> list[tuple[int, int]]:
 
 
 def input_mutation_outputs(output: Any) -> dict[int, Any]:
-    """Positions, among an AOTAutograd graph's ``output`` node's outputs, of the new values
-    of mutated inputs, each with its input's descriptor (``meta["desc"]``): AOTAutograd's
-    runtime copies each into its input and drops it (BatchNorm's running statistics under a
-    compiler that keeps no mutation in the graph); empty where the node has no descriptors."""
+    """Positions, among an AOTAutograd graph's ``output`` node's outputs, of mutated inputs'
+    new values, each with its input's descriptor (``meta["desc"]``; empty where none):
+    AOTAutograd's runtime copies each into its input (BatchNorm's running statistics)."""
     descs = output.meta.get("desc")
     if not isinstance(descs, (list, tuple)):
         return {}
@@ -146,18 +145,21 @@ def input_mutation_outputs(output: Any) -> dict[int, Any]:
 
 @functools.cache
 def _tangents_in_a_list() -> bool:
-    """Whether AOTAutograd's compiled backward takes its gradients as one mutable list
-    (torch 2.13's ``_codegen_compiled_backward``), freeing each as it is last read; earlier
-    versions take them as arguments, which the autograd Function holds until it returns."""
+    """Whether AOTAutograd's compiled backward takes its gradients as one list, freeing each
+    at its last read (torch 2.13), not as arguments held until it returns (earlier)."""
     wrappers = importlib.import_module("torch._functorch._aot_autograd.runtime_wrappers")
     return hasattr(wrappers, "_codegen_compiled_backward")
 
 
+def reference_counts(t: torch.Tensor) -> tuple[int, int]:
+    """The C++ references to tensor ``t`` and to its storage (budget.eager.engine_sums)."""
+    return t._use_count(), torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+
+
 def tangent_held(val: Any) -> bool:
     """Whether a compiled backward's tangent ``val`` (its fake value) lives until the
-    backward returns: a 0-dim one (the loss's gradient, which ``loss.backward()`` makes and
-    holds), and any other (another graph's or eager code's gradient, zeros for an output
-    the loss does not use) where the backward takes its gradients as arguments."""
+    backward returns: a 0-dim one (the loss's gradient, ``loss.backward()`` holds it), and
+    any other (another graph's gradient, zeros for an unused output) where it is an argument."""
     dims = getattr(val, "dim", None)
     return dims is None or dims() == 0 or not _tangents_in_a_list()
 
@@ -306,17 +308,15 @@ def compiled_versions(code: Any) -> int:
 
 
 def forget_compiled(code: Any) -> None:
-    """Drop every compiled version of ``code`` dynamo holds, so that it counts none
-    towards ``torch._dynamo.config.recompile_limit``."""
+    """Drop dynamo's compiled versions of ``code`` (none counts towards its recompile_limit)."""
     torch._dynamo.reset_code(code)
 
 
 @contextlib.contextmanager
 def wrapper_reuse(mark: str, rewrite: Any) -> Iterator[None]:
-    """While Inductor compiles: every buffer reuse it can make is made (its own rule, an
-    estimate of the graph's memory, is not asked), each reused buffer's death is written
-    as the comment ``mark`` + its name, and each graph's Python wrapper code is handed to
-    ``rewrite(source, device_type)`` and replaced by what it returns (compile/reuse.py)."""
+    """While Inductor compiles: every buffer reuse it can make is made (its memory estimate
+    not asked), each reused buffer's death is written as the comment ``mark`` + its name,
+    and each graph's Python wrapper code is replaced by ``rewrite(source, device_type)``."""
     from torch._inductor.codegen import wrapper as W
     from torch._inductor.virtualized import V
 
@@ -356,9 +356,8 @@ def wrapper_reuse(mark: str, rewrite: Any) -> Iterator[None]:
 
 def nodes_prefer_channels_last(graph: Any) -> set[Any]:
     """The nodes of ``graph`` (an fx.Graph) Inductor lays out channels-last under layout
-    optimisation: every ancestor of a convolution (through any op but ``bmm``) and the
-    descendants of those up to the last convolution. Inductor's own rule,
-    ``GraphLowering.find_nodes_prefer_channels_last``, which reads only the graph."""
+    optimisation (convolutions' ancestors through any op but ``bmm``, their descendants up
+    to the last convolution): ``GraphLowering.find_nodes_prefer_channels_last``."""
     from types import SimpleNamespace
 
     from torch._inductor.graph import GraphLowering
@@ -378,6 +377,7 @@ __all__ = [
     "input_mutation_outputs",
     "memory_events",
     "nodes_prefer_channels_last",
+    "reference_counts",
     "wrapper_reuse",
     # loaded with torch
     "DataDependentOutputException",

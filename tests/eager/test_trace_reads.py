@@ -144,8 +144,9 @@ def test_packed_sequences_are_traced_with_their_real_batch_sizes(rnn, b):
     the real ones (budget.eager.reads.host_read), and ``pad_packed_sequence`` writes the
     lengths it returns into a real tensor (budget.eager.fake.real_paths). budget.apply
     plans the layers; gradients are the unplanned model's, and the peak predicted is at
-    or over the one measured (the engine sums gradients in place, which fake tensors
-    cannot: over by such sums)."""
+    or up to 1 KiB over the one measured (the engine's in-place sums of the gradients are
+    made in place on the fake run too, budget.eager.engine_sums; a few bytes over remain,
+    not yet traced to their op)."""
     import copy
 
     import budget
@@ -162,7 +163,7 @@ def test_packed_sequences_are_traced_with_their_real_batch_sizes(rnn, b):
     assert_same_grads(model, ref)
     model.zero_grad(set_to_none=True)
     measured = measure_peak(lambda: model(x, lengths))
-    assert measured <= plan.peak_bytes <= 1.25 * measured
+    assert measured <= plan.peak_bytes <= measured + 1024
 
 
 def test_a_packed_slice_of_a_batch_is_traced():
