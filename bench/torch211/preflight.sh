@@ -13,5 +13,5 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -c 'import torch; assert torch.__version__.startswith("2.11"), torch.__version__'
 export PYTHONPATH=$PWD/bench/torch211:$PWD
-"$venv/bin/python" -m pytest -q -p no:cacheprovider tests/compile/test_reuse.py tests/eager/test_fake.py tests/eager/test_engine_sums.py
+"$venv/bin/python" -m pytest -q -p no:cacheprovider tests/compile/test_reuse.py tests/eager/test_fake.py tests/eager/test_backward_paths.py
 "$venv/bin/python" bench/gpu_check.py --device cpu --tiny --out "${OUT:-$(mktemp -d)}"

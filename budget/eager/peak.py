@@ -9,8 +9,9 @@ parameters, buffers and the inputs are swapped for fake copies, nothing is compu
 no real buffer changes, and the caller's RNG state is restored afterwards. Every storage
 an op call makes is counted from that call until Python frees it (the same objects, views
 and in-place writes sharing their storage, as in a real step); the CPU RNG states the
-checkpoints keep are counted the same way. The autograd engine's sums of gradients are
-made in place where the real step's are (:mod:`budget.eager.engine_sums`).
+checkpoints keep are counted the same way. The backward's work that torch does in place
+for real tensors and out of place for fake ones (the engine's sums of gradients, formulas
+such as indexing's) is done in place (:mod:`budget.eager.backward_paths`).
 
 What is resident before the step is not counted: parameters, buffers, the inputs, and the
 parameters' gradients, present as after a first step (the convention of
@@ -39,7 +40,7 @@ from torch.overrides import TorchFunctionMode
 from ..core.plan import LivePoint
 from ..estimators.live import LiveStorages
 from ..runtime import _torch_private as T
-from .engine_sums import EngineSums, exclusive_counts
+from .backward_paths import BackwardPaths, exclusive_counts
 from .fake import KernelGaps, fake_step, real_paths
 from .plan import RegionChoice
 from .policy import fake_run, recomputing
@@ -148,7 +149,7 @@ def simulate(
     in the timeline (:attr:`EagerPeak.backward_at`). ``regions``: the plan applied, one
     choice per region of ``trace``, whose recomputations read values again."""
     live = _Live(measure_workspace=measure_workspace)
-    sums = EngineSums(exclusive_counts())
+    paths = BackwardPaths(exclusive_counts())
     get_rng_state = torch.get_rng_state
 
     def counted_rng_state() -> torch.Tensor:  # what each checkpoint keeps for replay
@@ -172,11 +173,11 @@ def simulate(
             live,
             _SavedNumbers(live),
             _marked(marks or [], live),
-            sums,
+            paths,
         ):
             loss = run(*fake.args, **fake.kwargs)
             seed = torch.ones_like(loss)  # backward()'s own seed, made before it starts
-            sums.hook(loss.grad_fn)
+            paths.hook(loss.grad_fn)
             live.backward = True
             loss.backward(seed)
             del loss, seed

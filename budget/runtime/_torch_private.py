@@ -152,7 +152,7 @@ def _tangents_in_a_list() -> bool:
 
 
 def reference_counts(t: torch.Tensor) -> tuple[int, int]:
-    """The C++ references to tensor ``t`` and to its storage (budget.eager.engine_sums)."""
+    """The C++ references to tensor ``t`` and to its storage (budget.eager.backward_paths)."""
     return t._use_count(), torch._C._storage_Use_Count(t.untyped_storage()._cdata)
 
 

@@ -145,7 +145,7 @@ def test_packed_sequences_are_traced_with_their_real_batch_sizes(rnn, b):
     lengths it returns into a real tensor (budget.eager.fake.real_paths). budget.apply
     plans the layers; gradients are the unplanned model's, and the peak predicted is at
     or up to 1 KiB over the one measured (the engine's in-place sums of the gradients are
-    made in place on the fake run too, budget.eager.engine_sums; a few bytes over remain,
+    made in place on the fake run too, budget.eager.backward_paths; a few bytes over remain,
     not yet traced to their op)."""
     import copy
 
