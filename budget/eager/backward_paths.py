@@ -99,7 +99,7 @@ class BackwardPaths(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
             return args[0].add_(args[1])
         in_place = self._formula(func, args)
         out = (in_place or func)(*args, **kwargs)
-        if self.node:
+        if self.node in IN_PLACE:  # its buffers, for its formula
             tensors = (t for t in T.tree_leaves(out) if isinstance(t, torch.Tensor))
             self.made.update((id(t), weakref.ref(t)) for t in tensors)
         return out
