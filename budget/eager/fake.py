@@ -71,11 +71,12 @@ class KernelGaps(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
       ``_pad_packed_sequence`` returns, inside :func:`real_paths`'s scope): made real, as
       a fake tensor has no data to write.
 
-    - a CPU loss reduced in place (``mse_loss``, ``smooth_l1_loss``,
-      ``binary_cross_entropy``, ``soft_margin_loss``): the kernel returns the loss as a
-      view of the unreduced losses' storage, which lives as long as the loss does; fake
-      tensors make a storage of the loss alone. The kernel, run once per signature on
-      zeros, gives the storage's size.
+    - a CPU kernel that returns an output in a storage larger than its shape
+      (``_LARGER_STORAGES``): a loss reduced in place (``mse_loss`` and others return the
+      loss as a view of the unreduced losses' storage, which lives as long as the loss),
+      ``F.fold``'s ``col2im`` (made the size of its input, then resized down),
+      EmbeddingBag's ``offset2bag``; fake tensors make storages of the shapes. The kernel,
+      run once per signature on zeros, gives each storage's size.
 
     And those whose fake kernel makes another dtype than the device's kernel:
 
@@ -102,11 +103,8 @@ class KernelGaps(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
             return (*out[:3], torch.empty(shape, dtype=dtype, device=out[3].device))
         if func is aten.mkldnn_rnn_layer_backward.default and out[3] is out[4]:
             return (*out[:4], torch.empty_like(out[3]), *out[5:])
-        if _reduced_in_place(func, args, out):
-            nbytes = _loss_storage(func, _signature(args))
-            if nbytes > out.untyped_storage().nbytes():
-                flat = torch.empty(nbytes // out.dtype.itemsize, dtype=out.dtype, device=out.device)
-                return flat.as_strided(out.shape, out.stride())
+        if _larger_storages(func, args):
+            return _with_storages(out, _kernel_storages(func, _signature(args)))
         if func in _BATCH_NORMS and isinstance(args[0], torch.Tensor):
             dtype = _stats_dtype(func, args)
             if dtype is not None and any(t.dtype != dtype for t in out[1:3]):
@@ -263,25 +261,43 @@ def _signature(args: tuple) -> tuple:
     )
 
 
-_REDUCED_IN_PLACE = ("mse_loss", "smooth_l1_loss", "binary_cross_entropy", "soft_margin_loss")
+# CPU kernels that return an output in a storage larger than its shape: reduced losses (a
+# view of the unreduced losses), ``col2im`` (``F.fold``: made the size of its input, then
+# resized down), EmbeddingBag's ``offset2bag`` (made one element longer)
+_LARGER_STORAGES = ("mse_loss", "smooth_l1_loss", "binary_cross_entropy", "soft_margin_loss")
+_LARGER_STORAGES += ("col2im", "_embedding_bag", "_embedding_bag_forward_only")
 
 
-def _reduced_in_place(func: Any, args: tuple, out: Any) -> bool:
-    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+def _larger_storages(func: Any, args: tuple) -> bool:
     return (
         isinstance(func, T.OpOverload)
-        and func.name().removeprefix("aten::") in _REDUCED_IN_PLACE
-        and isinstance(out, torch.Tensor)
-        and out.dim() == 0
-        and all(t.device.type == "cpu" for t in tensors)
+        and func.name().removeprefix("aten::") in _LARGER_STORAGES
+        and all(a.device.type == "cpu" for a in args if isinstance(a, torch.Tensor))
     )
 
 
 @functools.cache
-def _loss_storage(func: Any, signature: tuple) -> int:
-    """The bytes of the storage the CPU kernel of ``func`` returns its loss in, for a call
-    of ``signature`` (:func:`_signature`)."""
-    return int(_on_zeros(func, signature).untyped_storage().nbytes())
+def _kernel_storages(func: Any, signature: tuple) -> tuple[int, ...]:
+    """The bytes of the storage of each output the CPU kernel of ``func`` returns, for a
+    call of ``signature`` (:func:`_signature`)."""
+    made = _on_zeros(func, signature)
+    outs = made if isinstance(made, tuple) else (made,)
+    return tuple(int(t.untyped_storage().nbytes()) for t in outs)
+
+
+def _with_storages(out: Any, nbytes: tuple[int, ...]) -> Any:
+    """``out`` (a tensor or tuple of them), each output whose kernel's storage is larger
+    made again as a view of a storage of that size."""
+
+    def larger(t: torch.Tensor, n: int) -> torch.Tensor:
+        if n <= t.untyped_storage().nbytes():
+            return t
+        flat = torch.empty(n // t.dtype.itemsize, dtype=t.dtype, device=t.device)
+        return flat.as_strided(t.shape, t.stride(), t.storage_offset())
+
+    if isinstance(out, torch.Tensor):
+        return larger(out, nbytes[0])
+    return tuple(larger(t, n) for t, n in zip(out, nbytes, strict=True))
 
 
 def _on_zeros(func: Any, signature: tuple) -> Any:

@@ -20,7 +20,8 @@ unreduced losses first; group and layer norm backwards sum the parameters' gradi
 thread; batch norm's backward makes a temporary of the input's size; upsampling copies or
 keeps weights; softmax backwards copy a gradient laid out otherwise; FFTs over other than
 the last dimension transpose; EmbeddingBag's backward and CTC keep per-bag and per-step
-buffers), and any functional ATen call on an operand expanded with stride 0 (the gradient
+buffers; exact GELU's backward, ``F.unfold``/``F.fold`` and grid sampling's backward copy
+an operand laid out otherwise than they read it; a full ``mean`` wraps its divisor), and any functional ATen call on an operand expanded with stride 0 (the gradient
 of a ``sum`` or ``mean`` reaching the op before it, which many kernels copy first). Calls
 that write an operand, return a view or anything but tensors, draw random numbers or make
 outputs of data-dependent sizes are not run; nor calls whose operands and outputs would
@@ -69,6 +70,12 @@ CPU_KERNELS = tuple(
         "_embedding_bag_per_sample_weights_backward",
         "_ctc_loss",
         "_ctc_loss_backward",
+        "gelu_backward",
+        "im2col",
+        "col2im",
+        "grid_sampler_2d_backward",
+        "grid_sampler_3d_backward",
+        "mean",
         "mse_loss",
         "mse_loss_backward",
         "smooth_l1_loss",

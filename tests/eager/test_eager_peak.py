@@ -214,7 +214,16 @@ KERNELS = {
     "softmax-transposed": lambda h: h.softmax(-1).transpose(-1, -2).contiguous(),
     # an FFT over another dimension than the last transposes inside the kernel
     "fft": lambda h: torch.fft.irfft(torch.fft.rfft(h, dim=2), n=h.shape[2], dim=2),
+    # exact GELU's backward copies a gradient laid out otherwise than its input
+    "gelu-transposed": lambda h: torch.nn.functional.gelu(h).transpose(-1, -2),
+    # F.fold's output lives in a storage of its input's size (kept: sin saves it)
+    "fold": lambda h: _fold(_fold(h)),
 }
+
+
+def _fold(h: torch.Tensor) -> torch.Tensor:
+    unfolded = torch.nn.functional.unfold(h, 3, padding=1) * 0.5
+    return torch.nn.functional.fold(unfolded, h.shape[-2:], 3, padding=1).sin()
 
 
 @pytest.mark.parametrize("kernel", list(KERNELS))
@@ -242,9 +251,9 @@ def test_cpu_kernels_that_allocate_inside_themselves_are_measured(kernel):
 def test_an_embedding_bag_in_max_mode_is_predicted_with_its_backwards_gathers(path):
     """An EmbeddingBag's backward in max mode gathers the gradient rows and the maximum
     indices of the bags that are not empty, a count the bag sizes' values decide: its
-    allocation is measured with every bag taken as nonempty (the bags here are), so the
-    peak is predicted but for 8 bytes: the CPU kernel's ``offset2bag`` has one element
-    more in its storage than its shape shows, which fake tensors do not make."""
+    allocation is measured with every bag taken as nonempty (the bags here are). The CPU
+    kernel's ``offset2bag`` has one element more in its storage than its shape shows:
+    budget.apply's fake run makes it so, the compiled path's prediction is 8 bytes under."""
     torch.manual_seed(0)
     model = torch.nn.Module()
     model.bag = torch.nn.EmbeddingBag(2000, 64, mode="max")
@@ -266,4 +275,4 @@ def test_an_embedding_bag_in_max_mode_is_predicted_with_its_backwards_gathers(pa
         step(idx, offsets).backward()
         predicted = budget.step_peak(be.plans)[0]
     model.zero_grad(set_to_none=True)
-    assert predicted == measure_peak(step, idx, offsets) - 8
+    assert predicted == measure_peak(step, idx, offsets) - (0 if path == "apply" else 8)
