@@ -322,7 +322,7 @@ def workspace_bytes(
     if func not in _CONVOLUTIONS:
         inner = onednn_workspace_bytes(func, args) if measure else 0
         if measure and not inductor and kwargs is not None and not onednn_measures(func):
-            kernel = kernel_workspace_bytes(func, args, kwargs, out)
+            kernel = kernel_workspace_bytes(func, args, kwargs, out, device=where)
             if kernel is not None:  # the whole call measured: its copies and numbers too
                 return kernel
         copies = 0 if inductor else promotion_bytes(func, args, out)  # Inductor casts inside

@@ -107,14 +107,16 @@ def prim_workspace_bytes(func: Any, args: Sequence[Any]) -> int | None:
 
 
 def kernel_workspace_bytes(
-    func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any
+    func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any, device: str | None = None
 ) -> int | None:
     """The bytes a CPU call of ``func`` (one of ``CPU_KERNELS``, or a functional ATen op on
     an operand expanded with stride 0) allocates inside itself, beyond what it returns;
-    None for any other call (its owner elsewhere prices it)."""
+    None for any other call (its owner elsewhere prices it). ``device="cpu"``: operands on
+    ``meta`` stand for CPU ones (Inductor's code run on meta tensors)."""
     name = func.name() if isinstance(func, OpOverload) else None
     values = [*T.tree_leaves((args, kwargs, out))]
-    if not all(t.device.type == "cpu" for t in values if isinstance(t, torch.Tensor)):
+    allowed = ("cpu", "meta") if device == "cpu" else ("cpu",)
+    if not all(t.device.type in allowed for t in values if isinstance(t, torch.Tensor)):
         return None
     if name not in CPU_KERNELS and not (_functional(func) and _expanded(args)):
         return None

@@ -716,3 +716,25 @@ def test_random_ops_replayed_in_a_recomputation_are_run_on_meta_tensors():
     assert plan.rng_state_bytes > 0 and plan.compiled_peak_bytes is not None
     measured = measure_peak(compiled, x)
     assert measured <= plan.compiled_peak_bytes <= measured * 1.01
+
+
+def test_a_fallback_kernel_run_by_inductors_code_is_measured_on_the_cpu():
+    """Grid sampling's backward is an ATen kernel Inductor's code calls; given the
+    gradient a convolution's backward lays out channels-last, the CPU kernel copies it
+    (budget.estimators.prim_workspace, measured on zeros of the call's layouts while the
+    code runs on meta tensors): the code's peak is the measured one."""
+    import torch.nn.functional as F
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(8, 8, 3, padding=1)
+    theta = torch.tensor([[1.0, 0.1, 0.0], [0.0, 1.0, 0.1]]).expand(4, 2, 3)
+
+    def step(x):  # type: ignore[no-untyped-def]
+        grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+        return conv(F.grid_sample(x, grid, align_corners=False)).relu().square().mean()
+
+    be = budget.backend(memory_budget=0.0)
+    x = torch.randn(4, 8, 32, 32, requires_grad=True)
+    measured = measure_peak(torch.compile(step, backend=be), x)
+    assert be.plans[0].compiled_peak_bytes == measured
