@@ -104,14 +104,10 @@ def attention_workspace_bytes(forward: bool, args: tuple | list) -> int:
     - backward: ``2 * qs * ks`` per thread (scores and their gradient); a contiguous
       copy of the output's gradient unless it is laid out as the kernel writes its output
       ((B, T, H, D) in memory); and a few bytes per query row (128 to 1024 measured;
-      counted as ``max(128, 4 T)``). For 16-bit inputs, not fitted but bounded: ``2 *
-      qs * ks`` more in the input's type and ``(qs + ks) * D`` float32 per thread, and
-      float32 copies of the query, key and value (1.1-1.8x the measurement).
-
-    Measured with torch.profiler (``budget.runtime.measure.measure_workspace``) on four
-    shapes, at 1 and 2 threads, query and output layouts both ways: float32 equal in the
-    forward, and in the backward but for the per-row bytes (up to 3 KiB over); bfloat16
-    equal in the forward (tests/estimators/test_workspace.py)."""
+      counted as ``max(128, 4 T)``). For 16-bit inputs, a bound, not fitted: ``2 * qs *
+      ks`` more in the input's type, ``(qs + ks) * D`` float32 per thread, and float32
+      copies of the query, key and value. Used where the call is not measured (``measure
+      =False``); tests/estimators/test_workspace.py checks it covers the measurement."""
     grad_out = None
     if forward:
         q, k, v = args[0], args[1], args[2]
@@ -290,7 +286,8 @@ def workspace_bytes(
     calls on an operand expanded with stride 0, measured with their ``kwargs`` unless
     ``measure=False`` (:func:`~budget.estimators.prim_workspace.kernel_workspace_bytes`).
     CPU flash attention (``_scaled_dot_product_flash_attention_for_cpu`` and its backward)
-    allocates per-thread blocks: :func:`attention_workspace_bytes`. ``prims.fma`` (in the
+    allocates per-thread blocks: measured so too, by rule without ``measure``
+    (:func:`attention_workspace_bytes`). ``prims.fma`` (in the
     decomposed softmax backward) run op by op makes its product before the sum: one
     output's bytes (a T5 step under ``compiler="eager"`` peaks inside one). A Python
     number where an op takes a Tensor: :func:`wrapped_scalar_bytes`.
@@ -315,8 +312,10 @@ def workspace_bytes(
         return cuda_workspace_bytes(func, args)
     if where != "cpu":
         return 0
-    if func in _ATTENTIONS:
-        return attention_workspace_bytes(func is _ATTENTIONS[0], args)
+    if func in _ATTENTIONS:  # measured where it can be, else the rule's bound
+        found = kernel_workspace_bytes(func, args, kwargs or {}, out, where) if measure else None
+        forward = func is _ATTENTIONS[0]
+        return attention_workspace_bytes(forward, args) if found is None else found
     if isinstance(func, OpOverload) and func.name() == _FMA and isinstance(out, torch.Tensor):
         return tensor_bytes(out)  # run eagerly as a * b, then + c: the product is a temporary
     if func not in _CONVOLUTIONS:

@@ -12,16 +12,16 @@ signature (:func:`budget.runtime.measure.measure_workspace`) by running the prim
 of the call's shapes: index arithmetic that is the same on every host and device
 (:func:`prim_workspace_bytes`).
 
-CPU kernels run op by op (``budget.apply``, ``compiler="eager"``; not Inductor's code,
-which fuses or lowers them) take memory too, measured the same way on zeros laid out as
-the call's operands, per thread count (:func:`kernel_workspace_bytes`): ``CPU_KERNELS``,
+CPU kernels run op by op (``budget.apply``, ``compiler="eager"``, and the ATen kernels
+Inductor's code calls, on meta tensors standing for CPU ones) take memory too, measured
+the same way on zeros laid out as the call's operands, per thread count (:func:`kernel_workspace_bytes`): ``CPU_KERNELS``,
 whose implementations allocate inside whatever the layout (reduced losses make the
 unreduced losses first; group and layer norm backwards sum the parameters' gradients per
 thread; batch norm's backward makes a temporary of the input's size; upsampling copies or
 keeps weights; softmax backwards copy a gradient laid out otherwise; FFTs over other than
 the last dimension transpose; EmbeddingBag's backward and CTC keep per-bag and per-step
 buffers; exact GELU's backward, ``F.unfold``/``F.fold`` and grid sampling's backward copy
-an operand laid out otherwise than they read it; a full ``mean`` wraps its divisor), and any functional ATen call on an operand expanded with stride 0 (the gradient
+an operand laid out otherwise than they read it; a full ``mean`` wraps its divisor; flash attention's per-thread blocks), and any functional ATen call on an operand expanded with stride 0 (the gradient
 of a ``sum`` or ``mean`` reaching the op before it, which many kernels copy first). Calls
 that write an operand, return a view or anything but tensors, draw random numbers or make
 outputs of data-dependent sizes are not run; nor calls whose operands and outputs would
@@ -76,6 +76,8 @@ CPU_KERNELS = tuple(
         "grid_sampler_2d_backward",
         "grid_sampler_3d_backward",
         "mean",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_flash_attention_for_cpu_backward",
         "mse_loss",
         "mse_loss_backward",
         "smooth_l1_loss",

@@ -82,8 +82,9 @@ ATTENTION_BACKWARD = aten._scaled_dot_product_flash_attention_for_cpu_backward.d
 def test_cpu_flash_attention_workspace_is_covered(shape, transposed, dtype):
     """CPU flash attention allocates per-thread blocks of scores (and, in the backward,
     their gradient), and copies an output gradient laid out otherwise than its output:
-    the estimate covers the measurement; in float32 it is the measurement, within the few
-    bytes per query row it allows."""
+    measured on zeros of the call's layouts, the estimate is the measurement; by rule
+    (``measure=False``) it covers it, and in float32 it is the measurement, within the
+    few bytes per query row it allows."""
     b, h, t, d, s = shape
 
     def make(n):
@@ -98,7 +99,8 @@ def test_cpu_flash_attention_workspace_is_covered(shape, transposed, dtype):
         (ATTENTION_BACKWARD, (grad, q, k, v, out, lse, 0.0, False)),
     ):
         measured = measure_workspace(lambda op=op, args=args: op(*args))
-        estimate = workspace_bytes(op, args, None)
+        assert workspace_bytes(op, args, None, kwargs={}) == measured
+        estimate = workspace_bytes(op, args, None, measure=False)
         assert measured <= estimate, (op, measured, estimate)
         if dtype == torch.float32 or op is ATTENTION:
             assert estimate <= measured + 4 * t, (op, measured, estimate)
