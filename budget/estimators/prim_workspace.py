@@ -21,7 +21,8 @@ thread; batch norm's backward makes a temporary of the input's size; upsampling 
 keeps weights; softmax backwards copy a gradient laid out otherwise; FFTs over other than
 the last dimension transpose; EmbeddingBag's backward and CTC keep per-bag and per-step
 buffers; exact GELU's backward, ``F.unfold``/``F.fold`` and grid sampling's backward copy
-an operand laid out otherwise than they read it; a full ``mean`` wraps its divisor; flash attention's per-thread blocks), and any functional ATen call on an operand expanded with stride 0 (the gradient
+an operand laid out otherwise than they read it; a full ``mean`` wraps its divisor; flash attention's per-thread blocks; a sum of
+booleans or integers casts them to int64), and any functional ATen call on an operand expanded with stride 0 (the gradient
 of a ``sum`` or ``mean`` reaching the op before it, which many kernels copy first). Calls
 that write an operand, return a view or anything but tensors, draw random numbers or make
 outputs of data-dependent sizes are not run; nor calls whose operands and outputs would
@@ -91,6 +92,8 @@ CPU_KERNELS = tuple(
         "soft_margin_loss_backward",
     )
 )
+# sums of integers or booleans (``mask.sum()``) cast their operand to int64 inside the call
+_SUMS = ("aten::sum", "aten::sum.dim_IntList")
 MAX_OPERAND_BYTES = 256 * 2**20  # operands larger than this are not materialised
 # Operands whose values size what a kernel allocates, made ones rather than zeros: an
 # EmbeddingBag backward in max mode gathers the rows of the bags whose size is not 0.
@@ -120,7 +123,8 @@ def kernel_workspace_bytes(
     allowed = ("cpu", "meta") if device == "cpu" else ("cpu",)
     if not all(t.device.type in allowed for t in values if isinstance(t, torch.Tensor)):
         return None
-    if name not in CPU_KERNELS and not (_functional(func) and _expanded(args)):
+    listed = name in CPU_KERNELS or (name in _SUMS and _integral(args))
+    if not listed and not (_functional(func) and _expanded(args)):
         return None
     return _memo(func, args, kwargs, out)
 
@@ -150,6 +154,10 @@ def _functional(func: Any) -> bool:
     tags = (torch.Tag.nondeterministic_seeded, torch.Tag.dynamic_output_shape)
     pure = not schema.is_mutable and not aliased and tensors
     return pure and not any(t in func.tags for t in tags)
+
+
+def _integral(args: Sequence[Any]) -> bool:
+    return bool(args) and isinstance(args[0], torch.Tensor) and not args[0].is_floating_point()
 
 
 def _expanded(args: Sequence[Any]) -> bool:

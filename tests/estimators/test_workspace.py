@@ -134,3 +134,36 @@ def test_channels_last_convnext_convolutions_are_covered(x_shape, w_shape, strid
     ):
         measured = measure_workspace(lambda op=op, args=args: op(*args))
         assert measured <= workspace_bytes(op, args, out, measure=False), (op, measured)
+
+
+KERNELS_ON_DATA = {
+    # a sum of booleans casts them to int64 inside the call
+    "bool-sum": lambda: (aten.sum.default, (torch.rand(64, 48) > 0.5,)),
+    "int32-sum-dim": lambda: (
+        aten.sum.dim_IntList,
+        (torch.randint(0, 9, (64, 48), dtype=torch.int32), [1]),
+    ),
+    # exact GELU's backward on a gradient laid out otherwise than its input
+    "gelu-backward": lambda: (
+        aten.gelu_backward.default,
+        (torch.randn(48, 64).t(), torch.randn(64, 48)),
+    ),
+    # F.fold on an operand laid out otherwise copies it
+    "col2im": lambda: (
+        aten.col2im.default,
+        (torch.randn(2, 36, 64).transpose(1, 2).contiguous().transpose(1, 2), [8, 8])
+        + ([3, 3], [1, 1], [1, 1], [1, 1]),
+    ),
+}
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS_ON_DATA))
+def test_cpu_kernels_workspace_is_their_allocation_on_real_data(kernel):
+    """What these CPU kernels allocate inside themselves, measured on the real call,
+    is the estimate (made on zeros of the call's layouts); by rule (``measure=False``) 0."""
+    op, args = KERNELS_ON_DATA[kernel]()
+    out = op(*args)
+    measured = measure_workspace(lambda: op(*args))
+    assert measured > 0
+    assert workspace_bytes(op, args, out, kwargs={}) == measured
+    assert workspace_bytes(op, args, out, kwargs={}, measure=False) == 0
