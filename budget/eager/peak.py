@@ -17,11 +17,10 @@ What is resident before the step is not counted: parameters, buffers, the inputs
 parameters' gradients, present as after a first step (the convention of
 :func:`budget.runtime.measure.measure_peak`, which measures the same quantity on a real
 step). What an op allocates inside its kernel and frees before returning is not seen on
-fake tensors; CPU convolutions, where it is large (oneDNN's copies of the operands), add
-an estimate (:func:`budget.estimators.memory.workspace_bytes`); tests/eager/
-test_eager_peak.py checks a small ResNet's prediction at or up to 5% over the measured
-peak (exact on models without convolutions). CUDA workspaces and allocator rounding are
-not modelled.
+fake tensors: it is added at the call (:func:`budget.estimators.memory.workspace_bytes`:
+convolutions, attention, matmuls and the CPU kernels that allocate inside themselves,
+measured per call signature; on CUDA the kernels it measures on the GPU).
+tests/eager/test_eager_peak.py checks predictions to the byte against the measured peak.
 """
 
 from __future__ import annotations
