@@ -21,6 +21,10 @@ predict over the real peak wherever one falls at it. Two places choose so:
   ``IN_PLACE`` names, per node, the ops made in place, where their first operand was made
   inside the node (found op by op against the real backward under torch.profiler).
 
+- **a full max, min or median's backward** (``evenly_distribute_backward``): on the CPU it
+  fills zeros of the input's size where the input equals the result; for fake tensors it
+  multiplies a mask, which peaks lower. The fake run takes the CPU's path (``EVENLY``).
+
 A sum or formula inside a node not hooked (a reentrant checkpoint's inner backward) stays
 out of place: over, never under. Formulas whose real path depends on values (``prod``,
 ``cumprod``: whether a zero is present) keep the fake path, also over.
@@ -58,6 +62,11 @@ IN_PLACE: dict[str, tuple[str, ...]] = {
     "BinaryCrossEntropyBackward0": ("mul",),
 }
 
+# full reductions whose CPU backward (``evenly_distribute_backward``) fills zeros of the
+# input's size where the input equals the result; for fake tensors (and on CUDA) it
+# multiplies a mask instead: :class:`_Evenly` runs the CPU's way
+EVENLY = ("MaxBackward1", "MinBackward1", "MedianBackward0", "NanmedianBackward0")
+
 
 class BackwardPaths(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
     """Entered above every other dispatch mode of a fake run (it is asked first, as the
@@ -71,6 +80,7 @@ class BackwardPaths(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
         self.between = False  # after a node's post-hook, before the next node's pre-hook
         self.node = ""  # the node running, "" where none
         self.made: dict[int, weakref.ref] = {}  # id -> tensor made inside the node
+        self.evenly: _Evenly | None = None  # the CPU's path of an EVENLY node running
 
     def hook(self, root: Any) -> None:
         """Hooks every node reachable from ``root`` (a ``grad_fn``) but ``AccumulateGrad``."""
@@ -87,9 +97,10 @@ class BackwardPaths(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
 
     def _enter(self, name: str, grad_outputs: Any) -> None:
         self.between, self.node, self.made = False, name, {}
+        self.evenly = _Evenly() if name in EVENLY else None
 
     def _leave(self, grad_inputs: Any, grad_outputs: Any) -> None:
-        self.between, self.node, self.made = True, "", {}
+        self.between, self.node, self.made, self.evenly = True, "", {}, None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
@@ -97,6 +108,8 @@ class BackwardPaths(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
             return func(*args, **kwargs)
         if func is aten.add.Tensor and self.between and not kwargs and self._sum(*args):
             return args[0].add_(args[1])
+        if self.evenly is not None:
+            return self.evenly(func, args, kwargs)
         in_place = self._formula(func, args)
         out = (in_place or func)(*args, **kwargs)
         if self.node in IN_PLACE:  # its buffers, for its formula
@@ -128,6 +141,34 @@ class BackwardPaths(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
 
 
 _ELEMENTWISE = ("sub", "mul", "masked_fill", "logical_and", "logical_or")
+
+
+class _Evenly:
+    """The CPU's path of ``evenly_distribute_backward`` run on fake tensors, call by call of
+    the path torch takes for them: ``isnan(input)`` and its ``logical_and`` with the
+    result's are the input itself (the CPU makes neither); the mask ``input == value`` is
+    made; before its ``sum``, zeros of the input's size; and the final ``mask * share``
+    fills them where the mask holds (``masked_fill_``), as the CPU does."""
+
+    def __init__(self) -> None:
+        self.zeros: torch.Tensor | None = None
+
+    def __call__(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        first = args[0] if args else None
+        if not isinstance(first, torch.Tensor) or first.device.type != "cpu":
+            return func(*args, **kwargs)
+        if func is aten.isnan.default and first.dim() > 0:
+            return first.view(first.shape)
+        if func is aten.logical_and.default and first.dtype != torch.bool:
+            return first.view(first.shape)
+        if func is aten.eq.Tensor:  # the mask, then the zeros
+            mask = func(*args, **kwargs)
+            self.zeros = torch.zeros(first.shape, dtype=first.dtype, device=first.device)
+            return mask
+        if func is aten.mul.Tensor and self.zeros is not None and first.dtype == torch.bool:
+            zeros, self.zeros = self.zeros, None
+            return zeros.masked_fill_(first, args[1])
+        return func(*args, **kwargs)
 
 
 def _fits(name: str, args: tuple) -> bool:
