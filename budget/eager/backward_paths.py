@@ -4,7 +4,7 @@ does that torch does out of place for fake tensors.
 torch chooses in-place work in the backward only for plain tensors: a tensor with a Python
 dispatch key, as every fake tensor has, is "subclass-like", and gets out-of-place work
 instead, each a buffer the real step does not make. A fake run of the step would then
-predict over the real peak wherever one falls at it. Two places choose so:
+predict over the real peak wherever one falls at it (or, for one formula, under):
 
 - **the engine's sums of gradients** (``torch/csrc/autograd/input_buffer.cpp``,
   ``accumulate``): where several gradients flow into one input of a node, the engine sums
@@ -19,8 +19,7 @@ predict over the real peak wherever one falls at it. Two places choose so:
 - **backward formulas** (``FunctionsManual.cpp`` and ATen's composite backwards) that build
   their result in a buffer they made (``new_zeros(...).index_put_(...)`` for ``x[idx]``):
   ``IN_PLACE`` names, per node, the ops made in place, where their first operand was made
-  inside the node (found op by op against the real backward under torch.profiler).
-
+  inside the node (found op by op against the real backward under torch.profiler);
 - **a full max, min or median's backward** (``evenly_distribute_backward``): on the CPU it
   fills zeros of the input's size where the input equals the result; for fake tensors it
   multiplies a mask, which peaks lower. The fake run takes the CPU's path (``EVENLY``).

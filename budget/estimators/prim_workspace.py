@@ -13,22 +13,23 @@ of the call's shapes: index arithmetic that is the same on every host and device
 (:func:`prim_workspace_bytes`).
 
 CPU kernels run op by op (``budget.apply``, ``compiler="eager"``, and the ATen kernels
-Inductor's code calls, on meta tensors standing for CPU ones) take memory too, measured
-the same way on zeros laid out as the call's operands, per thread count (:func:`kernel_workspace_bytes`): ``CPU_KERNELS``,
-whose implementations allocate inside whatever the layout (reduced losses make the
-unreduced losses first; group and layer norm backwards sum the parameters' gradients per
-thread; batch norm's backward makes a temporary of the input's size; upsampling copies or
-keeps weights; softmax backwards copy a gradient laid out otherwise; FFTs over other than
-the last dimension transpose; EmbeddingBag's backward and CTC keep per-bag and per-step
-buffers; exact GELU's backward, ``F.unfold``/``F.fold`` and grid sampling's backward copy
-an operand laid out otherwise than they read it; a full ``mean`` wraps its divisor; flash attention's per-thread blocks; a sum of
-booleans or integers casts them to int64), and any functional ATen call on an operand expanded with stride 0 (the gradient
-of a ``sum`` or ``mean`` reaching the op before it, which many kernels copy first). Calls
-that write an operand, return a view or anything but tensors, draw random numbers or make
-outputs of data-dependent sizes are not run; nor calls whose operands and outputs would
-take over ``MAX_OPERAND_BYTES``; a call that fails on zeros counts 0. Operands whose
-values size an allocation (``ONES``) are ones: every bag of an EmbeddingBag nonempty, an
-upper bound that is exact for the usual bags.
+Inductor's code calls, on meta tensors standing for CPU ones) take memory too, measured the
+same way on zeros laid out as the call's operands, per thread count
+(:func:`kernel_workspace_bytes`): ``CPU_KERNELS``, whose implementations allocate inside
+whatever the layout (reduced losses make the unreduced losses first; group and layer norm
+backwards sum the parameters' gradients per thread; batch norm's backward makes a temporary
+of the input's size; upsampling copies or keeps weights; softmax backwards copy a gradient
+laid out otherwise; FFTs over other than the last dimension transpose; EmbeddingBag's
+backward and CTC keep per-bag and per-step buffers; exact GELU's backward,
+``F.unfold``/``F.fold`` and grid sampling's backward copy an operand laid out otherwise than
+they read it; a full ``mean`` wraps its divisor; flash attention's per-thread blocks; a sum
+of booleans or integers casts them to int64), and any functional ATen call on an operand
+expanded with stride 0 (the gradient of a ``sum`` or ``mean`` reaching the op before it,
+which many kernels copy first). Calls that write an operand, return a view or anything but
+tensors, draw random numbers or make outputs of data-dependent sizes are not run; nor calls
+whose operands and outputs would take over ``MAX_OPERAND_BYTES``; a call that fails on zeros
+counts 0. Operands whose values size an allocation (``ONES``) are ones: every bag of an
+EmbeddingBag nonempty, an upper bound that is exact for the usual bags.
 """
 
 from __future__ import annotations

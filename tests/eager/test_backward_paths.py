@@ -193,9 +193,9 @@ def test_a_few_columns_of_a_blocks_output_are_predicted_with_the_in_place_index_
     assert plan.peak_bytes == measure_peak(step, x)
 
 
-@pytest.mark.parametrize("reduction", ["max", "min", "median"])
+@pytest.mark.parametrize("reduction", ["max", "min", "median", "nanmedian"])
 def test_a_full_reductions_backward_takes_the_cpus_path(reduction):
-    """``h / h.max()``: on the CPU the backward of a full max, min or median fills zeros of
+    """``h / h.max()``: on the CPU the backward of a full max, min or (nan)median fills zeros of
     the input's size where the input equals the result (after the mask, before its sum);
     for fake tensors torch multiplies a mask instead. The fake run takes the CPU's path:
     the peak is predicted, but for one byte the fake run holds longer (the result's
