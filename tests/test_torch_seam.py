@@ -102,6 +102,7 @@ LAZY = {
     "disable_fake_tensor_cache": "torch._subclasses.fake_tensor",
     "FunctionalTensor": "torch._subclasses.functional_tensor",
     "VF": "torch",
+    "make_graph_module": "torch.fx._lazy_graph_module",
 }
 OWN = {
     "compiled_call",
@@ -126,6 +127,7 @@ ALIASES = {
     "sac_is_compiling": "_is_compiling",
     "CachingTorchDispatchMode": "_CachingTorchDispatchMode",
     "VF": "_VF",
+    "make_graph_module": "_make_graph_module",
 }
 
 

@@ -13,6 +13,7 @@ both work through it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from copy import deepcopy
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -65,6 +66,9 @@ class Partitions:
         # break: budget.compile.peak)
         self.outputs_held = outputs_held
         self._made: dict[tuple[tuple[str, ...], int | None], Made] = {}
+        # each saved and offloaded set's graphs as extracted, never handed out: the
+        # rescheduler and the compiler change the graphs they get, so each gets a copy
+        self._extracted: dict[tuple, tuple[fx.GraphModule, fx.GraphModule]] = {}
         # parameters and buffers (dynamo's static inputs): resident, not the step's values
         self.static_inputs = {node_info.inputs[i].name for i in static_lifetime_input_indices}
         # and the user's own inputs: held anyway, not kept for the backward
@@ -86,7 +90,12 @@ class Partitions:
         # dynamic shapes an input handed over twice became two placeholders of one name
         # in the backward ("duplicate argument"), which fx refuses to build
         saved = list(dict.fromkeys([*saved, *self.node_info.inputs]))
-        fw, bw = extract(self.joint_module, saved, self.node_info, self.num_fwd_outputs, offloaded)
+        key = (tuple(n.name for n in saved), tuple(sorted(offloaded)))
+        if key not in self._extracted:
+            self._extracted[key] = extract(
+                self.joint_module, saved, self.node_info, self.num_fwd_outputs, offloaded
+            )
+        fw, bw = (copied_module(m) for m in self._extracted[key])
         copies = copied_inputs(fw, self.num_fwd_outputs, self.settings.compiler)
         kept = kept_inputs(fw, self.num_fwd_outputs, self.static_inputs | self.held_inputs)
         channels_last = runs_channels_last(fw, self.settings.compiler)
@@ -231,6 +240,15 @@ class Made:
     predict: Callable[[fx.GraphModule, frozenset[str]], PeakPrediction]
     rng: int  # bytes of the generator states the forward saves (compile/rng_states.py)
     again: list[str] = field(default_factory=list)
+
+
+def copied_module(gm: fx.GraphModule) -> fx.GraphModule:
+    """A copy of ``gm`` whose graph and nodes (names, meta dicts) are its own; the values
+    in the meta dicts, and the module's attributes, are shared. Under dynamo (torch's
+    default) its code is written only when it runs or is read."""
+    copy = T.make_graph_module(gm, deepcopy(gm.graph))
+    copy.meta = dict(gm.meta)
+    return copy
 
 
 def extract(

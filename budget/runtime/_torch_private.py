@@ -118,6 +118,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "disable_fake_tensor_cache": ("torch._subclasses.fake_tensor", "disable_fake_tensor_cache"),
     "VF": ("torch", "_VF"),  # the C++ ops torch.nn.utils.rnn calls (budget.eager.fake)
     "FunctionalTensor": ("torch._subclasses.functional_tensor", "FunctionalTensor"),
+    "make_graph_module": ("torch.fx._lazy_graph_module", "_make_graph_module"),  # lazy code
 }
 
 
@@ -292,8 +293,7 @@ def in_compiled_step() -> bool:
 
 @functools.cache
 def _compiled_step_probe() -> Any:
-    """The question, run and never traced (dynamo cannot trace it); made on first use so
-    that importing the seam does not load dynamo."""
+    """The question, never traced (dynamo cannot); made on first use, not loading dynamo."""
 
     @torch.compiler.disable(recursive=False)
     def probe() -> bool:

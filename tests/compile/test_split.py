@@ -1,0 +1,79 @@
+"""budget.compile.split: each saved set is extracted once and every use of it gets graphs of
+its own, and what a rescheduled backward is predicted to peak through the memos is what its
+graphs are predicted to peak afresh.
+
+Oracles: a counter on torch's extraction; the graphs' own code; budget.compile.peak run on
+the final graphs with no memo.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from budget.compile import split
+from budget.compile.layout import copied_inputs, handed_channels_last, runs_channels_last
+from budget.compile.peak import predict_peak
+from budget.models import get_builtin
+from tests.helpers.partitions import ONCE, capture
+
+SMALL = {
+    "gpt": dict(layers=2, d=64, heads=2, seq=64, batch=2, vocab=256),
+    # convolutions: workspaces that differ by the clone's sizes
+    "resnet": dict(batch=2, size=16, width=8, blocks=2),
+}
+
+
+def _captured(model: str = "gpt"):
+    torch.manual_seed(0)
+    return capture(get_builtin(model, **SMALL[model]), "eager")
+
+
+def test_a_saved_set_is_extracted_once_and_each_use_gets_graphs_of_its_own(monkeypatch):
+    """Saving nothing, once with each value recomputed once and once rescheduled below the
+    b=1 plan's peak: one extraction, two pairs of graphs sharing no node, and rescheduling
+    the second leaves the first's code as it was."""
+    got = _captured()
+    extracted: list[int] = []
+    real = split.extract
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        extracted.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(split, "extract", counted)
+    plan = got.plan([], limit=ONCE)
+    fw1, bw1, once = got.partitions.graphs(plan, limit=ONCE)
+    code = (fw1.code, bw1.code)
+    fw2, bw2, lowered = got.partitions.graphs(plan, limit=None)
+    assert lowered.recomputed_again and not once.recomputed_again
+    assert len(extracted) <= 1  # none where planning the step extracted this set already
+    assert set(bw1.graph.nodes).isdisjoint(bw2.graph.nodes)
+    assert set(fw1.graph.nodes).isdisjoint(fw2.graph.nodes)
+    assert (fw1.code, bw1.code) == code
+    assert fw2.code == fw1.code and bw2.code != bw1.code
+
+
+@pytest.mark.parametrize("model", sorted(SMALL))
+def test_a_rescheduled_backwards_peak_is_its_graphs_peak_predicted_afresh(model):
+    """The rescheduler predicts hundreds of backwards through memos (each node's storages
+    and workspace, the forward's walk, calls made again by clones); the peak and the live
+    bytes after every step it reports are those of its final graphs predicted with none."""
+    got = _captured(model)
+    limit = int(0.7 * got.partitions.reference_peak())  # below b=1's: rescheduled
+    plan = got.plan([], limit=limit)
+    assert plan.recomputed_again
+    fw, bw, told = got.partitions.graphs(plan, limit=limit)
+    n = got.partitions.num_fwd_outputs
+    copies = copied_inputs(fw, n, "eager")
+    channels_last = runs_channels_last(fw, "eager")
+    fresh = predict_peak(
+        fw,
+        bw,
+        num_user_outputs=n,
+        copied=frozenset(copies),
+        channels_last=channels_last,
+        handed_channels_last=handed_channels_last(fw, copies.keys(), channels_last),
+    )
+    assert told.peak_bytes == fresh.peak_bytes
+    assert [p.live_bytes for p in told.timeline] == [p.live_bytes for p in fresh.timeline]
