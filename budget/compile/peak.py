@@ -34,7 +34,7 @@ tried, missed on both sides, and a peak budget must hold as measured.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 import torch
@@ -70,8 +70,13 @@ class Memo:
 
     storages: dict[fx.Node, tuple[object, list[tuple[int, int]]]] = field(default_factory=dict)
     workspace: dict[tuple[fx.Node, bool | None], int] = field(default_factory=dict)
+    # and by what it is read from (the rescheduler's clones make the same calls again)
+    workspace_of: dict[Hashable, int] = field(default_factory=dict)
     # a node's (any tensor on an accelerator, raw storages in host memory), per value
     devices: dict[fx.Node, tuple[object, bool, list[int]]] = field(default_factory=dict)
+    # the forward's walk (the rescheduler changes the backward only), while its nodes and
+    # their values are the same
+    forward: _Walk | None = None
 
 
 def node_storages(node: fx.Node, memo: Memo | None = None) -> list[tuple[int, int]]:
@@ -93,22 +98,18 @@ def node_storages(node: fx.Node, memo: Memo | None = None) -> list[tuple[int, in
     return out
 
 
-def _host_storages(nodes: list[fx.Node], memo: Memo | None = None) -> set[int]:
-    """Raw storages in host memory in graphs that run on an accelerator (the copies of
-    offloaded values, budget.core.offload); none where the graphs run on the host."""
-    accelerated, host = False, set()
-    for node in nodes:
-        val = node.meta.get("val")
-        kept = memo.devices.get(node) if memo is not None else None
-        if kept is None or kept[0] is not val:
-            ts = tensors(val)
-            on_host = [s[0] for t in ts if t.device.type == "cpu" and (s := storage_of(t))]
-            kept = (val, any(t.device.type not in ("cpu", "meta") for t in ts), on_host)
-            if memo is not None:
-                memo.devices[node] = kept
-        accelerated |= kept[1]
-        host.update(kept[2])
-    return host if accelerated else set()
+def _devices(node: fx.Node, memo: Memo | None) -> tuple[object, bool, list[int]]:
+    """``node``'s value, whether any of its tensors is on an accelerator, and the raw
+    storages of those in host memory (kept in ``memo`` when given)."""
+    val = node.meta.get("val")
+    kept = memo.devices.get(node) if memo is not None else None
+    if kept is None or kept[0] is not val:
+        ts = tensors(val)
+        on_host = [s[0] for t in ts if t.device.type == "cpu" and (s := storage_of(t))]
+        kept = (val, any(t.device.type not in ("cpu", "meta") for t in ts), on_host)
+        if memo is not None:
+            memo.devices[node] = kept
+    return kept
 
 
 Key = tuple[str, int]  # (graph, fake storage): a recomputed value shares its forward twin's
@@ -116,20 +117,52 @@ Key = tuple[str, int]  # (graph, fake storage): a recomputed value shares its fo
 Step = tuple[fx.Node, str]  # a node and its phase, "forward" or "backward"
 
 
-def _keys(
-    nodes: list[fx.Node], graph: str, given: dict[int, Key], memo: Memo | None = None
-) -> dict[fx.Node, list[Key]]:
-    """Each node's storages as keys. A value shares a storage with an input when the raw
-    storage is the same (a view, a getitem): it takes that input's key; otherwise its
-    storage is new, keyed in ``graph``. Placeholders take ``given`` keys (the storages
-    handed over from the forward) or are new."""
-    out: dict[fx.Node, list[Key]] = {}
+@dataclass
+class _Walk:
+    """What the peak model reads off one graph's nodes, in one pass (:func:`_walk`)."""
+
+    nodes: list[fx.Node]
+    vals: list[object]  # each node's value as walked
+    keys: dict[fx.Node, list[Key]]  # each node's storages as keys
+    sizes: dict[int, int]  # bytes of each raw storage
+    accelerated: bool  # a tensor on an accelerator
+    host: set[int]  # raw storages in host memory (offloaded copies, on an accelerator)
+
+    def same(self, nodes: list[fx.Node]) -> bool:
+        """Whether ``nodes`` are the nodes walked, with the same values."""
+        return len(nodes) == len(self.nodes) and all(
+            a is b and a.meta.get("val") is v
+            for a, b, v in zip(nodes, self.nodes, self.vals, strict=True)
+        )
+
+
+def _walk(nodes: list[fx.Node], graph: str, given: dict[int, Key], memo: Memo | None) -> _Walk:
+    """Each node's storages as keys: a value shares a storage with an input when the raw
+    storage is the same (a view, a getitem), and takes that input's key (the last input's
+    of several); otherwise its storage is new, keyed in ``graph``. Placeholders take
+    ``given`` keys (the storages handed over from the forward) or are new. With the sizes
+    of the storages and where they are (:func:`_devices`)."""
+    keys: dict[fx.Node, list[Key]] = {}
+    sizes: dict[int, int] = {}
+    accelerated, host = False, set()
     for node in nodes:
-        inherited = {key[1]: key for arg in node.all_input_nodes for key in out.get(arg, [])}
-        if node.op == "placeholder":
-            inherited = given
-        out[node] = [inherited.get(raw, (graph, raw)) for raw, _ in node_storages(node, memo)]
-    return out
+        storages = node_storages(node, memo)
+        own = []
+        for raw, nbytes in storages:
+            sizes[raw] = nbytes
+            key = given.get(raw, (graph, raw)) if node.op == "placeholder" else (graph, raw)
+            if node.op != "placeholder":
+                for arg in node.all_input_nodes:
+                    for k in keys.get(arg, ()):
+                        if k[1] == raw:
+                            key = k
+            own.append(key)
+        keys[node] = own
+        _, on_accelerator, on_host = _devices(node, memo)
+        accelerated |= on_accelerator
+        host.update(on_host)
+    vals = [n.meta.get("val") for n in nodes]
+    return _Walk(nodes, vals, keys, sizes, accelerated, host)
 
 
 def predict_peak(
@@ -169,13 +202,20 @@ def predict_peak(
     fw_nodes = list(fw.graph.nodes)
     bw_nodes = list(bw.graph.nodes) if bw is not None else []
     steps = [(n, "forward") for n in fw_nodes] + [(n, "backward") for n in bw_nodes]
-    fw_keys = _keys(fw_nodes, "fw", {}, memo)
+    forward = memo.forward if memo is not None else None
+    if forward is None or not forward.same(fw_nodes):
+        forward = _walk(fw_nodes, "fw", {}, memo)
+        if memo is not None:
+            memo.forward = forward
+    fw_keys = forward.keys
     # The backward's inputs are forward storages (saved values, parameters) or tangents.
     handed_over = {key[1]: key for keys in fw_keys.values() for key in keys}
-    bw_keys = _keys(bw_nodes, "bw", handed_over, memo)
-    sizes = {raw: nbytes for n in fw_nodes + bw_nodes for raw, nbytes in node_storages(n, memo)}
-    for raw in _host_storages(fw_nodes + bw_nodes, memo):
-        sizes[raw] = 0  # offloaded copies, in host memory: not the device's
+    backward = _walk(bw_nodes, "bw", handed_over, memo)
+    bw_keys = backward.keys
+    sizes = {**forward.sizes, **backward.sizes}
+    if forward.accelerated or backward.accelerated:
+        for raw in forward.host | backward.host:
+            sizes[raw] = 0  # offloaded copies, in host memory: not the device's
 
     def keys(node: fx.Node, phase: str) -> list[Key]:
         return (fw_keys if phase == "forward" else bw_keys)[node]
@@ -283,6 +323,10 @@ def _workspace(
         return memo.workspace[node, layout]
     args = list(fx.node.map_arg(node.args, lambda a: a.meta.get("val")))
     kwargs = dict(fx.node.map_arg(node.kwargs, lambda a: a.meta.get("val")))
+    call = _call(node.target, (args, kwargs, node.meta.get("val")), layout, measure, inductor)
+    if memo is not None and call is not None and call in memo.workspace_of:
+        memo.workspace[node, layout] = memo.workspace_of[call]
+        return memo.workspace_of[call]
     device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), None)
     copy = 0
     if layout is False:  # on a contiguous copy of its input, made for the call
@@ -300,7 +344,35 @@ def _workspace(
     )
     if memo is not None:
         memo.workspace[node, layout] = out
+        if call is not None:
+            memo.workspace_of[call] = out
     return out
+
+
+def _call(target: object, values: object, *flags: object) -> Hashable | None:
+    """What a call's workspace is read from: its op, its values' metadata (sizes, strides,
+    offset, dtype, device, storage bytes; which of them share a storage) and ``flags``;
+    None where one is not hashable (a symbolic size)."""
+    storages: dict[int, int] = {}
+
+    def frozen(x: object) -> Hashable:
+        if isinstance(x, torch.Tensor):
+            s = storage_of(x)
+            shared = None if s is None else storages.setdefault(s[0], len(storages))
+            meta = (x.shape, x.stride(), x.storage_offset(), x.dtype, x.device)
+            return ("tensor", *map(tuple, meta[:2]), *meta[2:], s and s[1], shared)
+        if isinstance(x, (list, tuple)):
+            return (type(x).__name__, *map(frozen, x))
+        if isinstance(x, dict):
+            return ("dict", *((k, frozen(v)) for k, v in x.items()))
+        return x  # type: ignore[return-value]
+
+    key = (target, frozen(values), flags)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def _contiguous(val: object) -> object:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from budget.compile.peak import predict_peak
+from budget.compile.peak import Memo, predict_peak
 
 MiB = 2**20
 aten = torch.ops.aten
@@ -104,3 +104,47 @@ def test_forward_only_and_inputs_are_free():
     pred = predict_peak(f.done((fy,)), None)
     assert pred.peak_bytes == 2 * MiB + 12
     assert [p.live_bytes for p in pred.timeline] == [MiB, 2 * MiB]
+
+
+def test_a_memo_walks_the_forward_again_once_a_value_in_it_changed():
+    #  forward: x (resident), w = x * 2 (1 MiB), y = w + 1 (1 MiB) -> 2 MiB; w made 2 MiB
+    #  in place of 1 (a node's value replaced) -> 3 MiB, with the memo as without it
+    x, w, y = mib(), mib(), mib()
+    f = G()
+    fx_ = f.input("x", x)
+    fw_ = f.op("w", aten.mul.Tensor, (fx_, 2), w)
+    fy = f.op("y", aten.add.Tensor, (fw_, 1), y)
+    fw = f.done((fy,))
+    memo = Memo()
+    assert predict_peak(fw, None, memo=memo).peak_bytes == 2 * MiB + 12
+    fw_.meta["val"] = mib(2)
+    assert predict_peak(fw, None, memo=memo).peak_bytes == 3 * MiB + 12
+    assert predict_peak(fw, None).peak_bytes == 3 * MiB + 12
+
+
+def test_a_calls_workspace_is_kept_by_what_it_is_read_from():
+    """The workspace memo's key (peak._call): the same for a call made again on values of
+    the same metadata on storages of their own (a rescheduler's clone), and different where
+    sizes, strides, offsets, dtypes, storage bytes, the sharing of a storage between
+    operands, the op or the flags differ."""
+    from budget.compile.peak import _call
+
+    conv = aten.convolution.default
+
+    def key(*args, target=conv, flags=(None, True, False)):
+        return _call(target, (list(args), {}, None), *flags)
+
+    x, w = torch.zeros(2, 3, 8, 8, device="meta"), torch.zeros(4, 3, 3, 3, device="meta")
+    same = key(torch.zeros(2, 3, 8, 8, device="meta"), torch.zeros(4, 3, 3, 3, device="meta"))
+    assert key(x, w) == same
+    base = torch.zeros(2 * 3 * 8 * 8 + 1, device="meta")
+    others = [
+        key(torch.zeros(2, 3, 8, 9, device="meta"), w),  # sizes
+        key(x.contiguous(memory_format=torch.channels_last), w),  # strides
+        key(base[1:].view(2, 3, 8, 8), w),  # offset, storage bytes
+        key(x.half(), w),  # dtype
+        key(x, w, target=aten.mul.Tensor),
+        key(x, w, flags=(True, True, False)),
+    ]
+    assert same not in others and len(set(others)) == len(others)
+    assert key(x, x) != key(x, torch.zeros_like(x))  # one storage for both operands, or two
