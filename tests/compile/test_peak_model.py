@@ -92,16 +92,21 @@ def test_a_recomputed_value_is_new_memory_even_when_a_view_of_its_twin_was_saved
     assert [p.phase for p in pred.timeline if p.node == "a"] == ["forward", "recompute"]
 
 
+def _mul_add() -> tuple[fx.GraphModule, fx.Node]:
+    """forward: x (resident), w = x * 2 (1 MiB), y = w + 1 (1 MiB); and its node w."""
+    f = G()
+    fx_ = f.input("x", mib())
+    fw_ = f.op("w", aten.mul.Tensor, (fx_, 2), mib())
+    fy = f.op("y", aten.add.Tensor, (fw_, 1), mib())
+    return f.done((fy,)), fw_
+
+
 def test_forward_only_and_inputs_are_free():
     #  forward: x (resident), w = x * 2 (1 MiB), y = w + 1 (1 MiB): peak 2 MiB, and only
     #  while y is made (w is freed after its last read), with the 12 bytes the add wraps
     #  its 1 in (an 8-byte int64, cast to float32 inside it)
-    x, w, y = mib(), mib(), mib()
-    f = G()
-    fx_ = f.input("x", x)
-    fw_ = f.op("w", aten.mul.Tensor, (fx_, 2), w)
-    fy = f.op("y", aten.add.Tensor, (fw_, 1), y)
-    pred = predict_peak(f.done((fy,)), None)
+    fw, _ = _mul_add()
+    pred = predict_peak(fw, None)
     assert pred.peak_bytes == 2 * MiB + 12
     assert [p.live_bytes for p in pred.timeline] == [MiB, 2 * MiB]
 
@@ -109,15 +114,10 @@ def test_forward_only_and_inputs_are_free():
 def test_a_memo_walks_the_forward_again_once_a_value_in_it_changed():
     #  forward: x (resident), w = x * 2 (1 MiB), y = w + 1 (1 MiB) -> 2 MiB; w made 2 MiB
     #  in place of 1 (a node's value replaced) -> 3 MiB, with the memo as without it
-    x, w, y = mib(), mib(), mib()
-    f = G()
-    fx_ = f.input("x", x)
-    fw_ = f.op("w", aten.mul.Tensor, (fx_, 2), w)
-    fy = f.op("y", aten.add.Tensor, (fw_, 1), y)
-    fw = f.done((fy,))
+    fw, w = _mul_add()
     memo = Memo()
     assert predict_peak(fw, None, memo=memo).peak_bytes == 2 * MiB + 12
-    fw_.meta["val"] = mib(2)
+    w.meta["val"] = mib(2)
     assert predict_peak(fw, None, memo=memo).peak_bytes == 3 * MiB + 12
     assert predict_peak(fw, None).peak_bytes == 3 * MiB + 12
 
