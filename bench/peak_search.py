@@ -18,7 +18,7 @@ import time
 import torch
 
 import budget
-from budget.compile import partition
+from budget.compile import peak_plan
 from budget.models import get_builtin
 
 MiB = 2**20
@@ -37,18 +37,18 @@ class Searches:
 
     def __init__(self) -> None:
         self.last = None
-        self._search = partition.search_peak
+        self._search = peak_plan.search_peak
 
     def __enter__(self) -> Searches:
         def spy(*args, **kwargs):
             self.last = self._search(*args, **kwargs)
             return self.last
 
-        partition.search_peak = spy
+        peak_plan.search_peak = spy
         return self
 
     def __exit__(self, *exc: object) -> None:
-        partition.search_peak = self._search
+        peak_plan.search_peak = self._search
 
 
 def run(example, compiler: str, peak: int, mode: str):
