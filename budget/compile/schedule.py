@@ -29,14 +29,13 @@ import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-import torch
 import torch.fx as fx
 
 from ..core.plan import LivePoint
 from ..estimators.ops import is_collective, is_mutating, is_random
-from ..runtime import _torch_private as T
-from ..runtime._torch_private import OpOverload, tree_map
-from ..runtime.values import storage_of, tensors
+from ..runtime._torch_private import OpOverload
+from ..runtime.values import tensors
+from .clone_values import fresh_val
 from .peak import Memo, PeakPrediction, node_storages
 
 Predict = Callable[[fx.GraphModule, frozenset[str]], PeakPrediction]
@@ -90,61 +89,6 @@ def _freed_at(
         if not any(pos[u] >= at and u not in moved for u in readers):
             freed += s[1]
     return freed
-
-
-def _fresh_val(clone: fx.Node, original: fx.Node | None = None) -> object:
-    """The clone's value as a new fake tensor of its own storage (a view of a cloned base
-    shares the clone's), computed from its arguments' values under their fake mode; where
-    ``original``'s outputs are of storages of their own, made from their metadata alone
-    (:func:`_remade`), the op not run."""
-    remade = None if original is None else _remade(original)
-    if remade is not None:
-        return remade
-    args = tree_map(lambda a: a.meta["val"] if isinstance(a, fx.Node) else a, clone.args)
-    kwargs = tree_map(lambda a: a.meta["val"] if isinstance(a, fx.Node) else a, clone.kwargs)
-    if clone.target is operator.getitem:
-        return operator.getitem(*args)
-    mode = next(
-        (t.fake_mode for t in tensors(clone.meta.get("val")) if hasattr(t, "fake_mode")), None
-    )
-    if mode is None:
-        raise ValueError(f"{clone.name}: no fake tensor to recompute it on")
-    with mode:
-        return clone.target(*args, **kwargs)  # type: ignore[operator]
-
-
-def _remade(node: fx.Node) -> object | None:
-    """``node``'s value with each tensor made again on a new storage of the same size, at
-    the same offset, sizes and strides: what running its op again makes, where each output
-    is a fake tensor of static sizes on a storage of its own (none of its inputs', not a
-    view); else None (run the op). Making one this way costs a small fraction of running
-    a fake op, and the rescheduler makes thousands."""
-    val = node.meta.get("val")
-    outs = tensors(val)
-    held = {
-        s[0]
-        for a in node.all_input_nodes
-        for t in tensors(a.meta.get("val"))
-        if (s := storage_of(t))
-    }
-    raws = [s[0] for t in outs if (s := storage_of(t))]
-    if not outs or len(raws) != len(outs) or len(set(raws)) < len(raws) or held & set(raws):
-        return None
-    for t in outs:
-        if not isinstance(t, T.FakeTensor) or t._is_view() or t.requires_grad:
-            return None
-        dims = (*t.shape, *t.stride(), t.storage_offset(), t.untyped_storage().nbytes())
-        if t.constant is not None or not all(type(d) is int for d in dims):
-            return None
-
-    def again(t: torch.Tensor) -> torch.Tensor:
-        storage = torch.UntypedStorage(t.untyped_storage().nbytes(), device="meta")
-        meta = torch.empty(0, dtype=t.dtype, device="meta")
-        meta.set_(storage, t.storage_offset(), t.shape, t.stride())
-        return T.FakeTensor(t.fake_mode, meta, t.device)
-
-    with T._disable_current_modes():  # meta tensors, made as such (not faked by a mode on)
-        return tree_map(lambda x: again(x) if isinstance(x, torch.Tensor) else x, val)
 
 
 class _Unrunnable(Exception):
@@ -216,7 +160,7 @@ def _apply(
             new = graph.node_copy(node, lambda a: env.get(a, a))
             rewrite.inserted.append(new)
             try:
-                new.meta = {**node.meta, "val": _fresh_val(new, node)}
+                new.meta = {**node.meta, "val": fresh_val(new, node)}
             except Exception as e:  # an op fake tensors cannot run: not this candidate
                 rewrite.undo(graph)
                 raise _Unrunnable(f"{node.name}: {e}") from e
@@ -247,7 +191,7 @@ def _revalue_views(value: fx.Node, late: list[fx.Node], rewrite: _Rewrite) -> No
             continue
         seen.add(view)
         try:
-            val = _fresh_val(view)
+            val = fresh_val(view)
         except Exception as e:  # an op fake tensors cannot run: not this candidate
             raise _Unrunnable(f"{view.name}: {e}") from e
         rewrite.revalued.append((view, view.meta.get("val")))

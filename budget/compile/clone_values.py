@@ -1,0 +1,69 @@
+"""The values of the rescheduler's clones (:mod:`budget.compile.schedule`): a clone is a
+storage of its own, so its fake value is new, made as running its op would make it.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+
+from ..runtime import _torch_private as T
+from ..runtime._torch_private import tree_map
+from ..runtime.values import storage_of, tensors
+
+
+def fresh_val(clone: fx.Node, original: fx.Node | None = None) -> object:
+    """The clone's value as a new fake tensor of its own storage (a view of a cloned base
+    shares the clone's), computed from its arguments' values under their fake mode; where
+    ``original``'s outputs are of storages of their own, made from their metadata alone
+    (:func:`remade`), the op not run."""
+    made = None if original is None else remade(original)
+    if made is not None:
+        return made
+    args = tree_map(lambda a: a.meta["val"] if isinstance(a, fx.Node) else a, clone.args)
+    kwargs = tree_map(lambda a: a.meta["val"] if isinstance(a, fx.Node) else a, clone.kwargs)
+    if clone.target is operator.getitem:
+        return operator.getitem(*args)
+    mode = next(
+        (t.fake_mode for t in tensors(clone.meta.get("val")) if hasattr(t, "fake_mode")), None
+    )
+    if mode is None:
+        raise ValueError(f"{clone.name}: no fake tensor to recompute it on")
+    with mode:
+        return clone.target(*args, **kwargs)  # type: ignore[operator]
+
+
+def remade(node: fx.Node) -> object | None:
+    """``node``'s value with each tensor made again on a new storage of the same size, at
+    the same offset, sizes and strides: what running its op again makes, where each output
+    is a fake tensor of static sizes on a storage of its own (none of its inputs', not a
+    view); else None (run the op). Making one this way costs a small fraction of running
+    a fake op, and the rescheduler makes thousands."""
+    val = node.meta.get("val")
+    outs = tensors(val)
+    held = {
+        s[0]
+        for a in node.all_input_nodes
+        for t in tensors(a.meta.get("val"))
+        if (s := storage_of(t))
+    }
+    raws = [s[0] for t in outs if (s := storage_of(t))]
+    if not outs or len(raws) != len(outs) or len(set(raws)) < len(raws) or held & set(raws):
+        return None
+    for t in outs:
+        if not isinstance(t, T.FakeTensor) or t._is_view() or t.requires_grad:
+            return None
+        dims = (*t.shape, *t.stride(), t.storage_offset(), t.untyped_storage().nbytes())
+        if t.constant is not None or not all(type(d) is int for d in dims):
+            return None
+
+    def again(t: torch.Tensor) -> torch.Tensor:
+        storage = torch.UntypedStorage(t.untyped_storage().nbytes(), device="meta")
+        meta = torch.empty(0, dtype=t.dtype, device="meta")
+        meta.set_(storage, t.storage_offset(), t.shape, t.stride())
+        return T.FakeTensor(t.fake_mode, meta, t.device)
+
+    with T._disable_current_modes():  # meta tensors, made as such (not faked by a mode on)
+        return tree_map(lambda x: again(x) if isinstance(x, torch.Tensor) else x, val)

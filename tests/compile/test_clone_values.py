@@ -1,0 +1,54 @@
+"""budget.compile.clone_values: a rescheduler's clone made from its value's metadata is
+what running its op on fake tensors makes, on a storage of its own.
+
+Oracle: the op itself, run on the graph's fake values with torch's fake cache off.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from budget.compile.clone_values import remade
+from budget.models import get_builtin
+from budget.runtime import _torch_private as T
+from budget.runtime.values import storage_of, tensors
+from tests.helpers.partitions import ONCE, capture
+
+SMALL_GPT = dict(layers=2, d=64, heads=2, seq=64, batch=2, vocab=256)
+
+
+def test_a_clone_made_again_has_the_value_its_op_makes_on_a_storage_of_its_own():
+    """The rescheduler makes a clone's value from its metadata, not by running its op, where
+    the op's outputs are storages of their own: each is what running the op on fake tensors
+    makes (sizes, strides, offset, dtype, device, storage bytes, not a view), on a storage
+    no node of the graphs holds; a view is made by running its op."""
+    got = capture(get_builtin("gpt", **SMALL_GPT), "eager")
+    fw, bw, _ = got.partitions.graphs(got.plan([], limit=ONCE), limit=ONCE)
+    nodes = [*fw.graph.nodes, *bw.graph.nodes]
+    held = {s[0] for n in nodes for t in tensors(n.meta.get("val")) if (s := storage_of(t))}
+    made_again, views = 0, 0
+    for node in nodes:
+        if node.op != "call_function":
+            continue
+        new = remade(node)
+        if node.target is torch.ops.aten.view.default:
+            views += 1
+            assert new is None, node.name
+        if new is None:
+            continue
+        made_again += 1
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: a.meta["val"])
+        mode = tensors(node.meta["val"])[0].fake_mode
+        with T.disable_fake_tensor_cache(mode), mode:
+            ran = node.target(*args, **kwargs)
+        made, want = tensors(new), tensors(ran)
+        assert len(made) == len(want), node.name
+        for m, w in zip(made, want, strict=True):
+            assert _layout(m) == _layout(w), node.name
+            assert storage_of(m)[0] not in held, node.name
+    assert made_again > 20 and views > 0, (made_again, views)
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    nbytes = t.untyped_storage().nbytes()
+    return (t.shape, t.stride(), t.storage_offset(), t.dtype, t.device, nbytes, t._is_view())
