@@ -314,7 +314,7 @@ def workspace_bytes(
         return 0
     if func in _ATTENTIONS:  # measured as the calls below are (Inductor calls it too)
         measured = measure and kwargs is not None
-        found = kernel_workspace_bytes(func, args, kwargs, out, where) if measured else None
+        found = kernel_workspace_bytes(func, args, kwargs, out, device=where) if measured else None
         forward = func is _ATTENTIONS[0]
         return attention_workspace_bytes(forward, args) if found is None else found
     if isinstance(func, OpOverload) and func.name() == _FMA and isinstance(out, torch.Tensor):
