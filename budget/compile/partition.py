@@ -28,6 +28,7 @@ from ..errors import SolverTimeout
 from ..planning.planner import plan_like, solve_problem, solve_sweep
 from ..runtime import _torch_private as T
 from ..runtime.collector import gc_paused
+from ..runtime.frames import on_fresh_stack
 from . import offload, ranks
 from .dynamo_graph import tokens_ahead
 from .graph import build_problem, estimator_for, graph_hash
@@ -91,7 +92,11 @@ def budget_partition(
     user holds anyway, which the backward does not keep (``Plan.kept_input_bytes``)."""
     with gc_paused():
         try:
-            return _partition(
+            # the frames of torch.compile under this call leave planning at a depth where
+            # CPython 3.11-3.12 can unmap and map a stack chunk per call
+            # (budget/runtime/frames.py)
+            return on_fresh_stack(
+                _partition,
                 joint_module,
                 joint_inputs,
                 num_fwd_outputs,
