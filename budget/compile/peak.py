@@ -25,7 +25,7 @@ The peak is the largest sum of live storages after any node has made its outputs
 before anything it was the last reader of is freed. This is what the graphs ask for:
 exact for ``compiler="eager"``, which runs them op by op, but for what a kernel allocates
 and frees inside itself: CPU convolutions, where that is large, add an estimate of it at
-their step (:func:`budget.estimators.memory.workspace_bytes`). Inductor fuses pointwise
+their step (:mod:`budget.compile.kernel_workspace`). Inductor fuses pointwise
 ops, whose intermediates then never exist, so it peaks lower than predicted (by how
 much: ``python bench/peak.py``). The prediction is an upper bound there on purpose: a model of
 Inductor's fusion (a pointwise value with one fusible reader is never materialised) was
@@ -34,87 +34,96 @@ tried, missed on both sides, and a peak budget must hold as measured.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import torch
 import torch.fx as fx
 
 from ..core.plan import LivePoint
-from ..estimators.memory import tensor_bytes, workspace_bytes
 from ..runtime._torch_private import input_mutation_outputs, tangent_held
 from ..runtime.values import generator_state_bytes, rng_state_output, storage_of, tensors
+from .kernel_workspace import KernelMemo, node_workspace
 from .layout import backward_layouts
 
 
-@dataclass
 class PeakPrediction:
     """The predicted peak (bytes above what was resident before the step) and the live
-    bytes after each node of the forward, then the backward."""
+    bytes after each node of the forward, then the backward.
 
-    peak_bytes: int
-    timeline: list[LivePoint]
-    # where the peak is: the index of its node in the forward's nodes then the backward's
-    # (the first such node where several reach it), and the live bytes after every node
-    # in that order (placeholders and outputs included, unlike the timeline)
-    peak_step: int = 0
-    live: list[int] | None = None
+    ``peak_step``: where the peak is, the index of its node in the forward's nodes then the
+    backward's (the first such node where several reach it); ``live``: the live bytes after
+    every node in that order (placeholders and outputs included, unlike the timeline). The
+    timeline is made when first read: the rescheduler predicts hundreds of backwards and
+    reads the timeline of the one it keeps."""
+
+    def __init__(
+        self,
+        peak_bytes: int,
+        timeline: list[LivePoint] | Callable[[], list[LivePoint]],
+        peak_step: int = 0,
+        live: list[int] | None = None,
+    ) -> None:
+        self.peak_bytes, self.peak_step, self.live = peak_bytes, peak_step, live
+        self._timeline = timeline
+
+    @property
+    def timeline(self) -> list[LivePoint]:
+        if callable(self._timeline):
+            self._timeline = self._timeline()
+        return self._timeline
+
+    @timeline.setter
+    def timeline(self, points: list[LivePoint]) -> None:
+        self._timeline = points
 
 
 @dataclass
 class Memo:
     """What the peak model reads off each node, kept between predictions of graphs whose
     nodes keep their values (the rescheduler predicts the same graphs again and again):
-    a node's storages until its value is replaced (the rescheduler gives a rewired view a
-    new one), its kernel's workspace (shapes only, which no rewiring changes)."""
+    a node's storages and where they are until its value is replaced (the rescheduler
+    gives a rewired view a new one), its kernel's workspace."""
 
-    storages: dict[fx.Node, tuple[object, list[tuple[int, int]]]] = field(default_factory=dict)
-    workspace: dict[tuple[fx.Node, bool | None], int] = field(default_factory=dict)
-    # and by what it is read from (the rescheduler's clones make the same calls again)
-    workspace_of: dict[Hashable, int] = field(default_factory=dict)
-    # a node's (any tensor on an accelerator, raw storages in host memory), per value
-    devices: dict[fx.Node, tuple[object, bool, list[int]]] = field(default_factory=dict)
-    # the forward's walk (the rescheduler changes the backward only), while its nodes and
-    # their values are the same
+    # node -> (its value, (raw storage, bytes) of each tensor, whether any tensor is on an
+    # accelerator, the raw storages of those in host memory)
+    records: dict[fx.Node, tuple[object, list[tuple[int, int]], bool, list[int]]] = field(
+        default_factory=dict
+    )
+    kernels: KernelMemo = field(default_factory=KernelMemo)
+    # the forward's walk and workspace (the rescheduler changes the backward only), while
+    # its nodes and their values are the same
     forward: _Walk | None = None
+
+
+def _record(
+    node: fx.Node, memo: Memo | None
+) -> tuple[object, list[tuple[int, int]], bool, list[int]]:
+    """``node``'s value, the (raw storage, bytes) of each tensor it makes, whether any of
+    them is on an accelerator, and the raw storages of those in host memory (kept in
+    ``memo`` when given, while the value is the same)."""
+    val = node.meta.get("val")
+    if memo is not None:
+        kept = memo.records.get(node)
+        if kept is not None and kept[0] is val:
+            return kept
+    ts = tensors(val)
+    out = [s for t in ts if (s := storage_of(t)) is not None]
+    if rng_state_output(node):  # a size of no hint: the generator's state, as it runs
+        out = [(raw, generator_state_bytes(val.device.type)) for raw, _ in out]
+    on_host = [s[0] for t in ts if t.device.type == "cpu" and (s := storage_of(t))]
+    record = (val, out, any(t.device.type not in ("cpu", "meta") for t in ts), on_host)
+    if memo is not None:
+        memo.records[node] = record
+    return record
 
 
 def node_storages(node: fx.Node, memo: Memo | None = None) -> list[tuple[int, int]]:
     """(raw storage, bytes) of each tensor ``node`` makes (kept in ``memo`` when given)."""
-    val = node.meta.get("val")
-    if memo is not None:
-        kept = memo.storages.get(node)
-        if kept is not None and kept[0] is val:
-            return kept[1]
-    out = []
-    for t in tensors(val):
-        s = storage_of(t)
-        if s is not None:
-            out.append(s)
-    if rng_state_output(node):  # a size of no hint: the generator's state, as it runs
-        out = [(raw, generator_state_bytes(val.device.type)) for raw, _ in out]
-    if memo is not None:
-        memo.storages[node] = (val, out)
-    return out
-
-
-def _devices(node: fx.Node, memo: Memo | None) -> tuple[object, bool, list[int]]:
-    """``node``'s value, whether any of its tensors is on an accelerator, and the raw
-    storages of those in host memory (kept in ``memo`` when given)."""
-    val = node.meta.get("val")
-    kept = memo.devices.get(node) if memo is not None else None
-    if kept is None or kept[0] is not val:
-        ts = tensors(val)
-        on_host = [s[0] for t in ts if t.device.type == "cpu" and (s := storage_of(t))]
-        kept = (val, any(t.device.type not in ("cpu", "meta") for t in ts), on_host)
-        if memo is not None:
-            memo.devices[node] = kept
-    return kept
+    return _record(node, memo)[1]
 
 
 Key = tuple[str, int]  # (graph, fake storage): a recomputed value shares its forward twin's
 # fake tensor, but is a storage of its own
-Step = tuple[fx.Node, str]  # a node and its phase, "forward" or "backward"
 
 
 @dataclass
@@ -127,6 +136,12 @@ class _Walk:
     sizes: dict[int, int]  # bytes of each raw storage
     accelerated: bool  # a tensor on an accelerator
     host: set[int]  # raw storages in host memory (offloaded copies, on an accelerator)
+    first: dict[Key, int]  # the step each storage is made at
+    last: dict[Key, int]  # the last step that makes or reads it
+    ends: list[fx.Node]  # the placeholders and the output node
+    # each node's kernel workspace, and what it was read with (the forward's, kept)
+    workspace: list[int] | None = None
+    workspace_for: tuple = ()
 
     def same(self, nodes: list[fx.Node]) -> bool:
         """Whether ``nodes`` are the nodes walked, with the same values."""
@@ -136,33 +151,48 @@ class _Walk:
         )
 
 
-def _walk(nodes: list[fx.Node], graph: str, given: dict[int, Key], memo: Memo | None) -> _Walk:
-    """Each node's storages as keys: a value shares a storage with an input when the raw
-    storage is the same (a view, a getitem), and takes that input's key (the last input's
-    of several); otherwise its storage is new, keyed in ``graph``. Placeholders take
-    ``given`` keys (the storages handed over from the forward) or are new. With the sizes
-    of the storages and where they are (:func:`_devices`)."""
+def _walk(
+    nodes: list[fx.Node], graph: str, given: dict[int, Key], memo: Memo | None, start: int = 0
+) -> _Walk:
+    """Each node's storages as keys, and the steps each key is made at and last read at
+    (the nodes are steps ``start``, ``start + 1``, ...): a value shares a storage with an
+    input when the raw storage is the same (a view, a getitem), and takes that input's
+    key (the last input's of several); otherwise its storage is new, keyed in ``graph``.
+    Placeholders take ``given`` keys (the storages handed over from the forward) or are
+    new. With the sizes of the storages and where they are (:func:`_record`)."""
     keys: dict[fx.Node, list[Key]] = {}
     sizes: dict[int, int] = {}
-    accelerated, host = False, set()
-    for node in nodes:
-        storages = node_storages(node, memo)
-        own = []
+    first: dict[Key, int] = {}
+    last: dict[Key, int] = {}
+    accelerated, host, ends = False, set(), []
+    for i, node in enumerate(nodes, start):
+        _, storages, on_accelerator, on_host = _record(node, memo)
+        if node.op == "placeholder":
+            own = [given.get(raw, (graph, raw)) for raw, _ in storages]
+            ends.append(node)
+        else:
+            read = [k for arg in node.all_input_nodes for k in keys.get(arg, ())]
+            for k in read:
+                last[k] = i
+            own = []
+            for raw, _ in storages:
+                key = (graph, raw)
+                for k in read:
+                    if k[1] == raw:
+                        key = k
+                own.append(key)
+            if node.op == "output":
+                ends.append(node)
         for raw, nbytes in storages:
             sizes[raw] = nbytes
-            key = given.get(raw, (graph, raw)) if node.op == "placeholder" else (graph, raw)
-            if node.op != "placeholder":
-                for arg in node.all_input_nodes:
-                    for k in keys.get(arg, ()):
-                        if k[1] == raw:
-                            key = k
-            own.append(key)
+        for k in own:
+            first.setdefault(k, i)
+            last[k] = i
         keys[node] = own
-        _, on_accelerator, on_host = _devices(node, memo)
         accelerated |= on_accelerator
         host.update(on_host)
     vals = [n.meta.get("val") for n in nodes]
-    return _Walk(nodes, vals, keys, sizes, accelerated, host)
+    return _Walk(nodes, vals, keys, sizes, accelerated, host, first, last, ends)
 
 
 def predict_peak(
@@ -193,190 +223,114 @@ def predict_peak(
     ``handed_channels_last``: where the backward keeps the layouts it is handed (CPU
     Inductor), the forward's values it is handed channels-last
     (:func:`budget.compile.layout.handed_channels_last`); its convolutions then run
-    channels-last only where those reach them. ``memo``: what is read off each node, kept between calls (the rescheduler predicts the
-    same graphs again and again; a node whose value it replaces is read again: :class:`Memo`).
-    ``measure_workspace``: CPU kernels' workspace measured on this host, else by rule.
-    ``inductor``: Inductor generates the code (its own prims are lowered into it, with no
-    temporaries of their own); else each node runs as its own call.
+    channels-last only where those reach them. ``memo``: what is read off each node, kept
+    between calls (the rescheduler predicts the same graphs again and again; a node whose
+    value it replaces is read again: :class:`Memo`). ``measure_workspace``, ``inductor``:
+    how kernels' workspace is read (:func:`budget.compile.kernel_workspace.node_workspace`).
     """
     fw_nodes = list(fw.graph.nodes)
     bw_nodes = list(bw.graph.nodes) if bw is not None else []
-    steps = [(n, "forward") for n in fw_nodes] + [(n, "backward") for n in bw_nodes]
+    kernels = memo.kernels if memo is not None else None
+    flags = (measure_workspace, inductor)
     forward = memo.forward if memo is not None else None
     if forward is None or not forward.same(fw_nodes):
         forward = _walk(fw_nodes, "fw", {}, memo)
         if memo is not None:
             memo.forward = forward
-    fw_keys = forward.keys
-    # The backward's inputs are forward storages (saved values, parameters) or tangents.
-    handed_over = {key[1]: key for keys in fw_keys.values() for key in keys}
-    backward = _walk(bw_nodes, "bw", handed_over, memo)
-    bw_keys = backward.keys
-    sizes = {**forward.sizes, **backward.sizes}
-    if forward.accelerated or backward.accelerated:
-        for raw in forward.host | backward.host:
-            sizes[raw] = 0  # offloaded copies, in host memory: not the device's
-
-    def keys(node: fx.Node, phase: str) -> list[Key]:
-        return (fw_keys if phase == "forward" else bw_keys)[node]
-
-    resident = {
-        k
-        for n in fw_nodes
-        if n.op == "placeholder" and n.name not in copied
-        for k in keys(n, "forward")
-    }
-    last = _last_steps(steps, keys, num_user_outputs if outputs_held else 0)
-    bw_layouts = (
+    if forward.workspace is None or forward.workspace_for != (channels_last, flags):
+        layout = channels_last or None
+        forward.workspace = [node_workspace(n, layout, kernels, *flags) for n in fw_nodes]
+        forward.workspace_for = (channels_last, flags)
+    # the backward's inputs are forward storages (saved values, parameters) or tangents
+    handed_over = {key[1]: key for keys in forward.keys.values() for key in keys}
+    backward = _walk(bw_nodes, "bw", handed_over, memo, len(fw_nodes))
+    layouts = (
         None
         if bw is None or handed_channels_last is None
         else backward_layouts(bw, handed_channels_last)
     )
+    workspace = forward.workspace + [
+        node_workspace(
+            n, channels_last or None if layouts is None else layouts.get(n), kernels, *flags
+        )
+        for n in bw_nodes
+    ]
+    resident = {
+        k
+        for n in forward.ends
+        if n.op == "placeholder" and n.name not in copied
+        for k in forward.keys[n]
+    }
+    held = _held(forward, num_user_outputs if outputs_held else 0) + _held(backward, None)
+    peak, peak_step, live = _simulate(forward, backward, resident, held, workspace)
 
-    def layout(node: fx.Node, phase: str) -> bool | None:
-        if phase == "forward" or bw_layouts is None:
-            return channels_last or None
-        return bw_layouts.get(node)
+    def timeline() -> list[LivePoint]:
+        points = [
+            LivePoint(n.name, "forward", b)
+            for n, b in zip(fw_nodes, live, strict=False)
+            if n.op not in ("placeholder", "output")
+        ]
+        for n, b in zip(bw_nodes, live[len(fw_nodes) :], strict=True):
+            if n.op != "output":
+                kind = "recompute" if n.name in recomputed else "backward"
+                points.append(LivePoint(n.name, kind, b))
+        return points
 
-    live: dict[Key, int] = {}
-    timeline: list[LivePoint] = []
+    return PeakPrediction(peak, timeline, peak_step, live)
+
+
+def _simulate(
+    forward: _Walk, backward: _Walk, resident: set[Key], held: list[Key], workspace: list[int]
+) -> tuple[int, int, list[int]]:
+    """The peak, its step and the live bytes after each step of the forward then the
+    backward: each storage but the ``resident`` is made at its first step and freed after
+    its last (``held`` ones: held to the end), and each step's kernel adds its
+    ``workspace`` while it runs."""
+    sizes = {**forward.sizes, **backward.sizes}
+    if forward.accelerated or backward.accelerated:
+        for raw in forward.host | backward.host:
+            sizes[raw] = 0  # offloaded copies, in host memory: not the device's
+    end = len(workspace)
+    last = {**forward.last, **backward.last}
+    for k in held:
+        last[k] = end
+    made, freed = [0] * (end + 1), [0] * (end + 1)
+    for k, i in {**backward.first, **forward.first}.items():
+        if k not in resident:
+            made[i] += sizes[k[1]]
+            freed[last[k]] += sizes[k[1]]
+    live: list[int] = []
     current = peak = peak_step = 0
-    live_after: list[int] = []
-    freed_at: dict[int, list[Key]] = {}
-    for k, i in last.items():
-        freed_at.setdefault(i, []).append(k)
-    for i, (node, phase) in enumerate(steps):
-        for k in keys(node, phase):
-            if k in resident or k in live:
-                continue
-            live[k] = sizes[k[1]]
-            current += live[k]
-        if node.op not in ("placeholder", "output") or (
-            phase == "backward" and node.op == "placeholder"
-        ):
-            kind = "recompute" if phase == "backward" and node.name in recomputed else phase
-            timeline.append(LivePoint(node.name, kind, current))  # type: ignore[arg-type]
-        live_after.append(current)
-        at = current + _workspace(node, layout(node, phase), memo, measure_workspace, inductor)
-        if at > peak:
-            peak, peak_step = at, i
-        for k in freed_at.get(i, []):
-            if k in live:
-                current -= live.pop(k)
-    return PeakPrediction(peak, timeline, peak_step, live_after)
+    for i in range(end):
+        current += made[i]
+        live.append(current)
+        if current + workspace[i] > peak:
+            peak, peak_step = current + workspace[i], i
+        current -= freed[i]
+    return peak, peak_step, live
 
 
-def _last_steps(
-    steps: list[Step], keys: Callable[[fx.Node, str], list[Key]], held_outputs: int
-) -> dict[Key, int]:
-    """Each storage's last step: its last reader's, or the end (``len(steps)``) for the
-    backward's outputs (the gradients), the forward's first ``held_outputs`` outputs the
-    user holds (the loss) and the tangents autograd holds; saved values until the
-    backward's last read. The new values of mutated inputs (first among the forward's
-    outputs) are copied into their inputs as the forward returns and dropped."""
-    last: dict[Key, int] = {}
-    end = len(steps)
-    for i, (node, phase) in enumerate(steps):
-        for k in keys(node, phase):
-            last[k] = max(last.get(k, i), i)
-        for arg in node.all_input_nodes:
-            for k in keys(arg, phase):
-                last[k] = max(last.get(k, i), i)
+def _held(walk: _Walk, outputs: int | None) -> list[Key]:
+    """The storages of one graph held to the step's end: the backward's outputs (the
+    gradients, ``outputs`` None) and the tangents autograd holds; the forward's first
+    ``outputs`` outputs, which the user holds (the loss). The new values of mutated inputs
+    (first among the forward's outputs) are copied into their inputs as the forward returns
+    and dropped."""
+    out: list[Key] = []
+    for node in walk.ends:
         if (
-            node.op == "placeholder"
-            and phase == "backward"
+            outputs is None
+            and node.op == "placeholder"
             and node.name.startswith("tangents")
             and tangent_held(node.meta.get("val"))
         ):
-            for k in keys(node, phase):
-                last[k] = end
+            out += walk.keys[node]
         if node.op == "output":
-            outputs = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
-            dropped = input_mutation_outputs(node) if phase == "forward" else frozenset()
-            held = [
-                arg
-                for j, arg in enumerate(outputs)
-                if phase == "backward" or (j < held_outputs and j not in dropped)
-            ]
-            for arg in held:
-                if isinstance(arg, fx.Node):
-                    for k in keys(arg, phase):
-                        last[k] = end
-    return last
-
-
-def _workspace(
-    node: fx.Node,
-    layout: bool | None,
-    memo: Memo | None = None,
-    measure: bool = True,
-    inductor: bool = False,
-) -> int:
-    """What ``node``'s kernel allocates and frees inside itself (CPU convolutions), run
-    channels-last (``layout`` True), on its values' own layouts (None), or (False: a
-    ``convolution_backward`` whose input Inductor lays out anew,
-    :func:`budget.compile.layout.backward_layouts`) contiguous, the copy of its input
-    made for the call counted with it."""
-    if node.op != "call_function":
-        return 0
-    if memo is not None and (node, layout) in memo.workspace:
-        return memo.workspace[node, layout]
-    args = list(fx.node.map_arg(node.args, lambda a: a.meta.get("val")))
-    kwargs = dict(fx.node.map_arg(node.kwargs, lambda a: a.meta.get("val")))
-    call = _call(node.target, (args, kwargs, node.meta.get("val")), layout, measure, inductor)
-    if memo is not None and call is not None and call in memo.workspace_of:
-        memo.workspace[node, layout] = memo.workspace_of[call]
-        return memo.workspace_of[call]
-    device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), None)
-    copy = 0
-    if layout is False:  # on a contiguous copy of its input, made for the call
-        args = [_contiguous(a) for a in args]
-        copy = tensor_bytes(args[1]) if isinstance(args[1], torch.Tensor) else 0
-    out = copy + workspace_bytes(
-        node.target,
-        args,
-        node.meta.get("val"),
-        channels_last=layout or None,
-        device=device,
-        measure=measure,
-        inductor=inductor,
-        kwargs=kwargs,
-    )
-    if memo is not None:
-        memo.workspace[node, layout] = out
-        if call is not None:
-            memo.workspace_of[call] = out
+            args = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+            dropped = input_mutation_outputs(node) if outputs is not None else frozenset()
+            for j, arg in enumerate(args):
+                if isinstance(arg, fx.Node) and (
+                    outputs is None or (j < outputs and j not in dropped)
+                ):
+                    out += walk.keys[arg]
     return out
-
-
-def _call(target: object, values: object, *flags: object) -> Hashable | None:
-    """What a call's workspace is read from: its op, its values' metadata (sizes, strides,
-    offset, dtype, device, storage bytes; which of them share a storage) and ``flags``;
-    None where one is not hashable (a symbolic size)."""
-    storages: dict[int, int] = {}
-
-    def frozen(x: object) -> Hashable:
-        if isinstance(x, torch.Tensor):
-            s = storage_of(x)
-            shared = None if s is None else storages.setdefault(s[0], len(storages))
-            meta = (x.shape, x.stride(), x.storage_offset(), x.dtype, x.device)
-            return ("tensor", *map(tuple, meta[:2]), *meta[2:], s and s[1], shared)
-        if isinstance(x, (list, tuple)):
-            return (type(x).__name__, *map(frozen, x))
-        if isinstance(x, dict):
-            return ("dict", *((k, frozen(v)) for k, v in x.items()))
-        return x  # type: ignore[return-value]
-
-    key = (target, frozen(values), flags)
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
-
-
-def _contiguous(val: object) -> object:
-    """A meta tensor of ``val``'s shape and dtype, contiguous (``val`` where no tensor)."""
-    if not isinstance(val, torch.Tensor):
-        return val
-    return torch.empty(val.shape, dtype=val.dtype, device="meta")
