@@ -13,7 +13,7 @@ by graph hash and checked node by node, :mod:`budget.core.plan_files`); never bo
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -175,6 +175,7 @@ def _partition(
         outputs_held,
         min_cuts,
         held_inputs,
+        _partitioned_progress(log, settings),
     )
     rank, size = ranks.world()
     if size > 1:  # one plan on every rank: rank 0's
@@ -192,6 +193,15 @@ def _partition(
     if size > 1:
         ranks.share_plan(plan)
     return _finish(partitions, plan, log)
+
+
+def _partitioned_progress(log: PlanLog, settings: PlanSettings) -> Callable[[int], None] | None:
+    """Each plan a peak search partitions, told to ``log.progress`` as it goes, with no
+    total: how many it tries depends on what fits."""
+    progress = log.plan_progress()
+    if progress is None or settings.peak_bytes is None or settings.sweep:
+        return None
+    return lambda done: progress(done, None)
 
 
 def _solve(
@@ -233,6 +243,7 @@ def _solve(
             timings=timings,
         )
         plan = tie_break(partitions, problem, plan)
+    partitions.on_partitioned = None  # the search is over: what follows is not told
     if progress is not None:
         progress(1, 1)
     return plan

@@ -32,7 +32,7 @@ def _trace(
     example_kwargs: dict[str, Any],
     *,
     sweep: Sequence[float | str | MemoryBudget] | None = None,
-    progress: Callable[[int, int, int], None] | None = None,
+    progress: Callable[[int, int, int | None], None] | None = None,
     with_peak_budget: bool = True,
     **backend_options: Any,
 ) -> BudgetBackend:
@@ -171,7 +171,7 @@ def _joint_division(
     example_args: tuple[Any, ...],
     example_kwargs: dict[str, Any],
     backend_options: dict[str, Any],
-    progress: Callable[[int, int, int], None] | None,
+    progress: Callable[[int, int, int | None], None] | None,
     planned: BudgetBackend,
 ) -> tuple[dict[int, int] | None, dict[int, int]] | None:
     """The joint division of ``planned``'s step peak budget and size memory budget
@@ -201,7 +201,7 @@ def compiled_plans(
     fn: Callable[..., Any],
     example_args: tuple[Any, ...],
     example_kwargs: dict[str, Any],
-    progress: Callable[[int, int, int], None] | None = None,
+    progress: Callable[[int, int, int | None], None] | None = None,
     **backend_options: Any,
 ) -> list[Plan]:
     """The plans training makes (``budget solve --compile``): ``fn`` compiled by the
@@ -240,7 +240,7 @@ def plans(
     peak_search: str | None = None,
     offload: bool | None = None,
     compile: bool = False,
-    progress: Callable[[int, int, int], None] | None = None,
+    progress: Callable[[int, int, int | None], None] | None = None,
     **example_kwargs: Any,
 ) -> list[Plan]:
     """The plans for every graph of ``fn(*example_args, **example_kwargs)``, in order,
@@ -255,8 +255,10 @@ def plans(
     forward run once on the example inputs (:func:`compiled_plans`): Inductor generates
     its code, and a peak budget is checked on that code, as in training.
     ``progress(graph, done, total)`` is called as each graph's planning starts (0 of 1)
-    and ends (1 of 1), and, where a step budget is divided across graphs, as each
-    budget of the division's sweep is planned (e.g. to drive a progress bar).
+    and ends (1 of 1), in between as a peak search partitions each plan (``total`` None:
+    how many it tries depends on what fits), and, where a step budget is divided across
+    graphs, as each budget of the division's sweep is planned (e.g. to drive a progress
+    bar).
     """
     options = dict(
         memory_budget=memory_budget,
@@ -303,7 +305,7 @@ def sweep(
     estimator: str | None = None,
     time_limit: float | None = None,
     compiler: str = "inductor",
-    progress: Callable[[int, int, int], None] | None = None,
+    progress: Callable[[int, int, int | None], None] | None = None,
     offload: bool | None = None,
     **example_kwargs: Any,
 ) -> list[Plan] | list[list[Plan]]:

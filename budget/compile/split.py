@@ -59,6 +59,7 @@ class Partitions:
         outputs_held: bool = True,
         min_cuts: dict | None = None,
         held_inputs: Sequence[int] = (),
+        on_partitioned: Callable[[int], None] | None = None,
     ) -> None:
         self.joint_module, self.nodes, self.node_info = joint_module, nodes, node_info
         self.num_fwd_outputs, self.settings = num_fwd_outputs, settings
@@ -78,6 +79,8 @@ class Partitions:
         # torch's min-cuts of this graph, each solved once (its saved sets at b=1 and at
         # the tie-break's fractions)
         self.min_cuts: dict = {} if min_cuts is None else min_cuts
+        # told how many plans are partitioned, after each (a peak search's progress)
+        self.on_partitioned = on_partitioned
 
     def _extract(
         self,
@@ -175,6 +178,8 @@ class Partitions:
                     if self.settings.compiler == "inductor":
                         pin_order(made.bw, set(lowered.nodes))
             self._made[key] = made
+            if self.on_partitioned is not None:
+                self.on_partitioned(len(self._made))
         made = self._made[key]
         by_name = {d.name: d for d in plan.decisions}
         # the copies and generator states this forward saves, in place of the planner's

@@ -91,10 +91,11 @@ class PlanLog:
     problems: list[Problem] = field(default_factory=list)
     on_plan: Callable[[Plan], None] | None = None
     """Called with each plan as it is made."""
-    progress: Callable[[int, int, int], None] | None = None
+    progress: Callable[[int, int, int | None], None] | None = None
     """``progress(graph, done, total)``, graphs counted from 0: a sweep tells each of its
     budgets planned, a single budget 0 of 1 as a graph's planning starts and 1 of 1 once
-    it is planned."""
+    it is planned; in between, a peak search tells each plan it partitions (``done``: how
+    many so far) with ``total`` None, since how many it tries depends on what fits."""
 
     def add_plan(self, plan: Plan) -> None:
         """A graph's plan, made; observers hear of it once its compile is done
@@ -125,20 +126,20 @@ class PlanLog:
             for plan in self.plans[first:]:
                 self.on_plan(plan)
 
-    def sweep_progress(self) -> Callable[[int, int], None] | None:
+    def sweep_progress(self) -> Callable[[int, int | None], None] | None:
         """``progress`` bound to the graph being swept now (the next entry of ``sweeps``)."""
         return self._bound(len(self.sweeps))
 
-    def plan_progress(self) -> Callable[[int, int], None] | None:
+    def plan_progress(self) -> Callable[[int, int | None], None] | None:
         """``progress`` bound to the graph being planned now (the next entry of ``plans``)."""
         return self._bound(len(self.plans))
 
-    def _bound(self, graph: int) -> Callable[[int, int], None] | None:
+    def _bound(self, graph: int) -> Callable[[int, int | None], None] | None:
         if self.progress is None:
             return None
         report = self.progress
 
-        def bound(done: int, total: int) -> None:
+        def bound(done: int, total: int | None) -> None:
             report(graph, done, total)
 
         return bound

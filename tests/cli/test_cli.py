@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import sys
 
 import pytest
@@ -352,6 +353,23 @@ def test_plans_progress_tells_each_graph_as_it_starts_and_ends():
     assert calls == [(0, 0, 1), (0, 1, 1)]
 
 
+def test_plans_progress_counts_the_plans_a_peak_search_partitions():
+    from budget.models import get_builtin
+
+    ex = get_builtin("mlp", batch=8, d_in=16, d=32, layers=2)
+    (b1,) = budget.plans(ex.step, *ex.args, compiler="eager")
+    calls = []
+    peak = f"{int(0.95 * b1.peak_bytes)}B"
+    options = dict(peak_memory_budget=peak, compiler="eager", progress=lambda *a: calls.append(a))
+    (plan,) = budget.plans(ex.step, *ex.args, **options)
+    assert plan.peak_bytes <= plan.peak_target_bytes
+    # 0 of 1 as it starts, then each plan partitioned (no total: the search decides how
+    # many), then 1 of 1
+    ticks = calls[1:-1]
+    assert calls[0] == (0, 0, 1) and calls[-1] == (0, 1, 1) and len(ticks) >= 2
+    assert ticks == [(0, k, None) for k in range(1, len(ticks) + 1)]
+
+
 def test_progress_bar_on_a_terminal(monkeypatch, capsys):
     class Tty(io.StringIO):
         def isatty(self):
@@ -372,6 +390,8 @@ def test_progress_bar_on_a_terminal(monkeypatch, capsys):
     fake.truncate()
     assert main(["solve", *MLP, "--quiet"]) == 0
     assert fake.getvalue() == ""
+    assert main(["solve", *MLP, "--compiler", "eager", "--peak", "10000B"]) == 0
+    assert re.search(r"graph 1: peak search: [1-9]\d* plans partitioned", fake.getvalue())
 
 
 def test_solve_shows_the_predicted_peak_and_meets_a_peak_budget(tmp_path, capsys):
