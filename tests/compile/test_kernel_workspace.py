@@ -11,10 +11,10 @@ aten = torch.ops.aten
 
 
 def test_a_calls_workspace_is_kept_by_what_it_is_read_from():
-    """The workspace memo's key (kernel_workspace._call): the same for a call made again on values of
-    the same metadata on storages of their own (a rescheduler's clone), and different where
-    sizes, strides, offsets, dtypes, storage bytes, the sharing of a storage between
-    operands, the op or the flags differ."""
+    """The workspace memo's key (kernel_workspace._call): the same for a call made again on
+    values of the same metadata on storages of their own (a rescheduler's clone), and
+    different where sizes, strides, offsets, dtypes, storage bytes, the sharing of a storage
+    between operands, the op or the flags differ."""
     conv = aten.convolution.default
 
     def key(*args, target=conv, flags=(None, True, False)):
