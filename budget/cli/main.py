@@ -232,21 +232,23 @@ def _solve_eager(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     model, step, example, description = load_eager_target(args.target, size_options(args))
     loaded = time.perf_counter()
-    plan = _planning(
-        lambda: eager_plan(
-            model,
-            *example,
-            step=step,
-            memory_budget=memory_budget,
-            peak_memory_budget=peak,
-            modules=modules,
-            solver=args.solver,
-            estimator=args.estimator,
-            time_limit=args.time_limit,
-            peak_search=args.peak_search,
-            offload=args.offload,
+    with ProgressBar(1, quiet=args.quiet, eager=True) as bar:
+        plan = _planning(
+            lambda: eager_plan(
+                model,
+                *example,
+                step=step,
+                memory_budget=memory_budget,
+                peak_memory_budget=peak,
+                modules=modules,
+                solver=args.solver,
+                estimator=args.estimator,
+                time_limit=args.time_limit,
+                peak_search=args.peak_search,
+                offload=args.offload,
+                progress=bar.update,
+            )
         )
-    )
     done = time.perf_counter()
     if args.json:
         _write("--json", args.json, lambda: Path(args.json).write_text(plan.to_json() + "\n"))

@@ -1,5 +1,6 @@
 """The progress bar of ``budget sweep`` and ``budget solve``: tqdm on stderr, fed by the
-planning callback (budgets planned; a peak search's plans partitioned, with no total)."""
+planning callback (budgets planned; a peak search's plans partitioned, or an eager plan's
+peaks predicted, with no total)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ import sys
 
 class ProgressBar:
     """A tqdm bar on stderr driven by the progress(graph, done, total) callback;
-    silent with --quiet, and (tqdm's ``disable=None``) when stderr is not a terminal."""
+    silent with --quiet, and (tqdm's ``disable=None``) when stderr is not a terminal.
+    ``eager``: the bar of ``budget.apply``'s planning, one step (no graphs), its ticks
+    without a total the plans whose peaks a fake run predicted."""
 
-    def __init__(self, total: int, quiet: bool) -> None:
+    def __init__(self, total: int, quiet: bool, *, eager: bool = False) -> None:
         from tqdm import tqdm
 
+        self.eager = eager
         self.graph = -1
         self.bar = tqdm(
             total=total,
@@ -30,10 +34,12 @@ class ProgressBar:
         if total != self.bar.total:  # a peak search counts the plans it partitions
             self.bar.total = total
         searching = total is None
-        self.bar.bar_format = "{desc}{n} plans partitioned [{elapsed}]" if searching else None
-        self.bar.set_description(
-            f"graph {graph + 1}" + (": peak search" if searching else ""), refresh=False
-        )
+        counted = "predicted" if self.eager else "partitioned"
+        self.bar.bar_format = f"{{desc}}{{n}} plans {counted} [{{elapsed}}]" if searching else None
+        name = "eager plan" if self.eager else f"graph {graph + 1}"
+        if searching and not self.eager:  # eager plans predict peaks without a peak budget too
+            name += ": peak search"
+        self.bar.set_description(name, refresh=False)
         self.bar.n = done
         self.bar.refresh()
 

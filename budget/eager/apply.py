@@ -67,6 +67,7 @@ def plan(
     time_limit: float | None = None,
     peak_search: str | None = None,
     offload: bool | None = None,
+    progress: Callable[[int, int, int | None], None] | None = None,
     **example_kwargs: Any,
 ) -> EagerPlan:
     """The eager plan for ``model``'s training step, without applying it.
@@ -76,6 +77,11 @@ def plan(
     when given labels), or ``step(*example_inputs, **example_kwargs)`` when given (a
     function that runs ``model`` and returns the loss). Every plan carries its predicted
     peak (``peak_bytes``, ``timeline``: :mod:`budget.eager.peak`).
+
+    ``progress(0, done, total)``, the compiled path's callback for the one step: 0 of 1
+    once the step is traced, then ``(0, k, None)`` as the k-th plan's peak is predicted (a
+    fake run of the step each: a peak search's plans, or the peak tie-break's; how many
+    depends on what fits), then 1 of 1; nothing is printed.
     """
     _check_model(model)
     settings = resolve_settings(
@@ -98,6 +104,9 @@ def plan(
     trace = trace_step(model, run, example_inputs, example_kwargs, candidates)
     _check_trace(trace)
     left_out = excluded(trace, given=modules is not None)
+    tell = progress or (lambda graph, done, total: None)
+    tell(0, 0, 1)
+    predicted = [0]
 
     def predict(p: EagerPlan) -> EagerPlan:
         """``p`` with the peak of the step it makes (run on fake tensors)."""
@@ -111,6 +120,8 @@ def plan(
             unapply(model)
         at = dict(zip((r.module for r in once), found.backward_at, strict=True))
         regions = [replace(r, backward_at=at.get(r.module)) for r in p.regions]
+        predicted[0] += 1
+        tell(0, predicted[0], None)
         return replace(p, peak_bytes=found.peak_bytes, timeline=found.timeline, regions=regions)
 
     opts = {
@@ -127,6 +138,7 @@ def plan(
             raise  # a peak budget needs the peak
         # the plan stands; its peak is unknown
         made = plan_trace(trace, settings.budget, excluded=left_out, **opts)  # type: ignore[arg-type]
+    tell(0, 1, 1)
     return noted(made, trace)
 
 
@@ -225,6 +237,7 @@ def apply(
     peak_search: str | None = None,
     offload: bool | None = None,
     plan: EagerPlan | None = None,
+    progress: Callable[[int, int, int | None], None] | None = None,
     **example_kwargs: Any,
 ) -> EagerPlan:
     """Plan ``model``'s training step and checkpoint it in place; returns the plan.
@@ -238,7 +251,8 @@ def apply(
     parameters, inputs and gradients) is at most that. ``modules``: the candidate modules
     (qualified names or classes; default: the blocks of the model's ModuleLists and
     Sequentials). ``plan``: apply this plan (made for this model) instead of planning.
-    A model that has a plan applied is restored first (:func:`unapply`).
+    ``progress``: told as planning goes (:func:`plan`). A model that has a plan applied
+    is restored first (:func:`unapply`).
     """
     if plan is not None and example_inputs:
         raise ValueError("pass example inputs to plan, or plan= to apply a plan, not both")
@@ -261,6 +275,7 @@ def apply(
             time_limit=time_limit,
             peak_search=peak_search,
             offload=offload,
+            progress=progress,
             **example_kwargs,
         )
     install(model, plan)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
+import re
+import sys
 
 import pytest
 
@@ -88,3 +91,31 @@ def test_solve_eager_peak_budget_and_timeline(capsys, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main([*argv, "table", *SIZES]) == 0
     assert "predicted (forward + backward), planned for at most" in capsys.readouterr().out
+
+
+def test_eager_progress_counts_each_plan_whose_peak_a_fake_run_predicts(monkeypatch):
+    ex = gpt(layers=2, d=64, seq=32, batch=2, vocab=128)
+    ends = [budget.eager.plan(ex.model, *ex.args, step=ex.step, memory_budget=b) for b in (1, 0)]
+    calls = []
+    target = (ends[0].peak_bytes + ends[1].peak_bytes) // 2
+    options = dict(step=ex.step, peak_memory_budget=f"{target}B")
+    plan = budget.eager.plan(ex.model, *ex.args, **options, progress=lambda *a: calls.append(a))
+    assert plan.peak_bytes <= target
+    # 0 of 1 once traced, then each plan predicted (no total: the search decides how many),
+    # then 1 of 1
+    ticks = calls[1:-1]
+    assert calls[0] == (0, 0, 1) and calls[-1] == (0, 1, 1) and len(ticks) >= 2
+    assert ticks == [(0, k, None) for k in range(1, len(ticks) + 1)]
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    fake = Tty()
+    monkeypatch.setattr(sys, "stderr", fake)
+    assert main(["solve", "--eager", "--peak", f"{target}B", "--format", "json", *SIZES]) == 0
+    assert re.search(r"eager plan: [1-9]\d* plans predicted", fake.getvalue())
+    fake.seek(0)
+    fake.truncate()
+    assert main(["solve", "--eager", "--quiet", "--format", "json", *SIZES]) == 0
+    assert fake.getvalue() == ""
