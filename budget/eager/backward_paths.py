@@ -40,6 +40,7 @@ import torch
 from ..runtime import _torch_private as T
 
 aten = torch.ops.aten
+DEVICE = torch.ops.prim.device.default
 
 _SCATTERS = ("MaxBackward0", "MinBackward0", "SortBackward0", "TopkBackward0")
 _SCATTERS += ("KthvalueBackward0", "MedianBackward1", "NanmedianBackward1", "ModeBackward0")
@@ -102,6 +103,8 @@ class BackwardPaths(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
         self.between, self.node, self.made, self.evenly = True, "", {}, None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func is DEVICE and _fake_device(args):  # most calls of a fake run: answered here
+            return args[0].fake_device
         kwargs = kwargs or {}
         if torch.is_grad_enabled():  # the forward, a recomputation: as it is
             return func(*args, **kwargs)
@@ -235,3 +238,17 @@ class _Probe(BackwardPaths):
         if func is aten.add.Tensor and self.between and self.seen is None:
             self.seen = T.reference_counts(args[0])
         return func(*args, **(kwargs or {}))
+
+
+def _fake_device(args: tuple) -> bool:
+    """Whether ``prim.device`` of ``args`` is a fake tensor's own device. C++ code asks a
+    fake tensor its device through the dispatcher (the autograd engine, per gradient), so
+    a fake run makes more of these calls than of every other op together; each would pass
+    down every mode below to the fake mode, which answers ``fake_device`` outside its
+    kernels' invocation (where it answers ``meta``). No mode below acts on it (torch's
+    checkpointing ignores it: ``SAC_IGNORED_OPS``; budget's modes pass it on)."""
+    return (
+        len(args) == 1
+        and isinstance(args[0], T.FakeTensor)
+        and not args[0].fake_mode.in_kernel_invocation
+    )

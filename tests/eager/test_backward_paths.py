@@ -213,3 +213,38 @@ def test_a_full_reductions_backward_takes_the_cpus_path(reduction):
     model.zero_grad(set_to_none=True)
     measured = measure_peak(step, x)
     assert measured <= plan.peak_bytes <= measured + 1
+
+
+def test_device_queries_are_answered_above_the_modes_below(monkeypatch):
+    """C++ asks a fake tensor its device through the dispatcher (the engine, per gradient):
+    the top mode answers, with the fake device, so none passes down the fake run's modes
+    (the live bytes' among them), and the prediction stays the measured peak."""
+    from budget.eager.backward_paths import DEVICE
+    from budget.eager.peak import _Live
+
+    asked, passed = Counter(), Counter()
+    top, below = BackwardPaths.__torch_dispatch__, _Live.__torch_dispatch__
+
+    def counting(seen, dispatch):  # type: ignore[no-untyped-def]
+        def wrapped(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            seen[func is DEVICE] += 1
+            out = dispatch(self, func, types, args, kwargs)
+            if func is DEVICE:
+                assert out == args[0].fake_device and out.type == "cpu"
+            return out
+
+        return wrapped
+
+    monkeypatch.setattr(BackwardPaths, "__torch_dispatch__", counting(asked, top))
+    monkeypatch.setattr(_Live, "__torch_dispatch__", counting(passed, below))
+    model, x = _three_projections()
+
+    def step(x):  # type: ignore[no-untyped-def]
+        h = model.inp(x).relu()
+        return (model.blocks[0](h) * model.blocks[1](h)).square().mean()
+
+    plan = budget.eager.plan(model, x, step=step, memory_budget=0.0, modules=["blocks.0"])
+    assert asked[True] > 0 and asked[False] > 0 and passed[False] > 0
+    assert passed[True] == 0
+    model.zero_grad(set_to_none=True)
+    assert plan.peak_bytes == measure_peak(step, x)
