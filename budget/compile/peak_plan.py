@@ -111,6 +111,7 @@ def _grid_plan(
             tried[_key(p)] = again
             if (again.peak_bytes or 0) <= peak:
                 fits.append(again)
+        grid.complete(lambda p: partitions.predicted(p, limit=peak))
     proven, floor, exact_s = False, None, 0.0
     if settings.peak_search == "exact":
         t0 = time.perf_counter()

@@ -134,7 +134,10 @@ class RowSearch:
             return RowModel(problem, cap_bytes, rows) if rows else None
 
         def learn(plan: EagerPlan, saved: list[int], _recomputed: list[int]) -> bool:
-            cal.learn(grid.tried[key(plan)], saved)  # type: ignore[arg-type]
+            told = grid.tried.get(key(plan))
+            if told is None:  # not predicted: it saves more than the peak budget
+                return False
+            cal.learn(told, saved)  # type: ignore[arg-type]
             return True  # recalibrated: the rows change
 
         cheapest = min(grid.fits, key=lambda f: f.total_recompute_cost, default=None)

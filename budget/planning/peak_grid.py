@@ -10,6 +10,13 @@ nearest cheaper plan above it that does not fit, the grid's 5% steps can leave r
 on the table, so there the saved-memory target is bisected (:meth:`PeakGrid.refine`).
 :func:`~budget.planning.planner.cheapest_fit` then picks the plan, or names the lowest
 peak found.
+
+A plan that saves more than the peak budget is not predicted: everything a plan saves is
+live at once as its forward ends, so its peak is at least its saved bytes (both counted
+per storage, above what is resident before the step, device bytes only), and it misses.
+Where nothing fits, the error names the lowest peak of all the plans tried, so those plans
+are predicted after all, fewest saved bytes first, while one could peak lower than every
+plan predicted (:meth:`PeakGrid.complete`).
 """
 
 from __future__ import annotations
@@ -52,7 +59,8 @@ class PeakGrid:
         self.peak_bytes = peak_bytes
         self.key = key
         self.predict = predict
-        self.tried: dict[Hashable, Plan] = {}
+        self.tried: dict[Hashable, Plan] = {}  # predicted
+        self.over: dict[Hashable, Plan] = {}  # not predicted: they save more than peak_bytes
         self.fits: list[Plan] = []
         self.missed: Plan | None = None  # the last plan walked that missed, before any fit
 
@@ -64,14 +72,35 @@ class PeakGrid:
         )
 
     def try_plan(self, plan: Plan) -> bool:
-        """Predict ``plan`` (unless the same plan was) and say whether it fits."""
+        """Predict ``plan`` (unless the same plan was, or it saves more than the peak
+        budget: a miss) and say whether it fits."""
         k = self.key(plan)
+        if k in self.over or (k not in self.tried and plan.saved_bytes > self.peak_bytes):
+            self.over.setdefault(k, plan)
+            return False
         if k not in self.tried:  # neighbouring targets often give the same plan
-            told = self.predict(plan)
-            self.tried[k] = told
-            if (told.peak_bytes or 0) <= self.peak_bytes:
-                self.fits.append(told)
+            self.record(k, self.predict(plan))
         return any(f is self.tried[k] for f in self.fits)
+
+    def record(self, k: Hashable, told: Plan) -> None:
+        """``told``, a predicted plan of key ``k``, among those tried."""
+        self.tried[k] = told
+        if (told.peak_bytes or 0) <= self.peak_bytes:
+            self.fits.append(told)
+
+    def complete(self, predict: Callable[[Plan], Plan] | None = None) -> None:
+        """Where nothing fits: predict the plans that save more than the peak budget while
+        one could peak lower than every plan predicted (fewest saved bytes first: a plan's
+        peak is at least what it saves), so the lowest peak tried is known. ``predict``:
+        the front end's last word on a plan's peak (default: ``self.predict``)."""
+        for k, plan in sorted(self.over.items(), key=lambda kv: kv[1].saved_bytes):
+            if self.fits:
+                return
+            lowest = min((p.peak_bytes or 0 for p in self.tried.values()), default=None)
+            if lowest is not None and plan.saved_bytes >= lowest:
+                return
+            del self.over[k]
+            self.record(k, (predict or self.predict)(plan))
 
     def walk(self, plans: Iterable[Plan]) -> None:
         """Try ``plans`` (cheapest first) until one recomputes more than a fit."""
@@ -92,7 +121,7 @@ class PeakGrid:
         if upper is None:
             above = [
                 p.target_bytes
-                for p in self.tried.values()
+                for p in [*self.tried.values(), *self.over.values()]
                 if p not in self.fits
                 and p.target_bytes > best.target_bytes
                 and planned_cost(p) < best.total_recompute_cost
@@ -109,8 +138,14 @@ class PeakGrid:
 
     def best(self, searched: str, floor_bytes: int | None = None) -> Plan:
         """The cheapest fit, or BudgetTooSmallError naming the lowest peak tried."""
+        self.complete()
         return cheapest_fit(
-            self.fits, list(self.tried.values()), self.peak_bytes, searched, floor_bytes
+            self.fits,
+            list(self.tried.values()),
+            self.peak_bytes,
+            searched,
+            floor_bytes,
+            others=len(self.over),
         )
 
 

@@ -60,11 +60,14 @@ def cheapest_fit(
     peak_bytes: int,
     searched: str,
     floor_bytes: int | None = None,
+    *,
+    others: int = 0,
 ) -> Plan:
     """The plan of ``fits`` with the least recompute (ties: the lower peak, then fewer
     saved bytes), marked with the peak budget; when none fits, BudgetTooSmallError naming
     the lowest predicted peak of ``tried`` (``searched``: what was tried, for the
-    message) and, when given, ``floor_bytes``: a bound no plan's predicted peak is below."""
+    message; ``others``: plans tried besides, known to peak no lower) and, when given,
+    ``floor_bytes``: a bound no plan's predicted peak is below."""
     if not fits:
         lowest = min(p.peak_bytes or 0 for p in tried)
         floor = ""
@@ -78,7 +81,7 @@ def cheapest_fit(
             )
         raise BudgetTooSmallError(
             f"peak memory budget {format_bytes(peak_bytes)} ({peak_bytes} bytes) is below "
-            f"the lowest predicted peak of the {len(tried)} {searched}: "
+            f"the lowest predicted peak of the {len(tried) + others} {searched}: "
             f"{format_bytes(lowest)} ({lowest} bytes){floor}",
             lowest_peak_bytes=lowest,
         )

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import random
+from dataclasses import dataclass, field, replace
 
 import pytest
 
 from budget.core.sizes import MemoryBudget
 from budget.errors import BudgetTooSmallError, SolverTimeout
-from budget.planning.peak_grid import with_and_without_offload
+from budget.planning.peak_grid import PeakGrid, with_and_without_offload
 
 ONE = MemoryBudget(fraction=1.0)
 
@@ -22,6 +23,10 @@ class _Plan:  # what the choice reads of a Plan
     min_bytes: int = 10
     max_bytes: int = 110
     timings: dict = field(default_factory=dict)
+    name: int = 0
+    recompute_cost: float = 0.0
+    offload_cost: float = 0.0
+    peak_target_bytes: int | None = None
 
 
 def _plan(cost: float, peak: int, saved: int = 0, target: int = 100) -> _Plan:
@@ -95,3 +100,48 @@ def test_where_neither_fits_the_error_names_the_lower_of_their_lowest_peaks():
     with pytest.raises(BudgetTooSmallError) as e:
         with_and_without_offload(search, True, ONE)
     assert e.value is other
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_plans_saving_more_than_the_peak_budget_change_neither_choice_nor_error(seed):
+    """A plan's peak is at least what it saves, so the grid predicts no plan saving more
+    than the peak budget, unless nothing fits and it could still peak lowest. Oracle: every
+    plan's peak known (min over all, by hand), against the grid's choice or error."""
+    rng = random.Random(seed)
+    budget = rng.randrange(40, 120)
+    plans, peaks = [], {}
+    for i in range(rng.randrange(1, 12)):
+        saved = rng.randrange(0, 150)
+        peaks[i] = saved + rng.choice([0, rng.randrange(0, 80)])  # never below saved
+        cost = float(rng.randrange(0, 5))
+        plans.append(_Plan(cost, None, saved, name=i, recompute_cost=cost))
+    predicted = []
+
+    def predict(p):  # type: ignore[no-untyped-def]
+        predicted.append(p.name)
+        return replace(p, peak_bytes=peaks[p.name])
+
+    grid = PeakGrid(budget, key=lambda p: p.name, predict=predict)
+    for p in plans:
+        grid.try_plan(p)
+    fits = [p for p in plans if peaks[p.name] <= budget]
+    lowest = min(peaks.values())
+    if fits:
+        want = min(fits, key=lambda p: (p.total_recompute_cost, peaks[p.name], p.saved_bytes))
+        got = grid.best("plans")
+        assert (got.name, got.peak_bytes, got.peak_target_bytes) == (
+            want.name,
+            peaks[want.name],
+            budget,
+        )
+    else:
+        with pytest.raises(BudgetTooSmallError) as e:
+            grid.best("plans")
+        assert e.value.lowest_peak_bytes == lowest
+        assert f"of the {len(plans)} plans" in str(e.value)
+    assert len(set(predicted)) == len(predicted)  # each plan once
+    for p in plans:
+        if p.name not in predicted:  # skipped: it could neither fit nor peak lowest
+            assert p.saved_bytes > budget and (fits or p.saved_bytes >= lowest)
+    if fits:
+        assert all(p.saved_bytes <= budget for p in plans if p.name in predicted)
