@@ -27,7 +27,7 @@ _LAZY = {
     "sweep": ".compile.preview",
     "problems": ".compile.preview",
     "apply": ".eager.apply",
-    "unapply": ".eager.apply",
+    "unapply": ".eager.install",
     "BudgetError": ".errors",
     "BudgetTooSmallError": ".errors",
     "InfeasibleError": ".errors",
@@ -48,7 +48,8 @@ if TYPE_CHECKING:
     from .core.plan import Decision, Plan, step_peak
     from .core.plan_files import load_plans, save_plans
     from .core.problem import Problem
-    from .eager.apply import apply, unapply
+    from .eager.apply import apply
+    from .eager.install import unapply
     from .errors import (
         BudgetError,
         BudgetTooSmallError,

@@ -150,7 +150,7 @@ def _add_solve(sub: argparse._SubParsersAction, default_budget: float) -> None:
     _add_common(solve)
     _add_solve_budgets(solve, default_budget)
     _add_solve_outputs(solve)
-    _add_solve_eager(solve)
+    _add_eager(solve)
 
 
 def _add_solve_budgets(solve: argparse.ArgumentParser, default_budget: float) -> None:
@@ -222,9 +222,9 @@ def _add_solve_outputs(solve: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_solve_eager(solve: argparse.ArgumentParser) -> None:
-    """``budget solve --eager``: budget.apply's plan."""
-    solve.add_argument(
+def _add_eager(parser: argparse.ArgumentParser) -> None:
+    """``--eager``: budget.apply's plans (``budget.eager.plan``, ``budget.eager.sweep``)."""
+    parser.add_argument(
         "--eager",
         action="store_true",
         help="plan eager selective checkpointing (budget.apply) instead of a compiled step: "
@@ -232,7 +232,7 @@ def _add_solve_eager(solve: argparse.ArgumentParser) -> None:
         "(TARGET must give the model: builtin:NAME, or a factory returning an Example or "
         "(module, args))",
     )
-    solve.add_argument(
+    parser.add_argument(
         "--modules",
         default=None,
         metavar="NAMES",
@@ -267,6 +267,7 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         help="what to print to stdout",
     )
     sweep.add_argument("--plot", metavar="FILE.png", help="also draw the frontier to a PNG")
+    _add_eager(sweep)
 
 
 # --------------------------------------------------------------------------- options
@@ -311,6 +312,29 @@ def parse_peak_arg(text: str | None) -> str | None:
     except ValueError as e:
         raise UsageError(f"--peak: {e}") from None
     return text
+
+
+def planning_options(args: argparse.Namespace) -> dict[str, object]:
+    """The planning options both commands pass to budget.plans / budget.sweep."""
+    return {
+        "solver": args.solver,
+        "estimator": args.estimator,
+        "time_limit": args.time_limit,
+        "compiler": args.compiler,
+        "offload": args.offload,
+    }
+
+
+def parse_modules_arg(args: argparse.Namespace) -> list[str] | None:
+    """``--modules`` (with ``--eager`` only), as a list of names."""
+    if not args.eager:
+        raise UsageError("--modules applies to --eager plans only")
+    if args.modules is None:
+        return None
+    modules = [m.strip() for m in args.modules.split(",")]
+    if not all(modules):
+        raise UsageError(f"--modules must be comma-separated module names; got {args.modules!r}")
+    return modules
 
 
 def check_options(args: argparse.Namespace) -> None:

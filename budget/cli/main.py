@@ -34,10 +34,13 @@ from .args import (
     check_report_options,
     parse_budget_arg,
     parse_budgets,
+    parse_modules_arg,
     parse_peak_arg,
+    planning_options,
     size_options,
 )
 from .progress import ProgressBar
+from .sweeps import sweep_runs
 from .targets import Target, describe_error, load_eager_target, load_target
 
 __all__ = ["UsageError", "main", "parse_budget_arg", "parse_budgets"]
@@ -53,17 +56,6 @@ def _write(flag: str, path: str, write: Callable[[], Any]) -> None:
 
 def _target(args: argparse.Namespace) -> Target:
     return load_target(args.target, size_options(args))
-
-
-def _common(args: argparse.Namespace) -> dict[str, Any]:
-    """The planning options both commands pass to budget.plans / budget.sweep."""
-    return {
-        "solver": args.solver,
-        "estimator": args.estimator,
-        "time_limit": args.time_limit,
-        "compiler": args.compiler,
-        "offload": args.offload,
-    }
 
 
 def _planning(run: Callable[[], Any]) -> Any:
@@ -104,7 +96,7 @@ def _solve(args: argparse.Namespace) -> int:
                 peak_search=args.peak_search,
                 compile=args.compile,
                 progress=bar.update,
-                **_common(args),
+                **planning_options(args),
             )
         )
     done = time.perf_counter()
@@ -210,8 +202,7 @@ def _solve_eager(args: argparse.Namespace) -> int:
     """``budget solve --eager``: the eager plan (modules to checkpoint, per-op policy)."""
     from .report import eager_solve_report
 
-    if not args.eager:
-        raise UsageError("--modules applies to --eager plans only")
+    modules = parse_modules_arg(args)
     if args.plan is not None:
         raise UsageError(
             "--plan cannot be used with --eager (compiled plans only; an eager plan file is "
@@ -220,13 +211,6 @@ def _solve_eager(args: argparse.Namespace) -> int:
     memory_budget = parse_budget_arg(args.budget)
     peak = parse_peak_arg(args.peak)
     check_report_options(args)
-    modules = None
-    if args.modules is not None:
-        modules = [m.strip() for m in args.modules.split(",")]
-        if not all(modules):
-            raise UsageError(
-                f"--modules must be comma-separated module names; got {args.modules!r}"
-            )
     from ..eager.apply import plan as eager_plan
 
     start = time.perf_counter()
@@ -279,45 +263,32 @@ def _solve_eager(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    import budget
-
     from .report import sweep_csv, sweep_json, sweep_table
 
     check_options(args)
+    modules = parse_modules_arg(args) if args.eager or args.modules is not None else None
     budgets = parse_budgets(args.budgets)
     if args.plot:
         check_png(args.plot, "--plot")
-    target = _target(args)
-    with ProgressBar(len(budgets), quiet=args.quiet) as bar:
-        found = _planning(
-            lambda: budget.sweep(
-                target.step, *target.args, budgets=budgets, progress=bar.update, **_common(args)
-            )
-        )
-    sweeps = found if found and isinstance(found[0], list) else [found]
+    run, description = sweep_runs(args, budgets, modules)
+    with ProgressBar(len(budgets), quiet=args.quiet, eager=args.eager) as bar:
+        sweeps = _planning(lambda: run(args.offload, bar.update))
     if args.plot:
         from .plots import save_sweep_plot
 
-        plain: list[Any] = []
-        if args.offload:  # the offload curve beside the recompute-only one
-            options = {**_common(args), "offload": False}
-            again = _planning(
-                lambda: budget.sweep(target.step, *target.args, budgets=budgets, **options)
-            )
-            plain = again if again and isinstance(again[0], list) else [again]
+        # with offload, the recompute-only curve beside it
+        plain = _planning(lambda: run(False, None)) if args.offload else []
         _write(
             "--plot",
             args.plot,
-            lambda: save_sweep_plot(
-                sweeps, args.plot, title=target.description, without_offload=plain
-            ),
+            lambda: save_sweep_plot(sweeps, args.plot, title=description, without_offload=plain),
         )
     if args.format == "json":
-        print(sweep_json(sweeps, target.description))
+        print(sweep_json(sweeps, description))
     elif args.format == "csv":
         print(sweep_csv(sweeps))
     else:
-        print(sweep_table(sweeps, target.description))
+        print(sweep_table(sweeps, description))
         if args.plot:
             print(f"\nplot: {args.plot}")
     return 0

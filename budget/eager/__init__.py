@@ -12,14 +12,16 @@ from the plan; ``budget.unapply(model)`` restores the model. The layers:
 - :mod:`.planner`: budget semantics and the choice of regions -> :class:`EagerPlan`;
 - :mod:`.peak`:    a plan's predicted peak: the step run on fake tensors with it applied;
 - :mod:`.policy`:  a region's policy for ``torch.utils.checkpoint``;
-- :mod:`.apply`:   apply / unapply;
+- :mod:`.install`: a plan installed on the model in place, and unapply;
+- :mod:`.apply`:   apply, and its previews plan and sweep;
 - :mod:`.measure`: what an eager step really keeps after its forward;
 - :mod:`.report`:  an eager plan as text.
 """
 
 from __future__ import annotations
 
-from .apply import applied_plan, apply, plan, unapply
+from .apply import apply, plan, sweep
+from .install import applied_plan, unapply
 from .plan import EagerPlan, RegionChoice
 
-__all__ = ["EagerPlan", "RegionChoice", "applied_plan", "apply", "plan", "unapply"]
+__all__ = ["EagerPlan", "RegionChoice", "applied_plan", "apply", "plan", "sweep", "unapply"]

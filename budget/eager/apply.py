@@ -1,57 +1,40 @@
-"""``budget.apply`` / ``budget.unapply``: a plan turned into eager selective checkpointing.
+"""``budget.apply``: an eager training step planned and checkpointed in place; its
+previews, ``budget.eager.plan`` and ``budget.eager.sweep``.
 
 ``apply(model, *example_inputs, memory_budget=...)`` traces one training step on fake
 tensors (:mod:`budget.eager.trace`: nothing computed, no buffer changes), plans it with the
-configured solver and estimator (:mod:`budget.eager.planner`) and checkpoints, in place,
-the modules the plan chooses: each chosen module's forward is replaced (an attribute of the
-instance, so ``state_dict()`` keys and parameters do not change) by
-``torch.utils.checkpoint.checkpoint(forward, use_reentrant=False, preserve_rng_state=True,
-context_fn=...)`` with the plan's per-op policy (:mod:`budget.eager.policy`). The replaced
-forward runs the original one unchanged when gradients are off (``torch.no_grad()``
-evaluation) or when the module is not in the training mode it was planned in. A plan
-that offloads (``offload=True``) also runs the model's forward under its saved-tensor
-hooks (:mod:`budget.eager.hooks`), outside the checkpointing, as ``offload_wrapper``
-around ``checkpoint_wrapper``. ``unapply(model)`` puts every original forward back; applying again re-plans from the
-original model (what was applied is undone first).
+configured solver and estimator (:mod:`budget.eager.planner`), predicts each plan's peak
+by running the step on fake tensors with the plan installed (:mod:`budget.eager.peak`)
+and installs the plan it chose (:mod:`budget.eager.install`): the chosen modules
+checkpointed with per-op policies, offloaded saves under saved-tensor hooks. Applying
+again re-plans from the original model (what was applied is undone first).
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from ..core.settings import PlanSettings
-from ..errors import OffloadError, PreviewError
+from ..core.sizes import MemoryBudget, parse_budget
+from ..errors import PreviewError
+from ..estimators import get_estimator
 from ..planning.options import resolve_settings
 from ..runtime import _torch_private as T
-from .hooks import OffloadHooks
+from .install import applied_plan, install, unapply
 from .peak import EagerPeak, simulate
-from .plan import EagerPlan, RegionChoice
-from .planner import plan_predicted, plan_trace
-from .policy import RegionPolicy
+from .plan import EagerPlan
+from .planner import plan_key, plan_predicted, plan_trace
+from .problem import CostCache
 from .regions import ModuleSpec, excluded, noted, select_candidates
 from .step import step_of
 from .trace import trace_step
 from .traced import Trace
-
-_STATE = "_budget_eager"  # attribute of a checkpointed module: what apply replaced
-_PLAN = "_budget_eager_plan"  # attribute of the model: the plan applied
-_OFFLOAD = "_budget_eager_offload"  # attribute of the model: its offload hooks
-
-
-@dataclass
-class _Installed:
-    """What apply changed on one module, to undo it."""
-
-    had_forward: bool  # the instance had its own ``forward`` attribute before
-    original: Callable[..., Any]
-    policy: RegionPolicy | OffloadHooks
 
 
 def plan(
@@ -106,40 +89,136 @@ def plan(
     left_out = excluded(trace, given=modules is not None)
     tell = progress or (lambda graph, done, total: None)
     tell(0, 0, 1)
-    predicted = [0]
+    predict = _Predictor(model, run, example_inputs, example_kwargs, trace, settings, tell)
+    made = _predicted(trace, settings, settings.budget, predict, left_out)
+    tell(0, 1, 1)
+    return made
 
-    def predict(p: EagerPlan) -> EagerPlan:
-        """``p`` with the peak of the step it makes (run on fake tensors)."""
-        install(model, p)
-        named = dict(model.named_modules())
-        once = [r for r, t in zip(p.regions, trace.regions, strict=True) if t.calls == 1]
-        marks = [named[r.module] for r in once]
-        try:
-            found = _simulate(model, run, example_inputs, example_kwargs, trace, settings, p, marks)
-        finally:
-            unapply(model)
-        at = dict(zip((r.module for r in once), found.backward_at, strict=True))
-        regions = [replace(r, backward_at=at.get(r.module)) for r in p.regions]
-        predicted[0] += 1
-        tell(0, predicted[0], None)
-        return replace(p, peak_bytes=found.peak_bytes, timeline=found.timeline, regions=regions)
 
+def sweep(
+    model: nn.Module,
+    *example_inputs: Any,
+    budgets: Sequence[float | str],
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    step: Callable[..., Any] | None = None,
+    modules: Sequence[ModuleSpec] | ModuleSpec | None = None,
+    solver: str | None = None,
+    estimator: str | None = None,
+    time_limit: float | None = None,
+    offload: bool | None = None,
+    progress: Callable[[int, int, int | None], None] | None = None,
+    **example_kwargs: Any,
+) -> list[EagerPlan]:
+    """The eager plans of ``model``'s training step at each of ``budgets`` (fractions or
+    sizes), from one trace: each the plan :func:`plan` makes at that budget, peak
+    tie-break and predicted peak included. The step is traced once, each set of
+    checkpointed modules' problem built and priced once, each distinct plan's peak
+    predicted once. ``progress(0, done, len(budgets))`` as each budget is planned; a peak
+    budget (``budget.config.peak_memory_budget``) does not apply to sweeps.
+    """
+    if isinstance(budgets, (str, float, int)) or not budgets:
+        raise ValueError(
+            f"budgets must be a non-empty list of fractions in [0, 1] or sizes; got {budgets!r}"
+        )
+    _check_model(model)
+    parsed = [parse_budget(b) for b in budgets]
+    settings = resolve_settings(
+        memory_budget=budgets[0],
+        solver=solver,
+        estimator=estimator,
+        time_limit=time_limit,
+        offload=offload,
+    )
+    settings = replace(settings, peak_bytes=None)
+    candidates = select_candidates(model, modules, offload=settings.offload)
+    run = step_of(model, loss_fn, step)
+    trace = trace_step(model, run, example_inputs, example_kwargs, candidates)
+    _check_trace(trace)
+    left_out = excluded(trace, given=modules is not None)
+    tell = progress or (lambda graph, done, total: None)
+    tell(0, 0, len(parsed))
+    predict = _Predictor(model, run, example_inputs, example_kwargs, trace, settings)
+    costs = CostCache(get_estimator(settings.estimator))
+    made = []
+    for i, b in enumerate(parsed):
+        made.append(_predicted(trace, settings, b, predict, left_out, costs))
+        tell(0, i + 1, len(parsed))
+    return made
+
+
+def _predicted(
+    trace: Trace,
+    settings: PlanSettings,
+    budget: MemoryBudget,
+    predict: Callable[[EagerPlan], EagerPlan],
+    left_out: dict[int, str],
+    costs: CostCache | None = None,
+) -> EagerPlan:
+    """The plan of ``trace`` at ``budget`` with its peak (:func:`plan_predicted`); where the
+    peak cannot be predicted and no peak budget needs it, the plan without it."""
     opts = {
         "solver": settings.solver,
         "estimator": settings.estimator,
         "time_limit": settings.time_limit,
         "offload": settings.offload,
+        "excluded": left_out,
     }
     peak = settings.peak_bytes
     try:
-        made = plan_predicted(trace, settings.budget, peak, predict, excluded=left_out, **opts)  # type: ignore[arg-type]
+        made = plan_predicted(trace, budget, peak, predict, costs=costs, **opts)  # type: ignore[arg-type]
     except PreviewError:
         if peak is not None:
             raise  # a peak budget needs the peak
         # the plan stands; its peak is unknown
-        made = plan_trace(trace, settings.budget, excluded=left_out, **opts)  # type: ignore[arg-type]
-    tell(0, 1, 1)
+        made = plan_trace(trace, budget, costs=costs, **opts)  # type: ignore[arg-type]
     return noted(made, trace)
+
+
+class _Predictor:
+    """A plan with the peak of the step it makes (run on fake tensors, the plan installed
+    on the model meanwhile), each distinct plan run once; ``tell(0, k, None)`` after the
+    k-th run."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        run: Callable[..., Any],
+        args: tuple,
+        kwargs: dict[str, Any],
+        trace: Trace,
+        settings: PlanSettings,
+        tell: Callable[[int, int, int | None], None] | None = None,
+    ) -> None:
+        self.model, self.run, self.args, self.kwargs = model, run, args, kwargs
+        self.trace, self.settings, self.tell = trace, settings, tell
+        self.found: dict[tuple, EagerPeak] = {}
+
+    def __call__(self, p: EagerPlan) -> EagerPlan:
+        key = plan_key(p)
+        once = [r for r, t in zip(p.regions, self.trace.regions, strict=True) if t.calls == 1]
+        if key not in self.found:
+            install(self.model, p)
+            named = dict(self.model.named_modules())
+            marks = [named[r.module] for r in once]
+            try:
+                self.found[key] = _simulate(
+                    self.model,
+                    self.run,
+                    self.args,
+                    self.kwargs,
+                    self.trace,
+                    self.settings,
+                    p,
+                    marks,
+                )
+            finally:
+                unapply(self.model)
+            if self.tell is not None:
+                self.tell(0, len(self.found), None)
+        found = self.found[key]
+        at = dict(zip((r.module for r in once), found.backward_at, strict=True))
+        regions = [replace(r, backward_at=at.get(r.module)) for r in p.regions]
+        return replace(p, peak_bytes=found.peak_bytes, timeline=found.timeline, regions=regions)
 
 
 def _check_model(model: nn.Module) -> None:
@@ -148,7 +227,7 @@ def _check_model(model: nn.Module) -> None:
     no cache a checkpointed layer would update again when it is recomputed."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"budget.apply takes an nn.Module; got {type(model).__name__}")
-    if getattr(model, _PLAN, None) is not None:
+    if applied_plan(model) is not None:
         raise ValueError(
             "this model has a plan applied: budget.unapply(model) first, or call "
             "budget.apply(model, ...) again (it re-plans from the original model)"
@@ -280,100 +359,3 @@ def apply(
         )
     install(model, plan)
     return plan
-
-
-def install(model: nn.Module, plan: EagerPlan) -> None:
-    """Checkpoint the modules ``plan`` checkpoints, with its per-op policies."""
-    named = dict(model.named_modules())
-    chosen = [r for r in plan.regions if r.checkpoint]
-    missing = [r.module for r in chosen if r.module not in named]
-    if missing:
-        raise ValueError(
-            f"the plan checkpoints {', '.join(map(repr, missing))}, which "
-            f"{type(model).__name__} does not have: it was made for another model"
-        )
-    try:
-        for region in chosen:
-            _wrap(named[region.module], region, model.training)
-        if any(s.offload for s in plan.saves):
-            _offload(model, OffloadHooks(plan.saves), model.training)
-    except BaseException:
-        unapply(model)
-        raise
-    object.__setattr__(model, _PLAN, plan)
-
-
-def _wrap(module: nn.Module, region: RegionChoice, training: bool) -> None:
-    had = "forward" in module.__dict__
-    original = module.forward
-    policy = RegionPolicy(region)
-
-    def context_fn() -> tuple[Any, Any]:  # a plain function: dynamo drops bound methods' self
-        return policy.context_fn()
-
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        if not torch.is_grad_enabled() or module.training != training:
-            return original(*args, **kwargs)
-        return checkpoint(
-            original,
-            *args,
-            use_reentrant=False,
-            preserve_rng_state=True,
-            context_fn=context_fn,
-            **kwargs,
-        )
-
-    object.__setattr__(module, "forward", forward)
-    object.__setattr__(module, _STATE, _Installed(had, original, policy))
-
-
-def _offload(model: nn.Module, hooks: OffloadHooks, training: bool) -> None:
-    """Run the model's forward (checkpointed or not) under the plan's offload hooks."""
-    had = "forward" in model.__dict__
-    original = model.forward
-
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        if not torch.is_grad_enabled() or model.training != training:
-            return original(*args, **kwargs)
-        if torch.compiler.is_compiling() or T.in_compiled_step():
-            raise OffloadError(
-                "budget.apply's offload runs in eager mode: a compiled step saves other "
-                "tensors. Under torch.compile, offload with budget.backend(offload=True), "
-                "or apply a plan made with offload=False"
-            )
-        return hooks.run(original, *args, **kwargs)
-
-    object.__setattr__(model, "forward", forward)
-    object.__setattr__(model, _OFFLOAD, _Installed(had, original, hooks))
-
-
-def unapply(model: nn.Module) -> bool:
-    """Restore every module ``budget.apply`` checkpointed or offloads in; True when there
-    was any."""
-    changed = False
-    state = model.__dict__.pop(_OFFLOAD, None)
-    if state is not None:  # wrapped last, around a checkpointed model's own forward
-        if state.had_forward:
-            object.__setattr__(model, "forward", state.original)
-        else:
-            del model.__dict__["forward"]
-        changed = True
-    for module in model.modules():
-        state = module.__dict__.get(_STATE)
-        if state is None:
-            continue
-        if state.had_forward:
-            object.__setattr__(module, "forward", state.original)
-        else:
-            del module.__dict__["forward"]
-        del module.__dict__[_STATE]
-        changed = True
-    if _PLAN in model.__dict__:
-        del model.__dict__[_PLAN]
-        changed = True
-    return changed
-
-
-def applied_plan(model: nn.Module) -> EagerPlan | None:
-    """The plan ``budget.apply`` applied to ``model``, or None."""
-    return model.__dict__.get(_PLAN)

@@ -119,8 +119,8 @@ def plan_trace(
     best = _solve(trace, checkpointed, costs, backend, target, time_limit)
     assert best is not None  # every region checkpointed reaches min_bytes <= target
     for r in list(checkpointed):
-        problem, _nodes, sol = best
-        if _region_cost(problem, nodes_of(best), sol.saved, trace, r) > _EPS:
+        problem, nodes, sol = best
+        if _region_cost(problem, nodes, sol.saved, trace, r) > _EPS:
             continue
         trial = [x for x in checkpointed if x != r]
         found = _solve(trace, trial, costs, backend, target, time_limit)
@@ -152,14 +152,16 @@ def plan_predicted(
     time_limit: float,
     excluded: dict[int, str] | None = None,
     offload: bool = False,
+    costs: CostCache | None = None,
 ) -> EagerPlan:
     """The plan ``budget.apply`` makes, with its predicted peak (``predict(plan)`` gives
     the plan with its ``peak_bytes`` and ``timeline``, once per distinct plan): under a
     peak budget (``peak_bytes``) the grid search (:func:`_for_peak`; with offload, also
     without: :func:`~budget.planning.peak_grid.with_and_without_offload`), else the
-    memory budget's plan with the peak tie-break (:func:`_tie_broken`)."""
+    memory budget's plan with the peak tie-break (:func:`_tie_broken`); ``costs``: as in
+    :func:`plan_trace`."""
     opts = {"solver": solver, "estimator": estimator, "time_limit": time_limit}
-    opts |= {"costs": CostCache(get_estimator(estimator)), "offload": offload}
+    opts |= {"costs": costs or CostCache(get_estimator(estimator)), "offload": offload}
     opts |= {"excluded": excluded}
     if peak_bytes is None:
         return _tie_broken(trace, budget, predict, opts)
@@ -196,7 +198,7 @@ def _for_peak(
         p = own if b is budget else plan_trace(trace, b, **opts)
         return p if p.saved_bytes <= own.target_bytes else None
 
-    grid = PeakGrid(peak_bytes, key=_key, predict=predict)  # type: ignore[arg-type]
+    grid = PeakGrid(peak_bytes, key=plan_key, predict=predict)  # type: ignore[arg-type]
     grid.walk(p for b in grid_budgets(budget) if (p := make(b)) is not None)
     if grid.missed is not None:  # between the cheapest fit and the last miss above it
         grid.refine(lambda target: make(MemoryBudget(nbytes=target)), grid.missed.target_bytes)
@@ -228,7 +230,7 @@ def _search_rows(
         return _eager_plan(plan, trace, problem, nodes, usable, excluded, costs)
 
     rows = RowSearch(trace, problem, nodes, usable, lambda p: _indices(problem, p.saved))
-    rows.run(grid, make, first.target_bytes, key=_key, time_limit=opts["time_limit"])
+    rows.run(grid, make, first.target_bytes, key=plan_key, time_limit=opts["time_limit"])
 
 
 def _tie_broken(
@@ -252,7 +254,7 @@ def _tie_broken(
     costs = opts["costs"]
     tolerance = tie_tolerance(_problem(trace, _checkpointable(trace, costs, {}), costs)[0])
     others: list[tuple[str, Plan]] = []
-    seen = {_key(made)}
+    seen = {plan_key(made)}
     for b in grid_budgets(budget)[1:]:
         if len(others) == TIE_CANDIDATES:
             break
@@ -261,8 +263,8 @@ def _tie_broken(
             continue  # a size budget: the fractions above it
         if p.total_recompute_cost > made.total_recompute_cost + tolerance:
             break
-        if _key(p) not in seen:  # kept, it is the plan of the budget asked for
-            seen.add(_key(p))
+        if plan_key(p) not in seen:  # kept, it is the plan of the budget asked for
+            seen.add(plan_key(p))
             mine = replace(p, budget=made.budget, target_bytes=made.target_bytes)
             others.append((f"the plan at budget {b}", predict(mine)))
     chosen = lowest_peak(cheapest, others, tolerance)
@@ -270,7 +272,7 @@ def _tie_broken(
     return replace(chosen, timings={**chosen.timings, "tie-break": took})  # type: ignore[return-value]
 
 
-def _key(p: EagerPlan) -> tuple:
+def plan_key(p: EagerPlan) -> tuple:
     """What makes two eager plans the same: their checkpointed modules and saved values."""
     return tuple(p.checkpointed), tuple(p.saved), tuple(p.offloaded)
 
@@ -334,10 +336,6 @@ def _region_cost(
             if (n := nodes[v]) is not None and trace.region_of_value(n) == r
         )
     )
-
-
-def nodes_of(found: tuple[Problem, list[fx.Node | None], Solution]) -> list[fx.Node | None]:
-    return found[1]
 
 
 def _eager_plan(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import re
@@ -119,3 +120,36 @@ def test_eager_progress_counts_each_plan_whose_peak_a_fake_run_predicts(monkeypa
     fake.truncate()
     assert main(["solve", "--eager", "--quiet", "--format", "json", *SIZES]) == 0
     assert fake.getvalue() == ""
+
+
+def test_eager_sweep_rows_are_the_plans_of_each_budget(capsys):
+    """budget.eager.sweep (and ``budget sweep --eager``): one trace, each row the plan
+    budget.eager.plan makes at that budget alone, peak included."""
+    ex = gpt(layers=2, d=64, seq=32, batch=2, vocab=128)
+    budgets = [0, 0.5, 0.75, "200KiB", 1]  # at 0.75 the peak tie-break takes 0.7's plan
+    calls = []
+    rows = budget.eager.sweep(
+        ex.model, *ex.args, step=ex.step, budgets=budgets, progress=lambda *a: calls.append(a)
+    )
+    assert calls == [(0, k, 5) for k in range(6)]
+    alone = [budget.eager.plan(ex.model, *ex.args, step=ex.step, memory_budget=b) for b in budgets]
+    for got, want in zip(rows, alone, strict=True):
+        assert (got.budget, got.saved, got.checkpointed) == (
+            want.budget,
+            want.saved,
+            want.checkpointed,
+        )
+        assert (got.saved_bytes, got.peak_bytes) == (want.saved_bytes, want.peak_bytes)
+        assert got.total_recompute_cost == want.total_recompute_cost
+        assert got.tie_break == want.tie_break
+    assert rows[2].tie_break.startswith("the plan at budget 0.7")
+    assert rows[0].saved_bytes < rows[1].saved_bytes < rows[-1].saved_bytes  # a real range
+    argv = ["sweep", "--eager", "--budgets", "0,0.5,0.75,200KiB,1", "--format", "csv", *SIZES]
+    assert main(argv) == 0
+    table = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [int(r["saved_bytes"]) for r in table] == [p.saved_bytes for p in alone]
+    assert [int(r["peak_bytes"]) for r in table] == [p.peak_bytes for p in alone]
+    assert main(["sweep", "--modules", "blocks.0", *SIZES]) == 2
+    assert "--modules applies to --eager plans only" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="non-empty list"):
+        budget.eager.sweep(ex.model, *ex.args, step=ex.step, budgets=[])
