@@ -82,15 +82,11 @@ def plan(
             "(budget.backend, budget.plan); budget.apply searches a grid of eager plans "
             "(budget.config.peak_search applies to the compiled path only)"
         )
-    candidates = select_candidates(model, modules, offload=settings.offload)
-    run = step_of(model, loss_fn, step)
-    trace = trace_step(model, run, example_inputs, example_kwargs, candidates)
-    _check_trace(trace)
-    left_out = excluded(trace, given=modules is not None)
+    traced = _Traced(model, example_inputs, example_kwargs, loss_fn, step, modules, settings)
     tell = progress or (lambda graph, done, total: None)
     tell(0, 0, 1)
-    predict = _Predictor(model, run, example_inputs, example_kwargs, trace, settings, tell)
-    made = _predicted(trace, settings, settings.budget, predict, left_out)
+    traced.tell = tell
+    made = traced.plan_at(settings.budget)
     tell(0, 1, 1)
     return made
 
@@ -130,70 +126,61 @@ def sweep(
         offload=offload,
     )
     settings = replace(settings, peak_bytes=None)
-    candidates = select_candidates(model, modules, offload=settings.offload)
-    run = step_of(model, loss_fn, step)
-    trace = trace_step(model, run, example_inputs, example_kwargs, candidates)
-    _check_trace(trace)
-    left_out = excluded(trace, given=modules is not None)
+    traced = _Traced(model, example_inputs, example_kwargs, loss_fn, step, modules, settings)
     tell = progress or (lambda graph, done, total: None)
     tell(0, 0, len(parsed))
-    predict = _Predictor(model, run, example_inputs, example_kwargs, trace, settings)
     costs = CostCache(get_estimator(settings.estimator))
     made = []
     for i, b in enumerate(parsed):
-        made.append(_predicted(trace, settings, b, predict, left_out, costs))
+        made.append(traced.plan_at(b, costs))
         tell(0, i + 1, len(parsed))
     return made
 
 
-def _predicted(
-    trace: Trace,
-    settings: PlanSettings,
-    budget: MemoryBudget,
-    predict: Callable[[EagerPlan], EagerPlan],
-    left_out: dict[int, str],
-    costs: CostCache | None = None,
-) -> EagerPlan:
-    """The plan of ``trace`` at ``budget`` with its peak (:func:`plan_predicted`); where the
-    peak cannot be predicted and no peak budget needs it, the plan without it."""
-    opts = {
-        "solver": settings.solver,
-        "estimator": settings.estimator,
-        "time_limit": settings.time_limit,
-        "offload": settings.offload,
-        "excluded": left_out,
-    }
-    peak = settings.peak_bytes
-    try:
-        made = plan_predicted(trace, budget, peak, predict, costs=costs, **opts)  # type: ignore[arg-type]
-    except PreviewError:
-        if peak is not None:
-            raise  # a peak budget needs the peak
-        # the plan stands; its peak is unknown
-        made = plan_trace(trace, budget, costs=costs, **opts)  # type: ignore[arg-type]
-    return noted(made, trace)
-
-
-class _Predictor:
-    """A plan with the peak of the step it makes (run on fake tensors, the plan installed
-    on the model meanwhile), each distinct plan run once; ``tell(0, k, None)`` after the
-    k-th run."""
+class _Traced:
+    """The step traced once for ``settings``: the trace, the candidate modules left out
+    (and why); the plan of a budget (:meth:`plan_at`) with its peak (:meth:`predict`: the
+    step run on fake tensors with the plan installed, each distinct plan once, then
+    ``tell(0, k, None)`` when set)."""
 
     def __init__(
         self,
         model: nn.Module,
-        run: Callable[..., Any],
         args: tuple,
         kwargs: dict[str, Any],
-        trace: Trace,
+        loss_fn: Callable[[Any], torch.Tensor] | None,
+        step: Callable[..., Any] | None,
+        modules: Sequence[ModuleSpec] | ModuleSpec | None,
         settings: PlanSettings,
-        tell: Callable[[int, int, int | None], None] | None = None,
     ) -> None:
-        self.model, self.run, self.args, self.kwargs = model, run, args, kwargs
-        self.trace, self.settings, self.tell = trace, settings, tell
+        self.model, self.args, self.kwargs, self.settings = model, args, kwargs, settings
+        candidates = select_candidates(model, modules, offload=settings.offload)
+        self.run = step_of(model, loss_fn, step)
+        self.trace = trace_step(model, self.run, args, kwargs, candidates)
+        _check_trace(self.trace)
+        self.left_out = excluded(self.trace, given=modules is not None)
+        self.tell: Callable[[int, int, int | None], None] | None = None
         self.found: dict[tuple, EagerPeak] = {}
 
-    def __call__(self, p: EagerPlan) -> EagerPlan:
+    def plan_at(self, budget: MemoryBudget, costs: CostCache | None = None) -> EagerPlan:
+        """The plan at ``budget`` with its peak (:func:`plan_predicted`); where the peak
+        cannot be predicted and no peak budget needs it, the plan without it."""
+        settings, trace = self.settings, self.trace
+        opts = {"solver": settings.solver, "estimator": settings.estimator}
+        opts |= {"time_limit": settings.time_limit, "offload": settings.offload}
+        opts |= {"excluded": self.left_out, "costs": costs}
+        peak = settings.peak_bytes
+        try:
+            made = plan_predicted(trace, budget, peak, self.predict, **opts)  # type: ignore[arg-type]
+        except PreviewError:
+            if peak is not None:
+                raise  # a peak budget needs the peak
+            # the plan stands; its peak is unknown
+            made = plan_trace(trace, budget, **opts)  # type: ignore[arg-type]
+        return noted(made, trace)
+
+    def predict(self, p: EagerPlan) -> EagerPlan:
+        """``p`` with the peak of the step it makes."""
         key = plan_key(p)
         once = [r for r, t in zip(p.regions, self.trace.regions, strict=True) if t.calls == 1]
         if key not in self.found:
