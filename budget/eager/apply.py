@@ -114,7 +114,8 @@ def sweep(
     """
     if isinstance(budgets, (str, float, int)) or not budgets:
         raise ValueError(
-            f"budgets must be a non-empty list of fractions in [0, 1] or sizes; got {budgets!r}"
+            "budgets must name at least one budget, a list of fractions in [0, 1] or sizes; "
+            f"got {budgets!r}"
         )
     _check_model(model)
     parsed = [parse_budget(b) for b in budgets]

@@ -151,5 +151,5 @@ def test_eager_sweep_rows_are_the_plans_of_each_budget(capsys):
     assert [int(r["peak_bytes"]) for r in table] == [p.peak_bytes for p in alone]
     assert main(["sweep", "--modules", "blocks.0", *SIZES]) == 2
     assert "--modules applies to --eager plans only" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="non-empty list"):
+    with pytest.raises(ValueError, match="at least one budget"):
         budget.eager.sweep(ex.model, *ex.args, step=ex.step, budgets=[])
