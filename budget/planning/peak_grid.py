@@ -93,6 +93,8 @@ class PeakGrid:
         one could peak lower than every plan predicted (fewest saved bytes first: a plan's
         peak is at least what it saves), so the lowest peak tried is known. ``predict``:
         the front end's last word on a plan's peak (default: ``self.predict``)."""
+        for k in [k for k in self.over if k in self.tried]:  # predicted since (exact search)
+            del self.over[k]
         for k, plan in sorted(self.over.items(), key=lambda kv: kv[1].saved_bytes):
             if self.fits:
                 return

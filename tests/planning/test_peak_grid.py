@@ -145,3 +145,16 @@ def test_plans_saving_more_than_the_peak_budget_change_neither_choice_nor_error(
             assert p.saved_bytes > budget and (fits or p.saved_bytes >= lowest)
     if fits:
         assert all(p.saved_bytes <= budget for p in plans if p.name in predicted)
+
+
+def test_a_plan_passed_over_then_predicted_elsewhere_counts_once():
+    """A plan saving more than the peak budget is passed over; the exact search may
+    predict it later (``record``): the refusal counts it once and predicts it no more."""
+    asked = []
+    grid = PeakGrid(50, key=lambda p: p.name, predict=lambda p: asked.append(p) or p)
+    plan = _Plan(1.0, None, 80, name=1)
+    assert grid.try_plan(plan) is False and not asked
+    grid.record(1, replace(plan, peak_bytes=90))
+    with pytest.raises(BudgetTooSmallError, match="of the 1 plans") as e:
+        grid.best("plans")
+    assert e.value.lowest_peak_bytes == 90 and not asked
