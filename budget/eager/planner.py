@@ -161,7 +161,8 @@ def plan_predicted(
     memory budget's plan with the peak tie-break (:func:`_tie_broken`); ``costs``: as in
     :func:`plan_trace`."""
     opts = {"solver": solver, "estimator": estimator, "time_limit": time_limit}
-    opts |= {"costs": costs or CostCache(get_estimator(estimator)), "offload": offload}
+    costs = CostCache(get_estimator(estimator)) if costs is None else costs
+    opts |= {"costs": costs, "offload": offload}
     opts |= {"excluded": excluded}
     if peak_bytes is None:
         return _tie_broken(trace, budget, predict, opts)
