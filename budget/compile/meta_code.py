@@ -15,8 +15,10 @@ there is no CUDA or Triton bind stand-ins. Used by :mod:`budget.compile.compiled
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import CodeType
 from typing import Any
 
 import torch
@@ -96,15 +98,22 @@ class _Torch:
 _FILE = "<inductor wrapper>"
 
 
-def _runnable(source: str) -> tuple[list[ast.stmt], set[str]]:
-    """The wrapper module's statements without its kernels' compilation and its
-    benchmark harness, each import split into one statement per name; and the names of
-    the generated kernels (bound to stand-ins when it runs)."""
+# one statement of the module compiled, and the name an import binds (None: not an import)
+Step = tuple[CodeType, str | None]
+
+
+@functools.lru_cache(maxsize=8)
+def _runnable(source: str) -> tuple[tuple[Step, ...], frozenset[str]]:
+    """The wrapper module's statements, each compiled on its own, without its kernels'
+    compilation and its benchmark harness, each import split into one statement per
+    name; and the names of the generated kernels (bound to stand-ins when it runs).
+    Kept for the last few sources: a peak search and the reuse check run the same code
+    several times, and compiling a large ``call`` takes longer than running it."""
     kernels: set[str] = set()
     body: list[ast.stmt] = []
     for stmt in ast.parse(source).body:
-        text = ast.unparse(stmt) if isinstance(stmt, (ast.Assign, ast.Expr, ast.Delete)) else ""
-        if "async_compile" in text:  # kernel = async_compile.triton(...), .wait(), del
+        if isinstance(stmt, (ast.Assign, ast.Expr, ast.Delete)) and _uses_async_compile(stmt):
+            # kernel = async_compile.triton(...), async_compile.wait(...), del async_compile
             if isinstance(stmt, ast.Assign):
                 kernels.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
             continue
@@ -116,30 +125,49 @@ def _runnable(source: str) -> tuple[list[ast.stmt], set[str]]:
         ):
             continue
         if isinstance(stmt, ast.Import):
-            body.extend(ast.Import(names=[a]) for a in stmt.names)
+            body.extend(ast.copy_location(ast.Import(names=[a]), stmt) for a in stmt.names)
         elif isinstance(stmt, ast.ImportFrom):
-            body.extend(ast.ImportFrom(stmt.module, [a], stmt.level) for a in stmt.names)
+            body.extend(
+                ast.copy_location(ast.ImportFrom(stmt.module, [a], stmt.level), stmt)
+                for a in stmt.names
+            )
         else:
             body.append(stmt)
-    return body, kernels
+    steps = tuple((compile(ast.Module([stmt], []), _FILE, "exec"), _binds(stmt)) for stmt in body)
+    return steps, frozenset(kernels)
 
 
-def _load(body: list[ast.stmt]) -> dict[str, Any]:
-    """The module's scope after running ``body``, one statement at a time. An import
-    that fails here binds its name to a stand-in: Triton's modules and CUDA's stream
-    getter where there is no Triton or CUDA, used only by the kernels and launches the
-    run replaces. Any other failure: :class:`CompiledCodeError`."""
+def _binds(stmt: ast.stmt) -> str | None:
+    """The name an import of one name binds (None: not such an import)."""
+    if not isinstance(stmt, (ast.Import, ast.ImportFrom)) or stmt.names[0].name == "*":
+        return None
+    name = stmt.names[0].asname or stmt.names[0].name
+    return name if isinstance(stmt, ast.ImportFrom) else name.split(".")[0]
+
+
+def _uses_async_compile(stmt: ast.stmt) -> bool:
+    """Whether ``stmt`` names ``async_compile`` (a kernel's source is one string constant:
+    walked, not unparsed)."""
+    return any(
+        (isinstance(n, ast.Name) and n.id == "async_compile")
+        or (isinstance(n, ast.Attribute) and n.attr == "async_compile")
+        for n in ast.walk(stmt)
+    )
+
+
+def _load(steps: Sequence[Step]) -> dict[str, Any]:
+    """The module's scope after running its ``steps``, one statement at a time. An
+    import that fails here binds its name to a stand-in: Triton's modules and CUDA's
+    stream getter where there is no Triton or CUDA, used only by the kernels and launches
+    the run replaces. Any other failure: :class:`CompiledCodeError`."""
     scope: dict[str, Any] = {"__name__": "budget_compiled_peak"}
-    for stmt in body:
-        code = compile(ast.fix_missing_locations(ast.Module([stmt], [])), _FILE, "exec")
+    for code, binds in steps:
         try:
             exec(code, scope)
         except ImportError as e:
-            if not isinstance(stmt, (ast.Import, ast.ImportFrom)) or stmt.names[0].name == "*":
+            if binds is None:
                 raise CompiledCodeError(f"Inductor's wrapper code did not load: {e}") from e
-            alias = stmt.names[0]
-            name = alias.asname or alias.name
-            scope[name if isinstance(stmt, ast.ImportFrom) else name.split(".")[0]] = _Stub()
+            scope[binds] = _Stub()
         except Exception as e:  # noqa: BLE001 - any failure means: unknown construct
             raise CompiledCodeError(f"Inductor's wrapper code did not load: {e}") from e
     return scope
@@ -213,10 +241,10 @@ def call_on_meta(graph: CompiledGraph) -> Callable[[list[Any]], Any]:
     if "get_external_object_by_index" in graph.source:  # with stream1: ...
         raise CompiledCodeError("code on user streams: one stream's allocations are modelled")
     try:
-        body, kernels = _runnable(graph.source)
+        steps, kernels = _runnable(graph.source)
     except SyntaxError as e:
         raise CompiledCodeError(f"Inductor's wrapper code did not parse: {e}") from e
-    scope = _load(body)
+    scope = _load(steps)
     scope.update({name: _Stub() for name in kernels}, **_OVERRIDES)
     call = scope.get("call")
     code = getattr(getattr(call, "__func__", call), "__code__", None)

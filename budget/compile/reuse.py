@@ -88,9 +88,13 @@ def _keep_neutral(lines: list[str], reuses: list[_Reuse], every: set[int], devic
             continue
         for k, extra in cost.items():
             base[k] += extra
-    kept = _undo(lines, reuses, undone, device)
     none = _undo(lines, reuses, every, device)  # the check: against the code without reuse
-    return kept if _peak(kept) <= _peak(none) else none
+    if undone == every:
+        return none
+    kept = _undo(lines, reuses, undone, device)
+    # every reuse kept: the code as Inductor wrote it, whose timeline is at hand
+    peak = _peak(kept) if undone else max(timeline.values(), default=0)
+    return kept if peak <= _peak(none) else none
 
 
 def _peak(source: str) -> int:

@@ -18,9 +18,8 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-import torch
-
 from ..runtime import _torch_private as T
+from ..runtime.values import op_tensors
 from .memory import workspace_bytes
 
 
@@ -64,13 +63,9 @@ class LiveStorages(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        given = {
-            id(t.untyped_storage())
-            for t in T.tree_leaves((args, kwargs))
-            if isinstance(t, torch.Tensor) and T._has_storage(t)
-        }
+        given = {id(t.untyped_storage()) for t in op_tensors(args, kwargs) if T._has_storage(t)}
         # sparse tensors (an embedding's sparse gradient) have no storage: not counted
-        made = [t for t in T.tree_leaves(out) if isinstance(t, torch.Tensor) and T._has_storage(t)]
+        made = [t for t in op_tensors(out) if T._has_storage(t)]
         if not made:  # prim.device and the like: no memory, not a step of the timeline
             return out
         transient = workspace_bytes(

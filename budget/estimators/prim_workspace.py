@@ -42,7 +42,7 @@ import torch
 from ..runtime import _torch_private as T
 from ..runtime._torch_private import OpOverload, _disable_current_modes
 from ..runtime.measure import measure_workspace, profiler_busy
-from ..runtime.values import hint, shape
+from ..runtime.values import hint, op_tensors, shape
 
 PRIMS = (
     "prims::_low_memory_max_pool_with_offsets",
@@ -120,9 +120,8 @@ def kernel_workspace_bytes(
     None for any other call (its owner elsewhere prices it). ``device="cpu"``: operands on
     ``meta`` stand for CPU ones (Inductor's code run on meta tensors)."""
     name = func.name() if isinstance(func, OpOverload) else None
-    values = [*T.tree_leaves((args, kwargs, out))]
     allowed = ("cpu", "meta") if device == "cpu" else ("cpu",)
-    if not all(t.device.type in allowed for t in values if isinstance(t, torch.Tensor)):
+    if not all(t.device.type in allowed for t in op_tensors(args, kwargs, out)):
         return None
     listed = name in CPU_KERNELS or (name in _SUMS and _integral(args))
     if not listed and not (_functional(func) and _expanded(args)):

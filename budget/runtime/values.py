@@ -72,6 +72,23 @@ def tensors(val: Any) -> list[torch.Tensor]:
     return [t for t in tree_leaves(val) if isinstance(t, torch.Tensor)]
 
 
+def op_tensors(*vals: Any) -> list[torch.Tensor]:
+    """The tensors in an op call's arguments or results (tensors, scalars, and lists,
+    tuples and dicts of them), in order: :func:`tensors` without pytree's generality, for
+    the dispatch modes that ask at every op call."""
+    out: list[torch.Tensor] = []
+    stack = list(reversed(vals))
+    while stack:
+        v = stack.pop()
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            stack.extend(reversed(v))
+        elif isinstance(v, dict):
+            stack.extend(reversed(list(v.values())))
+    return out
+
+
 def value_of(x: Any) -> Any:
     """An fx node's ``meta["val"]``; anything else as it is."""
     return x.meta.get("val") if isinstance(x, torch.fx.Node) else x

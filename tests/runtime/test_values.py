@@ -6,7 +6,9 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from budget.runtime.values import on_host
+from torch.utils._pytree import tree_leaves
+
+from budget.runtime.values import on_host, op_tensors
 
 
 def _items(op, device: str, *args) -> list[fx.Node]:
@@ -41,3 +43,13 @@ def test_nothing_else_is_host_memory():
     x.meta["val"] = torch.empty(3)
     assert not on_host(x)
     assert not on_host(g.call_function(torch.ops.aten.relu.default, (x,)))
+
+
+def test_op_tensors_are_pytrees_tensors_in_order():
+    a, b, c, d = (torch.empty(i) for i in range(1, 5))
+    args = (a, [b, 3, None, (c, torch.float32)], {"out": d, "alpha": 2.0}, "mean")
+    assert [id(t) for t in op_tensors(args)] == [id(a), id(b), id(c), id(d)]
+    assert [id(t) for t in op_tensors(*args, d)] == [
+        id(t) for t in tree_leaves((args, d)) if isinstance(t, torch.Tensor)
+    ]
+    assert op_tensors((), {}, 1.5) == []
