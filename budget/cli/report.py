@@ -21,6 +21,7 @@ from ..core.text import (
     format_seconds,
     wrap_items,
 )
+from ..planning.tie_break import TIE_TOLERANCE, took_other
 
 if TYPE_CHECKING:
     from ..eager.plan import EagerPlan
@@ -176,8 +177,7 @@ def sweep_table(sweeps: Sequence[Sequence[Plan]], target: str = "") -> str:
             if with_flops:
                 flops = p.recompute_flops + p.again_flops
                 row += f" {format_cost(flops, 'flop', flop_scale):>12}"
-            status = p.status if p.status != "feasible" else format_status(p).replace(", gap", "")
-            rows.append(f"{row}  {status}")
+            rows.append(f"{row}  {_status_cell(p)}")
         for i, j in better.items():
             a, b = plans[i], plans[j]
             rows.append(
@@ -185,8 +185,22 @@ def sweep_table(sweeps: Sequence[Sequence[Plan]], target: str = "") -> str:
                 f"budget {budget_cell(b.budget)}: {format_bytes(b.peak_bytes or 0)}, "
                 "no more recompute"
             )
+        if any(took_other(p) for p in plans):
+            rows.append(
+                f"  tie-break: up to {TIE_TOLERANCE:.1%} of the forward's recompute more, "
+                "for a lower peak"
+            )
         parts.append("\n".join(rows))
     return "\n\n".join(parts)
+
+
+def _status_cell(plan: Plan) -> str:
+    """A sweep row's status: the solver's, or ``tie-break`` where the tie-break gave a
+    plan of a little more recompute than the budget's cheapest (its gap is that, not a
+    solver's shortfall)."""
+    if took_other(plan) and plan.status == "feasible":
+        return "tie-break"
+    return plan.status if plan.status != "feasible" else format_status(plan).replace(", gap", "")
 
 
 def dominating_peaks(plans: Sequence[Plan]) -> dict[int, int]:

@@ -115,7 +115,7 @@ class Plan:
     peak_target_bytes: int | None = None
     # how the peak tie-break chose among the plans of (nearly) the least recompute for a
     # memory budget (budget.planning.tie_break): which plan, its predicted peak and the
-    # cheapest's; "" where it did not run (b=1, a peak budget, a plan file, eager plans)
+    # cheapest's; "" where it did not run (b=1, a peak budget, a plan file)
     tie_break: str = ""
     # the values among the decisions whose size depends on tensor values (data-dependent
     # ops such as nonzero under dynamo's capture of them): the graph does not know it, so

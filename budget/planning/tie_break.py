@@ -21,6 +21,7 @@ from ..core.problem import Problem
 from ..core.sizes import format_bytes
 
 TIE_TOLERANCE = 0.005  # of the cost of recomputing every forward value once
+_KEPT = "the cheapest plan"  # how a note that keeps the cheapest plan begins
 
 
 def tie_tolerance(problem: Problem) -> float:
@@ -51,14 +52,14 @@ def lowest_peak(cheapest: Plan, others: Sequence[tuple[str, Plan]], tolerance: f
     ]
     if not within or cheapest.peak_bytes is None:
         return cheapest
-    pool = [("the cheapest plan", cheapest), *within]
+    pool = [(_KEPT, cheapest), *within]
     name, best = min(
         pool, key=lambda e: (e[1].peak_bytes, e[1].total_recompute_cost, e[1].saved_bytes)
     )
     share = f"{TIE_TOLERANCE:.1%} of the forward's recompute"
     if best is cheapest:
         rest = ", ".join(f"{n}: {format_bytes(p.peak_bytes or 0)}" for n, p in within)
-        note = f"the cheapest plan peaks lowest of {len(pool)} within {share} ({rest})"
+        note = f"{_KEPT} peaks lowest of {len(pool)} within {share} ({rest})"
         return replace(cheapest, tie_break=note)
     note = (
         f"{name}: the lowest predicted peak of {len(pool)} plans within {share} "
@@ -71,3 +72,9 @@ def lowest_peak(cheapest: Plan, others: Sequence[tuple[str, Plan]], tolerance: f
         status = "feasible"
         gap = extra / best.total_recompute_cost if cheapest.status == "optimal" else None
     return replace(best, tie_break=note, status=status, gap=gap, timings=cheapest.timings)
+
+
+def took_other(plan: Plan) -> bool:
+    """Whether the tie-break gave ``plan`` in place of its budget's cheapest plan (its
+    ``tie_break`` note names another plan)."""
+    return bool(plan.tie_break) and not plan.tie_break.startswith(_KEPT)

@@ -10,6 +10,7 @@ from helpers.plans import MiB, make_plan
 
 from budget.cli.report import dominating_peaks, solve_report, sweep_csv, sweep_json, sweep_table
 from budget.core.plan import Plan
+from budget.planning.tie_break import lowest_peak
 
 
 def test_solve_report_with_several_graphs_totals_the_step():
@@ -80,3 +81,21 @@ def test_sweep_flags_plans_whose_peak_a_cheaper_plan_beats():
     assert max(len(line) for line in text.splitlines()) <= 80
     rows = list(csv.DictReader(io.StringIO(sweep_csv([plans]))))
     assert [int(r["peak_bytes"]) for r in rows] == [20 * MiB, 8 * MiB, 12 * MiB]
+
+
+def test_a_tie_broken_row_says_tie_break_not_a_solver_gap():
+    """A plan the peak tie-break took for a little more recompute than the budget's
+    cheapest is marked ``tie-break`` (with a legend), not ``feasible 100%``: its gap is
+    the tie-break's choice. A solver's feasible plan keeps its gap."""
+    cheapest = make_plan(budget=0.75, recompute_cost=0.0, peak_bytes=12 * MiB)
+    other = make_plan(budget=0.75, recompute_cost=1e-5, peak_bytes=9 * MiB)  # 0.7's plan
+    took = lowest_peak(cheapest, [("the plan at budget 0.7", other)], tolerance=1e-4)
+    assert took.peak_bytes == 9 * MiB and took.status == "feasible"
+    kept = lowest_peak(cheapest, [("the plan at budget 0.7", other)], tolerance=1e-6)
+    solver = make_plan(budget=0.5, status="feasible", gap=0.25, peak_bytes=10 * MiB)
+    text = sweep_table([[solver, took, kept]], "builtin:gpt")
+    rows = [ln.split() for ln in text.splitlines() if ln.strip()[:1].isdigit()]
+    assert [r[-1] for r in rows] == ["25.00%", "tie-break", "optimal"]
+    legend = [ln for ln in text.splitlines() if "tie-break:" in ln]
+    assert legend == ["  tie-break: up to 0.5% of the forward's recompute more, for a lower peak"]
+    assert "tie-break:" not in sweep_table([[solver, kept]], "builtin:gpt")

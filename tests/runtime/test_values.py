@@ -1,11 +1,10 @@
-"""runtime/values.py: which outputs a CUDA kernel leaves in host memory."""
+"""runtime/values.py: which outputs a CUDA kernel leaves in host memory; op tensors."""
 
 import operator
 
 import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
-
 from torch.utils._pytree import tree_leaves
 
 from budget.runtime.values import on_host, op_tensors
