@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers.steps import UNIT, MiB, chain, compile_with, grads_of
+from helpers.steps import UNIT, MiB, budget_log, chain, compile_with, grads_of
 from torch.utils.checkpoint import (
     CheckpointPolicy,
     checkpoint,
@@ -171,8 +171,14 @@ def test_graph_breaks_give_one_plan_per_graph():
     assert len(plans) == 2 and plans[0].graph_hash != plans[1].graph_hash
     _, ref = grads_of(step, [w1, w2], x)
     f, be = compile_with(step, 0.0)
-    _, got = grads_of(f, [w1, w2], x)
+    with budget_log() as logged:
+        _, got = grads_of(f, [w1, w2], x)
     assert len(be.plans) == 2
+    # each graph's plan is logged as it is made, on the budget logger
+    assert [m.split(":")[0] for m in logged] == [
+        f"planned graph {p.graph_hash[:8]} (eager)" for p in be.plans
+    ]
+    assert "ends at a graph break" in logged[0] and "graph break" not in logged[1]
     for g, r in zip(got, ref, strict=True):
         torch.testing.assert_close(g, r)
 

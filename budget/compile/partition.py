@@ -12,6 +12,7 @@ by graph hash and checked node by node, :mod:`budget.core.plan_files`); never bo
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -24,6 +25,7 @@ from ..core.plan import Plan
 from ..core.plan_files import saved_indices
 from ..core.problem import Problem
 from ..core.settings import PlanLog, PlanSettings
+from ..core.sizes import format_bytes
 from ..errors import SolverTimeout
 from ..planning.planner import plan_like, solve_problem, solve_sweep
 from ..runtime import _torch_private as T
@@ -37,6 +39,8 @@ from .peak_plan import plan_for_peak
 from .rng_states import rng_states_bound
 from .split import Partitions, b1_saved_set
 from .tie_break import tie_break
+
+_log = logging.getLogger(__name__)
 
 
 def prepare_joint(joint_module: fx.GraphModule) -> fx.GraphModule:
@@ -232,6 +236,12 @@ def _solve(
     if progress is not None:
         progress(0, 1)
     if settings.peak_bytes is not None:
+        goal = settings.graphs_peak_bytes
+        _log.info(
+            "graph %s: searching the plans predicted to peak under %s",
+            problem.graph_hash[:8],
+            "the lowest peak" if not goal else format_bytes(goal),
+        )
         plan = plan_for_peak(partitions, problem, settings, timings)
     else:
         plan = solve_problem(

@@ -28,6 +28,7 @@ a callable here, so the search is tested without Inductor.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -37,6 +38,8 @@ from ..core.settings import LOWEST_PEAK, PlanLog, PlanSettings
 from ..core.sizes import MemoryBudget, format_bytes
 from ..errors import BudgetTooSmallError
 from ..planning.planner import PEAK_GRID
+
+_log = logging.getLogger(__name__)
 
 # how many times at most a graph is planned and compiled for a peak budget
 PEAK_ATTEMPTS = 4
@@ -100,6 +103,10 @@ def fit_compiled_peak(
             attempt = compile_with(settings)
         except BudgetTooSmallError as e:
             ahead = search.refused_with(e)
+            low = "?" if e.lowest_peak_bytes is None else format_bytes(e.lowest_peak_bytes)
+            _log.info(
+                "peak budget %s: no plan predicted to fit (lowest %s)", format_bytes(target), low
+            )
         else:
             plan = attempt.plan
             if plan is None or plan.compiled_peak_bytes is None:
@@ -107,8 +114,16 @@ def fit_compiled_peak(
                     return attempt  # nothing to check it on: the graphs' search stands
                 break  # unchecked after a retry: not kept
             ahead = search.compiled(attempt, asked)
+            _log.info(
+                "peak budget %s: a plan compiled, its code peaks at %s (%s)",
+                format_bytes(target),
+                format_bytes(plan.compiled_peak_bytes),
+                "fits" if plan.compiled_peak_bytes <= target else "over",
+            )
         if ahead is None:
             break
+        goal = "the lowest peak" if ahead == LOWEST_PEAK else f"a peak of {format_bytes(ahead)}"
+        _log.info("peak budget %s: planning again, the graphs for %s", format_bytes(target), goal)
         settings = replace(settings, search_peak_bytes=ahead)
     return search.kept(settings, compile_with if fractions else None)
 

@@ -72,6 +72,30 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
     return "\n".join(lines)
 
 
+def plan_line(plan: Plan) -> str:
+    """The plan in one line, for a log: graph, budget, saved bytes, recompute, peak, status."""
+    line = f"graph {plan.graph_hash[:8]}"
+    line += f" ({plan.compiler})" if plan.compiler else ""
+    line += f": budget {describe_budget(plan.budget)}"
+    if plan.peak_target_bytes is not None:
+        line += f", peak target {format_bytes(plan.peak_target_bytes)}"
+    line += (
+        f"; saves {format_bytes(plan.saved_bytes)} of {format_bytes(plan.max_bytes)}"
+        f" (target {format_bytes(plan.target_bytes)})"
+    )
+    if plan.offloaded_bytes:
+        line += f", offloads {format_bytes(plan.offloaded_bytes)}"
+    line += f", recomputes {with_unit(plan.total_recompute_cost, plan.cost_unit)}"
+    if plan.compiled_peak_bytes is not None:
+        line += f", code peak {format_bytes(plan.compiled_peak_bytes)}"
+    elif plan.peak_bytes is not None:
+        line += f", predicted peak {format_bytes(plan.peak_bytes)}"
+    line += f"; {format_status(plan)}"
+    if plan.timings:
+        line += f" in {format_seconds(sum(plan.timings.values()))}"
+    return line + (f"; ends at a graph break ({plan.graph_break})" if plan.graph_break else "")
+
+
 def _outside_lines(plan: Plan) -> list[str]:
     """What the graph keeps outside its decisions: layout copies, inputs, eager saves."""
     lines = []

@@ -8,6 +8,7 @@ tells the observers (``on_plan``, ``progress``) as it goes. A backend holds one 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -15,7 +16,10 @@ from typing import Any
 from .plan import Plan
 from .plan_files import PlanBook
 from .problem import Problem
+from .report import plan_line
 from .sizes import MemoryBudget
+
+_log = logging.getLogger(__name__)
 
 # A graphs' peak target no plan meets: the search then names the lowest it predicts.
 LOWEST_PEAK = 0
@@ -121,9 +125,12 @@ class PlanLog:
                 sweep[0] = self.plans[index]
 
     def announce(self, first: int) -> None:
-        """Tell ``on_plan`` of the plans from index ``first`` on: a graph's, complete."""
-        if self.on_plan is not None:
-            for plan in self.plans[first:]:
+        """Tell ``on_plan`` of the plans from index ``first`` on: a graph's, complete;
+        and the ``budget`` logger, at INFO."""
+        for plan in self.plans[first:]:
+            if _log.isEnabledFor(logging.INFO):
+                _log.info("planned %s", plan_line(plan))
+            if self.on_plan is not None:
                 self.on_plan(plan)
 
     def sweep_progress(self) -> Callable[[int, int | None], None] | None:

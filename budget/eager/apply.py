@@ -12,6 +12,7 @@ again re-plans from the original model (what was applied is undone first).
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -20,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..core.report import plan_line
 from ..core.settings import PlanSettings
 from ..core.sizes import MemoryBudget, parse_budget
 from ..errors import PreviewError
@@ -35,6 +37,8 @@ from .regions import ModuleSpec, excluded, noted, select_candidates
 from .step import step_of
 from .trace import trace_step
 from .traced import Trace
+
+_log = logging.getLogger(__name__)
 
 
 def plan(
@@ -346,4 +350,13 @@ def apply(
             **example_kwargs,
         )
     install(model, plan)
+    if _log.isEnabledFor(logging.INFO):
+        on = sum(r.checkpoint for r in plan.regions)
+        _log.info(
+            "applied to %s, checkpointing %d of %d candidate modules: %s",
+            type(model).__name__,
+            on,
+            len(plan.regions),
+            plan_line(plan),
+        )
     return plan

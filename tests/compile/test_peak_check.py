@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from helpers.plans import MiB, make_plan
+from helpers.steps import budget_log
 
 from budget.compile.peak_check import (
     B1_NEAR,
@@ -89,8 +90,14 @@ def test_a_plan_whose_code_misses_is_replaced_by_one_planned_lower():
     plan can only be predicted between 80 and 'mm''s 100: the midpoints, 90 then 95,
     find 'gelu' again, and the second return ends the search."""
     compiles = Compiles(("mm", 100, 125, 1.0), ("gelu", 80, 95, 2.0), ("exp", 50, 60, 9.0))
-    kept = fit_compiled_peak(settings(100), compiles)
+    with budget_log() as logged:
+        kept = fit_compiled_peak(settings(100), compiles)
     assert kept.compiled == "gelu" and compiles.targets == [100, 80, 90, 95]
+    assert logged[:3] == [  # each compile, and what is planned next, told at INFO
+        "peak budget 100 B: a plan compiled, its code peaks at 125 B (over)",
+        "peak budget 100 B: planning again, the graphs for a peak of 80 B",
+        "peak budget 100 B: a plan compiled, its code peaks at 95 B (fits)",
+    ]
 
 
 def test_the_bisection_goes_on_past_a_return_to_a_cheaper_plan_further_up():
@@ -165,8 +172,10 @@ def test_a_budget_below_every_prediction_tries_the_lowest_predicted_plan():
     """The graphs' search refuses 90 (nothing predicted under 100); the plan predicted
     lowest compiles to 85 and is kept."""
     compiles = Compiles(("mm", 100, 85, 1.0), ("gelu", 140, 120, 0.5))
-    kept = fit_compiled_peak(settings(90), compiles)
+    with budget_log() as logged:
+        kept = fit_compiled_peak(settings(90), compiles)
     assert kept.compiled == "mm" and compiles.targets[:2] == [90, 100]
+    assert logged[0] == "peak budget 90 B: no plan predicted to fit (lowest 100 B)"
 
 
 def test_a_budget_no_code_meets_is_refused_naming_the_lowest_compiled_peak():

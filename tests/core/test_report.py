@@ -15,6 +15,7 @@ from budget.core.report import (
     largest_decisions,
     module_rows,
     module_table,
+    plan_line,
     plan_report,
 )
 from budget.core.sizes import format_bytes
@@ -263,3 +264,25 @@ def test_the_peak_tie_break_is_shown_within_80_columns():
     assert "110.49 MiB" in " ".join(text.split())
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "tie-break" not in plan_report(make_plan(peak_bytes=92 * MiB))
+
+
+def test_plan_line_says_budget_bytes_recompute_peak_and_status_in_one_line():
+    plan = make_plan(peak_bytes=9 * MiB, timings={"solve": 0.25, "estimate": 0.05})
+    assert plan_line(plan) == (
+        "graph 01234567 (inductor): budget 0.5 of the range; saves 5.00 MiB of 11.00 MiB "
+        "(target 6.00 MiB), recomputes 3.100 ms, predicted peak 9.00 MiB; optimal in 300 ms"
+    )
+    told = replace(
+        plan,
+        compiled_peak_bytes=8 * MiB,
+        peak_target_bytes=10 * MiB,
+        offloaded_bytes=MiB,
+        status="feasible",
+        gap=0.5,
+        graph_break="print",
+    )
+    line = plan_line(told)
+    assert "\n" not in line and ", peak target 10.00 MiB;" in line
+    assert ", offloads 1.00 MiB," in line and ", code peak 8.00 MiB;" in line
+    assert "predicted peak" not in line and "; feasible, gap 50.00% in 300 ms;" in line
+    assert line.endswith("ends at a graph break (print)")

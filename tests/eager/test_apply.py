@@ -12,7 +12,7 @@ import copy
 import pytest
 import torch
 from helpers.small import bf16_autocast, small_gpt, small_mlp, small_resnet
-from helpers.steps import assert_same_grads, grads_of
+from helpers.steps import assert_same_grads, budget_log, grads_of
 
 import budget
 from budget.eager import EagerPlan, applied_plan
@@ -163,7 +163,12 @@ def test_unapply_restores_a_forward_the_instance_had():
 
 def test_applying_again_replans_from_the_original_model():
     ex = small_gpt()
-    first = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.0)
+    with budget_log() as logged:
+        first = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.0)
+    (record,) = logged  # the budget logger says what was applied
+    regions = len(first.regions)
+    assert record.startswith(f"applied to GPT, checkpointing {regions} of {regions} candidate")
+    assert f"graph {first.graph_hash[:8]} (eager-checkpoint): budget 0 of the range" in record
     second = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=0.0)
     assert second.saved == first.saved and second.graph_hash == first.graph_hash
     third = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=1.0)

@@ -1,8 +1,11 @@
-"""Steps shared by the tests: the 5-matmul chain, compiling with budget, gradients."""
+"""Steps shared by the tests: the 5-matmul chain, compiling with budget, gradients; the
+budget logger's messages."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -31,6 +34,24 @@ def chain(x, *ws):
     for w in ws:
         x = torch.mm(x, w).cos()
     return x.sum()
+
+
+@contextlib.contextmanager
+def budget_log() -> Iterator[list[str]]:
+    """The messages the ``budget`` logger gives at INFO and above inside (pytest's logging
+    plugin is off: pyproject.toml)."""
+    messages: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())  # type: ignore[method-assign]
+    log = logging.getLogger("budget")
+    level = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        yield messages
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
 
 
 def compile_with(fn: Callable[..., Any], b: float | str, compiler: str = "eager", **kw: Any):
