@@ -39,6 +39,8 @@ import numpy as np
 from ..errors import InfeasibleError
 from .offload import OffloadTerms
 
+_CLOSURES_KEPT = 16  # recompute closures a Problem keeps (its latest saved sets)
+
 
 @dataclass
 class Problem:
@@ -82,6 +84,7 @@ class Problem:
         for name in ("is_input", "needed", "can_save", "can_recompute"):
             setattr(self, name, np.asarray(getattr(self, name), dtype=bool))
         self.is_input = _read_only(self.is_input)
+        self.needed = _read_only(self.needed)
         self.storage = np.asarray(self.storage, dtype=np.int64)
         self.storage_bytes = np.asarray(self.storage_bytes, dtype=np.int64)
         self.cost = np.asarray(self.cost, dtype=np.float64)
@@ -128,7 +131,7 @@ class Problem:
 
     def __setattr__(self, name: str, value: object) -> None:
         super().__setattr__(name, value)
-        if name in _GRAPH_FIELDS:  # a new graph: the cached adjacency lists are stale
+        if name in _GRAPH_FIELDS:  # a new graph: the cached lists and closures are stale
             for cached in _ADJACENCY:
                 self.__dict__.pop(cached, None)
 
@@ -196,20 +199,36 @@ class Problem:
         is neither saved nor a graph input, transitively.
 
         This is what the partitioner will do with the saved set, so plans report it rather
-        than whatever a solver's ``r`` variables said.
+        than whatever a solver's ``r`` variables said. The last few are kept: a plan's
+        check, pruning and price each ask for the same saved set.
         """
-        kept = set(saved)
+        kept = frozenset(saved)
+        known = self._closures.get(kept)
+        if known is not None:
+            return list(known)
         ins = self.recompute_inputs
         out: set[int] = set()
-        roots = np.flatnonzero(self.needed & ~self.is_input).tolist()
-        stack = [v for v in roots if v not in kept]
+        stack = [v for v in self._roots if v not in kept]
         while stack:
             v = stack.pop()
             if v in out:
                 continue
             out.add(v)
             stack.extend(u for u in ins[v] if u not in kept and u not in out)
-        return sorted(out)
+        if len(self._closures) >= _CLOSURES_KEPT:
+            del self._closures[next(iter(self._closures))]  # the oldest
+        closure = self._closures[kept] = sorted(out)
+        return list(closure)
+
+    @functools.cached_property
+    def _roots(self) -> list[int]:
+        """The nodes the backward reads that are not graph inputs."""
+        return np.flatnonzero(self.needed & ~self.is_input).tolist()
+
+    @functools.cached_property
+    def _closures(self) -> dict[frozenset[int], list[int]]:
+        """Recompute closures asked for lately, by saved set (:meth:`recompute_closure`)."""
+        return {}
 
     def recompute_cost(self, saved: Iterable[int]) -> float:
         """The plan's recompute cost: the summed ``cost`` of its recompute closure."""
@@ -275,8 +294,9 @@ class Problem:
             )
 
 
-_GRAPH_FIELDS = frozenset({"edges", "is_input"})  # what the adjacency lists are built from
-_ADJACENCY = ("inputs", "users", "recompute_inputs")
+# what the adjacency lists and recompute closures are built from
+_GRAPH_FIELDS = frozenset({"edges", "is_input", "needed"})
+_ADJACENCY = ("inputs", "users", "recompute_inputs", "_roots", "_closures")
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:

@@ -103,6 +103,28 @@ def test_recompute_closure_and_cost(saved, closure, cost):
     assert p.recompute_cost(saved) == cost
 
 
+def test_recompute_closures_kept_are_the_closures_of_the_graph_at_hand():
+    """The closures a Problem keeps: a caller's copy to change, a saved set found again
+    whichever way it is given, and none kept once the graph or what it needs changes."""
+    p = graph_a()
+    got = p.recompute_closure([D])
+    got.append(X)
+    assert p.recompute_closure((D,)) == p.recompute_closure({D}) == [A, C, E]
+    for k in range(40):  # more saved sets than are kept: the oldest go, none is wrong
+        subset = [v for i, v in enumerate([A, B, C, D, E]) if k >> i & 1]
+        assert p.recompute_closure(subset) == graph_a().recompute_closure(subset)
+    with pytest.raises(ValueError, match="read-only"):
+        p.needed[D] = False
+    assert p.recompute_closure([E]) == [A, B, D]  # kept, then the graph changes
+    needed = p.needed.copy()
+    needed[D] = False  # d no longer read by the backward: nothing it reads is made again
+    p.needed = needed
+    assert p.recompute_closure([E]) == []
+    assert p.recompute_closure([]) == [A, B, C, D, E]  # kept, then the graph changes
+    p.edges = np.array([[X, A], [A, B], [B, D], [X, C], [C, E]])  # e reads c alone
+    assert p.recompute_closure([]) == [C, E]
+
+
 @pytest.mark.parametrize(
     "saved,bytes_",
     [
