@@ -1,6 +1,7 @@
 """Warm start: the first call of a compiled training step in a fresh process, cold and warm.
 
     python bench/warmstart.py                # 12-layer GPT, d=128, batch 2, T=64, budget 0.5
+    python bench/warmstart.py --repeat 3     # three rounds, sides alternating: medians
     python bench/warmstart.py --tiny         # a 1-layer GPT: a smoke test of the script
 
 For budget's backend and for torch's own partitioner (``torch.compile`` with its default
@@ -10,7 +11,10 @@ and ``BUDGET_CACHE_DIR``): a cold process (empty directories), then a warm one (
 cold one left). Each process times its first call, ``step(*args).backward()`` (dynamo,
 AOTAutograd, planning, Inductor, one step), and reports torch's cache counters and
 budget's plan-cache counters, so a warm run that missed shows as one. Prints a markdown
-table: seconds per side and the ratios budget / torch.
+table: seconds per side and the ratios budget / torch, and the seconds budget's plans
+say planning took (their ``timings``). With ``--repeat N`` each side runs N rounds, the
+sides alternating, and the table gives each side's median (a compile of tens of seconds
+moves by several on a shared host).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,6 +49,7 @@ def child(side: str, budget_fraction: float, sizes: dict[str, int]) -> None:
         torch.compile(ex.step, backend=be)(*ex.args).backward()
         seconds = time.perf_counter() - start
         extra = {"plan_cache": dict(plan_cache.stats), "plans": len(be.plans)}
+        extra["planning"] = sum(sum(p.timings.values()) for p in be.plans)
     else:
         with torch._functorch.config.patch(activation_memory_budget=budget_fraction):
             start = time.perf_counter()
@@ -78,6 +84,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", type=float, default=0.5)
     ap.add_argument("--tiny", action="store_true", help="a 1-layer GPT (smoke test)")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds per side (medians)")
     ap.add_argument("--child", choices=["budget", "torch"], help=argparse.SUPPRESS)
     ap.add_argument("--sizes", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -89,18 +96,25 @@ def main() -> int:
     sizes = TINY if args.tiny else GPT
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cpus")
     print(f"built-in gpt {sizes}, budget {args.budget:g}\n")
-    results: dict[tuple[str, str], dict] = {}
-    for side in ("budget", "torch"):
-        with tempfile.TemporaryDirectory(prefix=f"warmstart-{side}-") as cache:
-            for start in ("cold", "warm"):
-                results[side, start] = r = run(side, args.budget, sizes, cache)
-                print(f"{side} {start}: {json.dumps(r)}", file=sys.stderr, flush=True)
-    print("| start | budget s | torch s | budget / torch |")
-    print("|---|---:|---:|---:|")
+    results: dict[tuple[str, str], list[dict]] = {}
+    for _ in range(max(1, args.repeat)):
+        for side in ("budget", "torch"):
+            with tempfile.TemporaryDirectory(prefix=f"warmstart-{side}-") as cache:
+                for start in ("cold", "warm"):
+                    r = run(side, args.budget, sizes, cache)
+                    results.setdefault((side, start), []).append(r)
+                    print(f"{side} {start}: {json.dumps(r)}", file=sys.stderr, flush=True)
+    rounds = f" (median of {args.repeat})" if args.repeat > 1 else ""
+    print(f"| start | budget s{rounds} | torch s | budget / torch | budget's planning s |")
+    print("|---|---:|---:|---:|---:|")
     for start in ("cold", "warm"):
-        b, t = results["budget", start]["seconds"], results["torch", start]["seconds"]
-        print(f"| {start} | {b:.2f} | {t:.2f} | {b / t:.2f}x |")
-    warm = results["budget", "warm"]
+        b = statistics.median(r["seconds"] for r in results["budget", start])
+        t = statistics.median(r["seconds"] for r in results["torch", start])
+        # a warm start's plans come from the plan cache, with their cold timings
+        plan = statistics.median(r["planning"] for r in results["budget", start])
+        planning = f"{plan:.2f}" if start == "cold" else "-"
+        print(f"| {start} | {b:.2f} | {t:.2f} | {b / t:.2f}x | {planning} |")
+    warm = results["budget", "warm"][-1]
     hit = warm["aot_autograd"].get("autograd_cache_hit", 0)
     print(
         f"\nbudget warm: AOTAutograd cache hits {hit}, FX graph cache hits "
