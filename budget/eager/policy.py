@@ -68,7 +68,8 @@ class RegionPolicy:
         # torch's own check of cached values (their version counter) also fires for the
         # output of every in-place op, whose counter goes up after the op returns: the
         # plan never caches a value that is written after it is cached (trace), so the
-        # check is off and in-place ops (BatchNorm's num_batches_tracked.add_) can be cached.
+        # check is off and in-place ops that write tensors from outside the region
+        # (BatchNorm's num_batches_tracked.add_) can be cached (eager/problem._cacheable).
         asked = _Pass(self)
         forward, recompute = create_selective_checkpoint_contexts(
             asked, allow_cache_entry_mutation=True

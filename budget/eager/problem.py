@@ -233,23 +233,34 @@ def _add_node(
 
 
 def _cacheable(op: fx.Node, trace: Trace) -> tuple[bool, str]:
-    """Whether the selective-checkpoint policy may cache ``op``'s outputs, and why not."""
+    """Whether the selective-checkpoint policy may cache ``op``'s outputs, and why not.
+    A cached op is not run when its region is recomputed: an in-place op that writes a
+    tensor the region makes must run, or the tensor made again goes unwritten (code that
+    reads it, not the op's result, as timm's DropPath reads its mask after ``div_``)."""
     if op.target in SAC_IGNORED_OPS:
         return False, "checkpointing never caches this op"
     if op in trace.mutated_after:
         return False, "written in place later (a cache entry must not change)"
     if is_random(op):
         return False, "random: recomputed with the forward's RNG state"
+    region = trace.region_of.get(op)
+    if is_mutating(op) and any(
+        _writes(op, a) and not _outside(a, trace, region) for a in op.all_input_nodes
+    ):
+        return False, "writes in place to a tensor the region makes (run again with it)"
     return True, ""
+
+
+def _outside(value: fx.Node, trace: Trace, region: int | None) -> bool:
+    """Whether ``value`` comes from outside ``region``: a step input, or another region's."""
+    return value.op == "placeholder" or trace.region_of.get(op_of(value)) != region
 
 
 def _why_not_recompute(node: fx.Node, op: fx.Node, trace: Trace, region: int) -> str:
     """Why ``node`` (of op ``op``, in checkpointed ``region``) must not be run again."""
     if is_mutating(op):
         for a in op.all_input_nodes:
-            src = op_of(a)
-            outside = a.op == "placeholder" or trace.region_of.get(src) != region  # type: ignore[arg-type]
-            if outside and _writes(op, a):
+            if _outside(a, trace, region) and _writes(op, a):
                 return "writes in place to a tensor from outside the region"
         return ""
     if is_random(op):

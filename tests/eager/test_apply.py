@@ -338,6 +338,46 @@ def test_in_place_ops_on_views_run_as_planned(kind):
     assert measure_peak(lambda: loss(model)) == plan.peak_bytes
 
 
+class _ScalesInPlace(torch.nn.Module):
+    """A block whose code reads a tensor it wrote in place, not the in-place op's result:
+    timm's DropPath (``r.div_(keep)``, then ``x * r``), or a scale made in the block."""
+
+    def __init__(self, random: bool, d: int = 32) -> None:
+        super().__init__()
+        self.random = random
+        self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc2(torch.nn.functional.gelu(self.fc1(x)))
+        if self.random:
+            r = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(0.5)
+        else:
+            r = h.mean(0, keepdim=True)
+        r.div_(0.5)  # its result unused
+        return x + h * r
+
+
+@pytest.mark.parametrize("random", [True, False])
+@pytest.mark.parametrize("b", [0.5, 0.9])
+def test_an_in_place_write_to_a_tensor_the_region_makes_runs_again(random, b):
+    """Cached, the in-place op would not run when its region is recomputed, and the
+    tensor made again would go unwritten: it is recomputed with it (with the ``unit``
+    estimator pointwise ops cost something, so caching it is what a plan would pick)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(_ScalesInPlace(random) for _ in range(2)), torch.nn.Linear(32, 8))
+    ref = copy.deepcopy(model)
+    x = torch.randn(16, 32)
+    loss = dict(loss_fn=lambda out: out.square().mean())
+    plan = budget.apply(model, x, memory_budget=b, estimator="unit", **loss)
+    assert plan.checkpointed == ["0", "1"]
+    writes = [p for r in plan.regions for o, p in zip(r.ops, r.policy, strict=True) if "div_" in o]
+    assert writes == ["recompute", "recompute"]
+    for m in (model, ref):
+        torch.manual_seed(1)
+        m(x).square().mean().backward()
+    assert_same_grads(model, ref)
+
+
 class _SpectralBlock(torch.nn.Module):
     def __init__(self, d: int = 32) -> None:
         super().__init__()
