@@ -191,6 +191,18 @@ FACTORIES: dict[str, Callable[[], RealModel]] = {
     "timm:vit_tiny_patch16_224": lambda: timm_model(
         "vit_tiny_patch16_224", "vit", size=32, img_size=32, patch_size=8, depth=2
     ),
+    # window attention, and stochastic depth on by default (drop_path_rate 0.1): an in-place
+    # write (DropPath's mask, r.div_) to a tensor the block makes, read afterwards
+    "timm:swin_tiny_patch4_window7_224": lambda: timm_model(
+        "swin_tiny_patch4_window7_224",
+        "vit",
+        size=32,
+        img_size=32,
+        window_size=4,
+        embed_dim=32,
+        depths=(1, 1),
+        num_heads=(2, 2),
+    ),
     "torchvision:resnet18": lambda: torchvision_model("resnet18", "conv"),
 }
 
