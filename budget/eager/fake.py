@@ -85,6 +85,13 @@ class KernelGaps(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
       float32 parameters (a convnet under autocast); both are saved for the backward, so
       the plan would count half their bytes. The device's own kernel, run once per
       overload, dtypes and device on a one-channel input of zeros, says which dtype.
+
+    And those whose fake kernel lays an output out otherwise than the device's kernel:
+
+    - ``native_layer_norm_backward``'s input gradient: laid out as the output gradient by
+      its fake kernel, contiguous by the CPU and CUDA kernels. A non-contiguous gradient
+      makes autograd copy it where a view of it is taken (a reshape), so the fake run
+      would count a copy the step never makes (Swin's windows, transposed).
     """
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
@@ -105,6 +112,10 @@ class KernelGaps(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
             return (*out[:4], torch.empty_like(out[3]), *out[5:])
         if _larger_storages(func, args):
             return _with_storages(out, _kernel_storages(func, _signature(args)))
+        grad = out[0] if func is aten.native_layer_norm_backward.default else None
+        if isinstance(grad, torch.Tensor) and not grad.is_contiguous():
+            # the kernels' empty_like(input, contiguous)
+            return (torch.empty(grad.shape, dtype=grad.dtype, device=grad.device), *out[1:])
         if func in _BATCH_NORMS and isinstance(args[0], torch.Tensor):
             dtype = _stats_dtype(func, args)
             if dtype is not None and any(t.dtype != dtype for t in out[1:3]):

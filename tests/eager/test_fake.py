@@ -59,6 +59,33 @@ def test_batch_norms_make_what_the_devices_kernel_makes(
     assert [(t.dtype, tuple(t.shape)) for t in fake] == [(t.dtype, tuple(t.shape)) for t in real]
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("x_transposed", [False, True])
+@pytest.mark.parametrize("mask", [[True, True, True], [True, False, False]])
+def test_a_layer_norms_input_gradient_is_laid_out_as_the_devices_kernel_lays_it(
+    mask, x_transposed, device
+):
+    """Given an output gradient laid out otherwise (Swin's transposed windows), the fake
+    kernel laid the input gradient out like it, the device's kernel contiguously: a
+    reshape of it then copied in the fake run alone, and an eager plan's peak counted
+    the copy."""
+    x = torch.randn(2, 64, 16, device=device).transpose(1, 2)  # (2, 16, 64)
+    x = x if x_transposed else x.contiguous()
+    grad = torch.randn(2, 64, 16, device=device).transpose(1, 2)  # (2, 16, 64), not contiguous
+    w, b = torch.ones(64, device=device), torch.zeros(64, device=device)
+    _, mean, rstd = aten.native_layer_norm(x, [64], w, b, 1e-5)
+    args = (grad, x, [64], mean, rstd, w, b, mask)
+    real = aten.native_layer_norm_backward(*args)
+    mode = FakeTensorMode()
+    with KernelGaps(), mode:
+        fake = aten.native_layer_norm_backward(
+            *[mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+        )
+    assert [t.stride() if t is not None else None for t in fake] == [
+        t.stride() if t is not None else None for t in real
+    ]
+
+
 @pytest.mark.parametrize("batch_first", [True, False])
 @pytest.mark.parametrize("train", [True, False])
 def test_an_lstm_layer_makes_the_workspace_the_cpu_kernel_makes(batch_first, train):
