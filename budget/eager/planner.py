@@ -45,6 +45,7 @@ from ..planning.peak_grid import PeakGrid, grid_budgets, with_and_without_offloa
 from ..planning.planner import budget_target, make_plan
 from ..planning.tie_break import lowest_peak, tie_tolerance
 from ..solvers import Solution, get_solver
+from ..solvers.auto import asking
 from .offload import save_choices
 from .peak_rows import RowSearch
 from .plan import EagerPlan, RegionChoice
@@ -122,9 +123,9 @@ def plan_trace(
         problem, nodes, sol = best
         if _region_cost(problem, nodes, sol.saved, trace, r) > _EPS:
             continue
-        trial = [x for x in checkpointed if x != r]
-        found = _solve(trace, trial, costs, backend, target, time_limit)
-        if found is not None and found[2].objective <= sol.objective * (1 + 1e-9) + _EPS:
+        trial, enough = [x for x in checkpointed if x != r], sol.objective * (1 + 1e-9) + _EPS
+        found = _solve(trace, trial, costs, asking(backend, enough), target, time_limit)
+        if found is not None and found[2].objective <= enough:
             checkpointed, best = trial, found
     problem, nodes, sol = best
     timings = {"estimate": t_estimate, "solve": time.perf_counter() - start - t_estimate}

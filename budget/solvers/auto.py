@@ -20,6 +20,7 @@ priced); the template checks and prices the one they return again, which changes
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
 from typing import ClassVar
@@ -56,8 +57,12 @@ class Auto(SolverBase):
     reduces_inside: ClassVar[bool] = True  # get_solver sets ``reduction`` instead of wrapping
     check_plannable: ClassVar[bool] = False  # the cut's and CP-SAT's own checks report it
 
-    def __init__(self, reduction: bool = True) -> None:
+    def __init__(self, reduction: bool = True, enough: float | None = None) -> None:
         self.reduction = reduction
+        # the most a plan may cost to serve the caller (a yes-or-no question: is there one
+        # that cheap?): where the min-cut's bound proves every plan costs more, its plan is
+        # returned unproven, with that bound, and CP-SAT does not search for a proof
+        self.enough = enough
 
     def _search(self, request: Request) -> Search:
         problem, target_bytes, minimize, time_limit = request
@@ -70,6 +75,8 @@ class Auto(SolverBase):
         quick = _cut(problem, target_bytes, minimize, time_limit)
         if quick is not None and quick.status == "optimal":
             return Search.of(quick, auto="mincut")
+        if _above(quick, self.enough) and minimize == "cost":
+            return Search.of(quick, auto="mincut (its bound above what is enough)")
         remaining = max(0.1, time_limit - (time.perf_counter() - start))
         if not self.reduction:
             return Search.of(
@@ -83,6 +90,17 @@ class Auto(SolverBase):
             ),
             quick,
         )
+
+
+def asking(solver: object, enough: float) -> object:
+    """``solver`` for a solve whose plan is of use only at a cost of at most ``enough``
+    (:attr:`Auto.enough`): ``auto`` then spares the proof of an optimum its min-cut's
+    bound puts above it; another solver as it is."""
+    if not isinstance(solver, Auto):
+        return solver
+    told = copy.copy(solver)
+    told.enough = enough
+    return told
 
 
 class _CutThenCpSat(SolverBase):
@@ -126,6 +144,16 @@ def _cut(
     if sol.status == "optimal":
         sol.info = {**sol.info, "tie_break": "optimal"}
     return sol
+
+
+def _above(quick: Solution | None, enough: float | None) -> bool:
+    """Whether ``quick``'s proven bound puts every plan above the cost ``enough``."""
+    return (
+        enough is not None
+        and quick is not None
+        and quick.bound is not None
+        and quick.bound > enough
+    )
 
 
 def _cpsat_or_cut(exact: Callable[[], Solution], quick: Solution | None) -> Search:
