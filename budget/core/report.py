@@ -73,7 +73,8 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
 
 
 def plan_line(plan: Plan) -> str:
-    """The plan in one line, for a log: graph, budget, saved bytes, recompute, peak, status."""
+    """The plan in one line, for a log: graph, budget, saved bytes, recompute, peak, status
+    (the log's own time stamps say how long planning took)."""
     line = f"graph {plan.graph_hash[:8]}"
     line += f" ({plan.compiler})" if plan.compiler else ""
     line += f": budget {describe_budget(plan.budget)}"
@@ -90,9 +91,8 @@ def plan_line(plan: Plan) -> str:
         line += f", code peak {format_bytes(plan.compiled_peak_bytes)}"
     elif plan.peak_bytes is not None:
         line += f", predicted peak {format_bytes(plan.peak_bytes)}"
+    # no total time: a peak search's timing spans the solves timed beside it
     line += f"; {format_status(plan)}"
-    if plan.timings:
-        line += f" in {format_seconds(sum(plan.timings.values()))}"
     return line + (f"; ends at a graph break ({plan.graph_break})" if plan.graph_break else "")
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from ..core.problem import Problem
 from .base import (
@@ -92,7 +92,10 @@ class Auto(SolverBase):
         )
 
 
-def asking(solver: object, enough: float) -> object:
+S = TypeVar("S")
+
+
+def asking(solver: S, enough: float) -> S:
     """``solver`` for a solve whose plan is of use only at a cost of at most ``enough``
     (:attr:`Auto.enough`): ``auto`` then spares the proof of an optimum its min-cut's
     bound puts above it; another solver as it is."""

@@ -270,7 +270,7 @@ def test_plan_line_says_budget_bytes_recompute_peak_and_status_in_one_line():
     plan = make_plan(peak_bytes=9 * MiB, timings={"solve": 0.25, "estimate": 0.05})
     assert plan_line(plan) == (
         "graph 01234567 (inductor): budget 0.5 of the range; saves 5.00 MiB of 11.00 MiB "
-        "(target 6.00 MiB), recomputes 3.100 ms, predicted peak 9.00 MiB; optimal in 300 ms"
+        "(target 6.00 MiB), recomputes 3.100 ms, predicted peak 9.00 MiB; optimal"
     )
     told = replace(
         plan,
@@ -284,5 +284,5 @@ def test_plan_line_says_budget_bytes_recompute_peak_and_status_in_one_line():
     line = plan_line(told)
     assert "\n" not in line and ", peak target 10.00 MiB;" in line
     assert ", offloads 1.00 MiB," in line and ", code peak 8.00 MiB;" in line
-    assert "predicted peak" not in line and "; feasible, gap 50.00% in 300 ms;" in line
+    assert "predicted peak" not in line and "; feasible, gap 50.00%;" in line
     assert line.endswith("ends at a graph break (print)")
