@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from helpers.real_models import FACTORIES, make  # noqa: E402
+from helpers.real_models import FACTORIES, every, make  # noqa: E402
 
 import budget  # noqa: E402
 from budget.compile.backend import root_error  # noqa: E402
@@ -67,13 +67,17 @@ def row(name: str, compiler: str, b: float) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--compilers", default="eager,inductor", help="comma-separated")
-    parser.add_argument("--models", default=",".join(FACTORIES), help="comma-separated")
+    parser.add_argument(
+        "--models",
+        default=",".join(FACTORIES),
+        help="comma-separated (more: tests/helpers/more_models.py)",
+    )
     parser.add_argument("--budget", type=float, default=0.5, help="memory budget fraction")
     args = parser.parse_args()
     models = args.models.split(",")
-    unknown = sorted(set(models) - set(FACTORIES))
+    unknown = sorted(set(models) - set(every()))
     if unknown:
-        parser.error(f"unknown models {unknown}; known: {', '.join(FACTORIES)}")
+        parser.error(f"unknown models {unknown}; known: {', '.join(every())}")
     print(
         f"`python bench/real_model_peaks.py {' '.join(sys.argv[1:])}`: budget "
         f"{budget.__version__}, torch {torch.__version__}, b={args.budget}"

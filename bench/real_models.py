@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from helpers.real_models import FACTORIES, make  # noqa: E402
+from helpers.real_models import FACTORIES, every, make  # noqa: E402
 
 import budget  # noqa: E402
 from budget.runtime.measure import saved_bytes  # noqa: E402
@@ -71,15 +71,19 @@ def row(name: str, compiler: str, b: float) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default=",".join(FACTORIES))
+    ap.add_argument(
+        "--models",
+        default=",".join(FACTORIES),
+        help="comma-separated (default: the default set; tests/helpers/more_models.py has more)",
+    )
     ap.add_argument("--compilers", default="eager,inductor")
     ap.add_argument("--budgets", default="0.5")
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args()
     names = a.models.split(",")
-    unknown = sorted(set(names) - set(FACTORIES))
+    unknown = sorted(set(names) - set(every()))
     if unknown:
-        ap.error(f"unknown models {unknown}; available: {', '.join(FACTORIES)}")
+        ap.error(f"unknown models {unknown}; available: {', '.join(every())}")
     print(
         "| model | kind | compiler | b | graphs | target KiB | planned KiB | measured KiB "
         "| of which layout copies KiB | kept after breaks KiB | eager code saves KiB "

@@ -7,19 +7,22 @@ excluded) equal to the plans' prediction and at or under target; with the eager 
 the predicted peak at most 2% over the step's measured peak and at most 0.5% under it;
 and ``budget solve FILE.py:FACTORY`` on each model.
 
-CI runs a default subset (every model with the eager compiler at one budget, Inductor on
-GPT-2, the CLI on two); the whole grid is marked ``full``:
+CI runs a default subset (every default model with the eager compiler at one budget, Inductor
+on GPT-2, the CLI on two); the whole grid, with more models (helpers/more_models.py), is marked
+``full``:
 
     python -m pytest -q -m full tests/test_real_models.py
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from typing import Any
 from unittest import mock
 
 import pytest
 import torch
-from helpers.real_models import FACTORIES, gpt2_dropout, make  # first: torchvision importable
+from helpers.real_models import FACTORIES, every, gpt2_dropout, make  # first: torchvision
 
 pytest.importorskip("transformers")
 pytest.importorskip("timm")
@@ -29,7 +32,7 @@ from budget.cli.main import main as cli_main  # noqa: E402
 from budget.eager import peak_rows  # noqa: E402
 from budget.runtime.measure import measure_peak, saved_bytes  # noqa: E402
 
-ALL = list(FACTORIES)
+ALL = list(every())  # the default models (FACTORIES), then the whole grid's others
 # under Inductor by default: a decoder with a graph break. Convnets' layout copies under
 # Inductor are tested on small built-in models in tests/compile/test_layout.py (a ResNet, a
 # ViT-style patch embedding, a depthwise block), since a real convnet under Inductor takes
@@ -37,14 +40,21 @@ ALL = list(FACTORIES)
 INDUCTOR_DEFAULT = ["gpt2"]
 
 
+def _grid(default: Collection[str]) -> list[Any]:
+    """Every model, those not in ``default`` marked ``full``."""
+    return [n if n in default else pytest.param(n, marks=pytest.mark.full) for n in ALL]
+
+
 def _grads(model: torch.nn.Module, step, args) -> list[torch.Tensor | None]:
     model.zero_grad(set_to_none=True)
+    torch.manual_seed(3)  # random ops (stochastic depth) draw alike in every step compared
     step(*args).backward()
     return [p.grad.clone() if p.grad is not None else None for p in model.parameters()]
 
 
 # The reference gradients, under either compiler: the unplanned step through torch's own
-# partitioner, run eagerly (a reference compiled by Inductor doubles the test's compiles).
+# partitioner, run eagerly (a reference compiled by Inductor doubles the test's compiles),
+# but Inductor's for a random step under Inductor (its generator draws its own numbers).
 TORCH_BACKEND = "aot_eager_decomp_partition"
 # Inductor fuses and reorders reductions differently for different partitions, so its
 # steps differ from the eager reference by more than the eager compiler's do.
@@ -54,7 +64,8 @@ TOLERANCE = {"eager": dict(atol=1e-5, rtol=1e-4), "inductor": dict(atol=5e-5, rt
 def _check(name: str, b: float, compiler: str) -> None:
     m = make(name)
     torch._dynamo.reset()
-    reference = _grads(m.model, torch.compile(m.step, backend=TORCH_BACKEND), m.args)
+    ref_backend = "inductor" if m.random and compiler == "inductor" else TORCH_BACKEND
+    reference = _grads(m.model, torch.compile(m.step, backend=ref_backend), m.args)
     torch._dynamo.reset()
     be = budget.backend(b, compiler=compiler)
     step = torch.compile(m.step, backend=be)
@@ -74,6 +85,7 @@ def _check(name: str, b: float, compiler: str) -> None:
         # the eager compiler runs the graph op by op: its predicted peak holds as measured
         # (a step across a graph break: test_gpt2s_step_across_its_graph_break_is_predicted)
         m.model.zero_grad(set_to_none=False)  # the gradients this one step makes, below
+        torch.manual_seed(3)
         peak = measure_peak(step, *m.args, warmup=0)
         predicted = be.plans[0].peak_bytes
         assert peak * 0.995 <= predicted <= peak * 1.02, (name, b, predicted, peak)
@@ -90,7 +102,7 @@ def _check(name: str, b: float, compiler: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", _grid(FACTORIES))
 def test_eager_compiler_default(name):
     _check(name, 0.5, "eager")
 
@@ -121,10 +133,7 @@ CLI_DEFAULT = ["gpt2", "torchvision:resnet18"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "name",
-    [n if n in CLI_DEFAULT else pytest.param(n, marks=pytest.mark.full) for n in ALL],
-)
+@pytest.mark.parametrize("name", _grid(CLI_DEFAULT))
 def test_cli_solves_a_user_file(name, tmp_path, capsys):
     helpers = str(__import__("helpers").__path__[0].rsplit("/", 1)[0])
     (tmp_path / "model.py").write_text(
@@ -262,14 +271,14 @@ def test_under_inductor_berts_b0_code_peaks_no_higher_than_b1s():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", _grid(FACTORIES))
 def test_apply_keeps_what_it_plans_and_changes_no_gradient_or_statistic(name):
     """budget.apply at b=0 on every real model, eager (no compile): the bytes the step
     keeps after its forward are the plan's (and the few 0-dim tensors of Python scalars
     autograd keeps unseen by saved-tensor hooks: tests/eager/test_transformers.py); one
     step's gradients are the unplanned model's and its buffers (BatchNorm's running
     statistics) too: recomputing a ResNet's BatchNorm updates them once."""
-    from budget.eager.measure import measure_eager
+    from budget.eager.measure import retained_bytes
 
     m, ref = make(name), make(name)  # the same weights and inputs
     for r in (m, ref):
@@ -281,7 +290,7 @@ def test_apply_keeps_what_it_plans_and_changes_no_gradient_or_statistic(name):
     for (bname, b), c in zip(m.model.named_buffers(), ref.model.buffers(), strict=True):
         torch.testing.assert_close(b, c, rtol=0, atol=0, msg=f"{name} {bname}")
     m.model.zero_grad(set_to_none=True)
-    kept = measure_eager(m.step, *m.args).retained_bytes
+    kept = retained_bytes(m.step, *m.args).retained_bytes
     assert plan.saved_bytes <= kept <= plan.saved_bytes + 256, (name, kept, plan.saved_bytes)
 
 
@@ -305,9 +314,7 @@ APPLY_PEAK_DEFAULT = [*ROWS_WIN, "torchvision:resnet18", "timm:swin_tiny_patch4_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "name", [n if n in APPLY_PEAK_DEFAULT else pytest.param(n, marks=pytest.mark.full) for n in ALL]
-)
+@pytest.mark.parametrize("name", _grid(APPLY_PEAK_DEFAULT))
 def test_apply_meets_a_peak_budget_as_measured(name):
     """budget.apply under a peak budget 30% of the way from b=0's predicted peak to b=1's,
     eager: the rows' stage (budget.eager.peak_rows) runs after the grid, the plan is

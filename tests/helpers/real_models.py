@@ -18,7 +18,7 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -58,6 +58,7 @@ class RealModel:
     model: nn.Module
     args: tuple[Any, ...]
     step: Callable[..., torch.Tensor]
+    random: bool = False  # the step draws random numbers (stochastic depth): seed to compare
 
 
 def _lm(name: str, kind: str, model: nn.Module, vocab: int, batch: int = 2, seq: int = 32):
@@ -193,21 +194,31 @@ FACTORIES: dict[str, Callable[[], RealModel]] = {
     ),
     # window attention, and stochastic depth on by default (drop_path_rate 0.1): an in-place
     # write (DropPath's mask, r.div_) to a tensor the block makes, read afterwards
-    "timm:swin_tiny_patch4_window7_224": lambda: timm_model(
-        "swin_tiny_patch4_window7_224",
-        "vit",
-        size=32,
-        img_size=32,
-        window_size=4,
-        embed_dim=32,
-        depths=(1, 1),
-        num_heads=(2, 2),
+    "timm:swin_tiny_patch4_window7_224": lambda: replace(
+        timm_model(
+            "swin_tiny_patch4_window7_224",
+            "vit",
+            size=32,
+            img_size=32,
+            window_size=4,
+            embed_dim=32,
+            depths=(1, 1),
+            num_heads=(2, 2),
+        ),
+        random=True,
     ),
     "torchvision:resnet18": lambda: torchvision_model("resnet18", "conv"),
 }
 
 
+def every() -> dict[str, Callable[[], RealModel]]:
+    """The default models and the whole grid's others (helpers/more_models.py)."""
+    from helpers.more_models import MORE  # it builds on this module
+
+    return FACTORIES | MORE
+
+
 def make(name: str) -> RealModel:
-    """A fresh model (seeded: the same weights and inputs every call)."""
+    """A fresh model (seeded: the same weights and inputs every call), of either set."""
     torch.manual_seed(0)
-    return FACTORIES[name]()
+    return (FACTORIES[name] if name in FACTORIES else every()[name])()
