@@ -2,8 +2,9 @@
 vision models, from small configs with random weights (tests/helpers/real_models.py).
 
 For each model, budget and compiler: gradients equal to the unplanned step's (dropout
-off), measured saved activation bytes (saved_tensors_hooks; parameters, buffers and inputs
-excluded) equal to the plans' prediction and at or under target; with the eager compiler,
+off; random steps under one seed), measured saved activation bytes (saved_tensors_hooks;
+parameters, buffers and inputs excluded) equal to the plans' prediction (under Inductor,
+less what a model declares Inductor saves compact) and at or under target; with the eager compiler,
 the predicted peak at most 2% over the step's measured peak and at most 0.5% under it;
 and ``budget solve FILE.py:FACTORY`` on each model.
 
@@ -75,8 +76,10 @@ def _check(name: str, b: float, compiler: str) -> None:
     assert be.plans, name
     planned = sum(p.saved_bytes for p in be.plans)
     assert planned <= sum(p.target_bytes for p in be.plans), (name, b, compiler)
+    fewer = m.inductor_saves_fewer if compiler == "inductor" else 0
     if len(be.plans) == 1:
-        assert measured.saved_bytes == planned, (name, b, compiler, measured.saved_bytes, planned)
+        what = (name, b, compiler, measured.saved_bytes, planned)
+        assert planned - fewer <= measured.saved_bytes <= planned, what
     else:  # after a graph break, later graphs keep activations of the code before them
         assert all(p.graph_break for p in be.plans[:-1]), name
         kept = sum(p.kept_input_bytes for p in be.plans[1:])
@@ -92,13 +95,14 @@ def _check(name: str, b: float, compiler: str) -> None:
         got = [p.grad.clone() if p.grad is not None else None for p in m.model.parameters()]
     else:
         got = _grads(m.model, step, m.args)
+    tolerance = dict(TOLERANCE[compiler])
+    if compiler == "inductor" and m.inductor_atol is not None:
+        tolerance["atol"] = m.inductor_atol
     for (pname, _), g, r in zip(m.model.named_parameters(), got, reference, strict=True):
         if r is None:
             assert g is None, pname
             continue
-        torch.testing.assert_close(
-            g, r, **TOLERANCE[compiler], msg=lambda s, n=pname: f"{name} {n}: {s}"
-        )
+        torch.testing.assert_close(g, r, **tolerance, msg=lambda s, n=pname: f"{name} {n}: {s}")
 
 
 @pytest.mark.slow
