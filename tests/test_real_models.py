@@ -46,9 +46,9 @@ def _grid(default: Collection[str]) -> list[Any]:
     return [n if n in default else pytest.param(n, marks=pytest.mark.full) for n in ALL]
 
 
-def _grads(model: torch.nn.Module, step, args) -> list[torch.Tensor | None]:
+def _grads(model: torch.nn.Module, step, args, seed: int = 3) -> list[torch.Tensor | None]:
     model.zero_grad(set_to_none=True)
-    torch.manual_seed(3)  # random ops (stochastic depth) draw alike in every step compared
+    torch.manual_seed(seed)  # random ops (stochastic depth) draw alike in every step compared
     step(*args).backward()
     return [p.grad.clone() if p.grad is not None else None for p in model.parameters()]
 
@@ -171,8 +171,7 @@ def test_dropout_gradients_equal_torchs_partitioner_under_the_same_seed(compiler
         m = gpt2_dropout()
         torch._dynamo.reset()
         step = torch.compile(m.step, backend=backend)
-        torch.manual_seed(seed)
-        return _grads(m.model, step, m.args)
+        return _grads(m.model, step, m.args, seed)
 
     # Inductor draws its random numbers its own way: torch's Inductor step is the reference
     torch_side = grads(TORCH_BACKEND if compiler == "eager" else "inductor", seed=7)
