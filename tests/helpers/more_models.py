@@ -182,9 +182,7 @@ def mamba() -> RealModel:
         conv_kernel=4, use_cache=False, **TOKENS,
     )  # fmt: skip
     # at b=1 one layer's saved scan state, a slice of a concatenation, is compact under Inductor
-    return replace(
-        _lm("mamba", "ssm", MambaForCausalLM(cfg)), inductor_saves_fewer=2 * 128 * 8 * 4
-    )
+    return replace(_lm("mamba", "ssm", MambaForCausalLM(cfg)), inductor_saves_fewer=2 * 128 * 8 * 4)
 
 
 def bart() -> RealModel:
