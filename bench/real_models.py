@@ -74,7 +74,7 @@ def main() -> int:
     ap.add_argument(
         "--models",
         default=",".join(FACTORIES),
-        help="comma-separated (default: the default set; tests/helpers/more_models.py has more)",
+        help="comma-separated (more: tests/helpers/more_models.py)",
     )
     ap.add_argument("--compilers", default="eager,inductor")
     ap.add_argument("--budgets", default="0.5")

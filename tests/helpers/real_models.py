@@ -162,7 +162,9 @@ def whisper() -> RealModel:
     return RealModel("whisper", "encoder-decoder", model.train(), (features, labels), step)
 
 
-def _vision(name: str, kind: str, model: nn.Module, size: int = 32, batch: int = 2):
+def vision(name: str, kind: str, model: nn.Module, size: int = 32, batch: int = 2):
+    """An image classifier's step: cross-entropy over 10 classes of ``batch`` random
+    images of ``size`` x ``size`` pixels."""
     x = torch.randn(batch, 3, size, size)
     y = torch.randint(0, 10, (batch,))
 
@@ -177,12 +179,12 @@ def timm_model(arch: str, kind: str, size: int = 64, batch: int = 2, **kw: Any) 
     import timm
 
     model = timm.create_model(arch, pretrained=False, num_classes=10, drop_rate=0.0, **kw)
-    return _vision(f"timm:{arch}", kind, model, size, batch)
+    return vision(f"timm:{arch}", kind, model, size, batch)
 
 
 def torchvision_model(arch: str, kind: str, size: int = 64) -> RealModel:
     tv = import_torchvision()
-    return _vision(f"torchvision:{arch}", kind, getattr(tv.models, arch)(num_classes=10), size)
+    return vision(f"torchvision:{arch}", kind, getattr(tv.models, arch)(num_classes=10), size)
 
 
 FACTORIES: dict[str, Callable[[], RealModel]] = {
@@ -227,4 +229,4 @@ def every() -> dict[str, Callable[[], RealModel]]:
 def make(name: str) -> RealModel:
     """A fresh model (seeded: the same weights and inputs every call), of either set."""
     torch.manual_seed(0)
-    return (FACTORIES[name] if name in FACTORIES else every()[name])()
+    return every()[name]()
