@@ -187,11 +187,15 @@ class _Traced:
     def predict(self, p: EagerPlan) -> EagerPlan:
         """``p`` with the peak of the step it makes."""
         key = plan_key(p)
-        once = [r for r, t in zip(p.regions, self.trace.regions, strict=True) if t.calls == 1]
+        ran = [
+            r
+            for r, t in zip(p.regions, self.trace.regions, strict=True)
+            if t.calls and not t.nested
+        ]
         if key not in self.found:
             install(self.model, p)
             named = dict(self.model.named_modules())
-            marks = [named[r.module] for r in once]
+            marks = [(named[r.module], r.call) for r in ran]
             try:
                 self.found[key] = _simulate(
                     self.model,
@@ -208,8 +212,8 @@ class _Traced:
             if self.tell is not None:
                 self.tell(0, len(self.found), None)
         found = self.found[key]
-        at = dict(zip((r.module for r in once), found.backward_at, strict=True))
-        regions = [replace(r, backward_at=at.get(r.module)) for r in p.regions]
+        at = dict(zip((r.key for r in ran), found.backward_at, strict=True))
+        regions = [replace(r, backward_at=at.get(r.key)) for r in p.regions]
         return replace(p, peak_bytes=found.peak_bytes, timeline=found.timeline, regions=regions)
 
 

@@ -137,15 +137,15 @@ def simulate(
     trace: Trace | None = None,
     *,
     measure_workspace: bool = True,
-    marks: list[nn.Module] | None = None,
+    marks: list[tuple[nn.Module, int]] | None = None,
     regions: Sequence[RegionChoice] = (),
 ) -> EagerPeak:
     """The peak of ``run(*args, **kwargs).backward()`` as ``model`` is now (with or without
     a plan applied), on fake tensors. ``trace``: the step's trace, whose reads of tensor
     data (data-dependent Python) the run is given, so that it takes the same path.
     ``measure_workspace``: CPU kernels' workspace measured on this host, else by rule.
-    ``marks``: modules (each called once in the forward) whose backward's start to find
-    in the timeline (:attr:`EagerPeak.backward_at`). ``regions``: the plan applied, one
+    ``marks``: module calls (a module and which of its forward's runs with gradients on)
+    whose backward's start to find in the timeline (:attr:`EagerPeak.backward_at`). ``regions``: the plan applied, one
     choice per region of ``trace``, whose recomputations read values again."""
     live = _Live(measure_workspace=measure_workspace)
     paths = BackwardPaths(exclusive_counts())
@@ -193,22 +193,29 @@ def _reads(trace: Trace | None, regions: Sequence[RegionChoice]) -> Any:
 
 
 @contextlib.contextmanager
-def _marked(modules: list[nn.Module], live: _Live) -> Any:
-    """Marks each module's backward start in ``live``: a hook on the gradient of the first
-    output of its forward (not of a recomputation) that requires grad."""
+def _marked(calls: list[tuple[nn.Module, int]], live: _Live) -> Any:
+    """Marks each module call's backward start in ``live``: a hook on the gradient of the
+    first output of that call of its forward (not of a recomputation) that requires grad."""
+    marks: dict[nn.Module, dict[int, int]] = {}  # module -> its call -> the mark
+    for i, (m, call) in enumerate(calls):
+        marks.setdefault(m, {})[call] = i
 
-    def on_forward(i: int) -> Callable[..., None]:
+    def on_forward(mine: dict[int, int]) -> Callable[..., None]:
+        runs = [0]
+
         def hook(_module: nn.Module, _args: Any, out: Any) -> None:
-            if live.backward:
+            if live.backward or not torch.is_grad_enabled():
                 return  # a recomputation's output: its gradient is never made
-            for t in T.tree_leaves(out):
+            i = mine.get(runs[0])
+            runs[0] += 1
+            for t in T.tree_leaves(out) if i is not None else ():
                 if isinstance(t, torch.Tensor) and t.requires_grad:
                     t.register_hook(lambda grad: live.mark(i))
                     return
 
         return hook
 
-    handles = [m.register_forward_hook(on_forward(i)) for i, m in enumerate(modules)]
+    handles = [m.register_forward_hook(on_forward(mine)) for m, mine in marks.items()]
     try:
         yield
     finally:

@@ -39,15 +39,15 @@ MAX_PLANS = 6  # steps the search may predict (each a run on fake tensors)
 FORWARD, HEAD = -2, -1  # the moments before the modules' backwards
 
 
-def moments(plan: EagerPlan, rank: dict[str, int]) -> dict[int, int]:
+def moments(plan: EagerPlan, rank: dict[tuple[str, int], int]) -> dict[int, int]:
     """A predicted plan's highest live bytes at each moment: ``FORWARD``, ``HEAD``, and
-    each candidate module's backward by its ``rank`` (its place in the forward)."""
+    each region's backward by its ``rank`` (its place in the forward)."""
     points = plan.timeline
     first = next((i for i, p in enumerate(points) if p.phase != "forward"), len(points))
     starts = sorted(
-        (r.backward_at, rank[r.module])
+        (r.backward_at, rank[r.key])
         for r in plan.regions
-        if r.backward_at is not None and r.module in rank
+        if r.backward_at is not None and r.key in rank
     )
     bounds = [(0, FORWARD), (first, HEAD), *starts, (len(points), None)]
     out: dict[int, int] = {}
@@ -69,7 +69,9 @@ def row_groups(key: int, group_rank: dict[int, int]) -> list[int]:
 class Calibration:
     """Each moment's bytes alive whatever the plan saves: the largest seen."""
 
-    def __init__(self, problem: Problem, group_rank: dict[int, int], rank: dict[str, int]):
+    def __init__(
+        self, problem: Problem, group_rank: dict[int, int], rank: dict[tuple[str, int], int]
+    ) -> None:
         self.problem, self.group_rank, self.rank = problem, group_rank, rank
         self.rest: dict[int, int] = {}
 
@@ -101,8 +103,8 @@ class RowSearch:
         saved_of: Callable[[EagerPlan], list[int]],
     ) -> None:
         order = sorted(usable, key=lambda r: trace.regions[r].start)
-        rank = {trace.regions[r].name: i for i, r in enumerate(order)}
-        by_region = {r: rank[trace.regions[r].name] for r in usable}
+        rank = {trace.regions[r].key: i for i, r in enumerate(order)}
+        by_region = {r: rank[trace.regions[r].key] for r in usable}
         group_rank: dict[int, int] = {}
         for v, n in enumerate(nodes):
             g = int(problem.storage[v])
@@ -126,7 +128,7 @@ class RowSearch:
         docstring); ``make(saved)``: the plan saving ``saved``, not yet predicted."""
         problem, cal = self.problem, self.calibration
         for p in grid.tried.values():
-            if set(p.checkpointed) == set(cal.rank):  # type: ignore[attr-defined]
+            if {r.key for r in p.regions if r.checkpoint} == set(cal.rank):
                 cal.learn(p, self.saved_of(p))  # type: ignore[arg-type]
 
         def build() -> RowModel | None:

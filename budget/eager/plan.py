@@ -24,7 +24,8 @@ Policy = Literal["save", "recompute"]
 
 @dataclass
 class RegionChoice:
-    """What the plan does with one candidate module."""
+    """What the plan does with one call of a candidate module's forward (most are called
+    once a step; a layer shared across depth has a choice per call, in call order)."""
 
     module: str  # qualified name in the model ("blocks.0"; "" for the model itself)
     path: str  # as ModTracker names it ("GPT.blocks.0")
@@ -38,6 +39,12 @@ class RegionChoice:
     # where its backward begins in the plan's predicted timeline (the index of its first
     # point there), None where not predicted or not seen
     backward_at: int | None = None
+    call: int = 0  # which call of the module's forward a step makes (0: its first)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """The module and the call."""
+        return (self.module, self.call)
 
     @property
     def saved_ops(self) -> int:
@@ -65,19 +72,23 @@ class EagerPlan(Plan):
 
     regions: list[RegionChoice] = field(default_factory=list)
     saves: list[SaveChoice] = field(default_factory=list)  # empty: planned without offload
+    # the step runs the model's forward once, and makes there every call of the modules it
+    # runs several times: each run of the model's forward starts a step's count of them
+    counted_from_model: bool = True
 
     @property
     def checkpointed(self) -> list[str]:
-        """Qualified names of the modules whose forward is checkpointed."""
-        return [r.module for r in self.regions if r.checkpoint]
+        """Qualified names of the modules whose forward is checkpointed (in some call),
+        each once."""
+        return list(dict.fromkeys(r.module for r in self.regions if r.checkpoint))
 
-    def region(self, module: str) -> RegionChoice:
+    def region(self, module: str, call: int = 0) -> RegionChoice:
+        """The choice for ``module``'s forward (its ``call``-th run in a step)."""
         for r in self.regions:
-            if r.module == module:
+            if r.key == (module, call):
                 return r
-        raise KeyError(
-            f"no region {module!r}; regions: {', '.join(r.module for r in self.regions)}"
-        )
+        names = ", ".join(dict.fromkeys(r.module for r in self.regions))
+        raise KeyError(f"no region {module!r} (call {call}); regions: {names}")
 
     @classmethod
     def from_dict(cls, data: Any) -> EagerPlan:
@@ -87,11 +98,12 @@ class EagerPlan(Plan):
         try:
             regions = [RegionChoice(**r) for r in data.pop("regions")]
             saves = [SaveChoice(**s) for s in data.pop("saves", [])]
+            counted = bool(data.pop("counted_from_model", True))
         except TypeError as e:
             raise ValueError(f"not an eager plan: {e}") from None
         base = Plan.from_dict(data)
         made = {f.name: getattr(base, f.name) for f in fields(Plan)}
-        return cls(**made, regions=regions, saves=saves)
+        return cls(**made, regions=regions, saves=saves, counted_from_model=counted)
 
     @classmethod
     def from_json(cls, text: str) -> EagerPlan:

@@ -2,8 +2,7 @@
 
 Budget semantics are those of the compiled path (DESIGN.md), for what eager keeps:
 
-- fraction 1.0: nothing checkpointed, the model as it is (``max_bytes``: what autograd
-  keeps when nothing is checkpointed);
+- fraction 1.0: nothing checkpointed (``max_bytes``: what autograd keeps then);
 - fraction 0.0: the fewest bytes with every candidate region checkpointed (``min_bytes``);
 - fraction b: target ``min + b * (max - min)``; a size: that target (below ``min_bytes``
   a :class:`~budget.errors.BudgetTooSmallError` naming it).
@@ -275,8 +274,8 @@ def _tie_broken(
 
 
 def plan_key(p: EagerPlan) -> tuple:
-    """What makes two eager plans the same: their checkpointed modules and saved values."""
-    return tuple(p.checkpointed), tuple(p.saved), tuple(p.offloaded)
+    """What makes two eager plans the same: the module calls they checkpoint, their saved values."""
+    return tuple(r.key for r in p.regions if r.checkpoint), tuple(p.saved), tuple(p.offloaded)
 
 
 def _checkpointable(trace: Trace, costs: CostCache, excluded: dict[int, str]) -> list[int]:
@@ -360,17 +359,15 @@ def _eager_plan(
     regions = []
     for r, region in enumerate(trace.regions):
         if r not in checkpointed:
-            regions.append(
-                RegionChoice(region.name, region.path, False, reason=excluded.get(r, ""))
-            )
+            left = {"reason": excluded.get(r, ""), "call": region.call}
+            regions.append(RegionChoice(region.name, region.path, False, **left))
             continue
         policy = []
         for op in region.nodes:
             values = trace.outputs_of(op)
-            # after the region's last autograd save, recomputation stops before the op
-            # (early stop): a value the plan keeps there is kept by autograd outside the
-            # region (a region output another op saves), and a cached copy would only
-            # hold its storage until the region's backward
+            # after the region's last autograd save, recomputation stops before the op (early
+            # stop): a value the plan keeps there is kept by autograd outside the region (an
+            # output another op saves); a cached copy would hold it to the region's backward
             replayed = region.last_save is not None and trace.order[op] < region.last_save
             cache = replayed and any(v in saved_nodes for v in values) and _cacheable(op, trace)[0]
             policy.append("save" if cache else "recompute")
@@ -387,12 +384,14 @@ def _eager_plan(
                 + (rng.bytes if rng else 0),
                 recompute_cost=sum(d.cost for d in mine if d.decision == "recompute"),
                 recompute_flops=sum(d.flops for d in mine if d.decision == "recompute"),
+                call=region.call,
             )
         )
     made = {k: getattr(plan, k) for k in plan.__dataclass_fields__}
-    provenance = {"compiler": "eager-checkpoint", "torch_version": torch.__version__}
+    made |= {"compiler": "eager-checkpoint", "torch_version": torch.__version__}
     saves = save_choices(trace, checkpointed, plan.offloaded) if costs.link is not None else []
-    return EagerPlan(**{**made, **provenance}, regions=regions, saves=saves)
+    counted = trace.model_calls == 1 and all(r.in_model for r in trace.regions if r.calls > 1)
+    return EagerPlan(**made, regions=regions, saves=saves, counted_from_model=counted)
 
 
 def _indices(problem: Problem, names: Sequence[str]) -> list[int]:

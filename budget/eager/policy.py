@@ -76,7 +76,7 @@ class RegionPolicy:
         )
         if torch.compiler.is_compiling():  # functional ops: a recomputed BatchNorm writes nothing
             return forward, recompute
-        return forward, _StatsAside(recompute, self.choice.module, asked)
+        return forward, _StatsAside(recompute, self.choice, asked)
 
 
 # Ops that update BatchNorm running statistics in place without saying so in their
@@ -118,8 +118,8 @@ class _StatsAside:
     that where the plan caches nothing there, and else refuses, as it hands each cached
     value out once: the refusal is told as the plan's (:class:`PlanMismatchError`)."""
 
-    def __init__(self, recompute: Any, module: str, asked: _Pass) -> None:
-        self.recompute, self.module, self.asked = recompute, module, asked
+    def __init__(self, recompute: Any, choice: RegionChoice, asked: _Pass) -> None:
+        self.recompute, self.choice, self.asked = recompute, choice, asked
         self.stack: list[contextlib.ExitStack] = []
 
     def __enter__(self) -> None:
@@ -127,14 +127,14 @@ class _StatsAside:
         stack = contextlib.ExitStack()
         stack.enter_context(StatsAside())
         stack.enter_context(self.recompute)
-        stack.enter_context(_recomputing(self.module))
+        stack.enter_context(_recomputing(self.choice.key))
         self.stack.append(stack)
 
     def __exit__(self, kind: Any, error: Any, tb: Any) -> bool | None:
         done = self.stack.pop().__exit__(kind, error, tb)
         if isinstance(error, RuntimeError) and "backward an extra time" in str(error):
             raise PlanMismatchError(
-                f"budget.apply: a backward ran through module {self.module or '(the model)'!r} "
+                f"budget.apply: a backward ran through module {named(self.choice)} "
                 "a second time (retain_graph=True, or a gradient penalty's create_graph="
                 "True), and its plan caches values, which checkpointing hands out once: "
                 "plan the step that runs both backwards (budget.apply(..., step=...)), or "
@@ -144,6 +144,12 @@ class _StatsAside:
 
 
 _local = threading.local()
+
+
+def named(choice: RegionChoice) -> str:
+    """A region as messages name it: its module, and which call where not the first."""
+    name = repr(choice.module) if choice.module else "(the model)"
+    return f"{name} (its call {choice.call} of the step)" if choice.call else name
 
 
 @contextlib.contextmanager
@@ -162,22 +168,23 @@ def fake_run() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _recomputing(module: str) -> Iterator[None]:
-    """In a fake run, marks the recomputation of ``module`` (:func:`recomputing`)."""
+def _recomputing(region: tuple[str, int]) -> Iterator[None]:
+    """In a fake run, marks the recomputation of ``region`` (:func:`recomputing`)."""
     if not getattr(_local, "fake_run", False):
         yield
         return
     _local.serial = getattr(_local, "serial", 0) + 1
-    _local.recomputing = [*getattr(_local, "recomputing", []), (module, _local.serial)]
+    _local.recomputing = [*getattr(_local, "recomputing", []), (region, _local.serial)]
     try:
         yield
     finally:
         _local.recomputing = _local.recomputing[:-1]
 
 
-def recomputing() -> tuple[str, int] | None:
-    """In a fake run (:func:`fake_run`), the checkpointed module being recomputed now and
-    a number of that recomputation's own; None outside recomputations."""
+def recomputing() -> tuple[tuple[str, int], int] | None:
+    """In a fake run (:func:`fake_run`), the region being recomputed now (its module and
+    call, :attr:`RegionChoice.key`) and a number of that recomputation's own; None outside
+    recomputations."""
     stack = getattr(_local, "recomputing", [])
     return stack[-1] if stack else None
 
@@ -220,7 +227,7 @@ class _Pass:
         if k >= len(p.ops) or p.ops[k] != name:
             planned = p.ops[k] if k < len(p.ops) else f"the end of the region ({len(p.ops)} calls)"
             raise PlanMismatchError(
-                f"budget.apply: module {p.choice.module or '(the model)'!r} ran {name} as op "
+                f"budget.apply: module {named(p.choice)} ran {name} as op "
                 f"call {k}, but its plan has {planned} there: the forward is not the one that "
                 "was planned (other shapes taking another path, a changed model, or another "
                 "training mode); plan it again with budget.apply"

@@ -177,15 +177,15 @@ def _dependencies(tracer: Any, roots: list[fx.Node]) -> set[fx.Node]:
 
 def recomputed_reads(
     reads: Sequence[Read], regions: Sequence[Region], choices: Sequence[RegionChoice]
-) -> dict[str, list[Read]]:
-    """For each checkpointed region of a plan (by module name), the reads its
+) -> dict[tuple[str, int], list[Read]]:
+    """For each checkpointed region of a plan (by module and call), the reads its
     recomputation makes again, in order: those of the calls the plan does not cache (a
     cached call's output is handed back, not made again). ``regions``: the trace's,
     ``choices``: the plan's, one per region."""
-    again: dict[str, list[Read]] = {}
+    again: dict[tuple[str, int], list[Read]] = {}
     for r, (region, choice) in enumerate(zip(regions, choices, strict=True)):
         if choice.checkpoint:
-            again[region.name] = [
+            again[region.key] = [
                 read
                 for read in reads
                 if read.region == r and (read.call is None or choice.policy[read.call] != "save")
@@ -195,15 +195,15 @@ def recomputed_reads(
 
 class _Answers(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
     """Answers a fake run's reads of tensor data with a trace's, in order: the forward's
-    from ``reads``, a recomputation's (``recomputing()``: the module and a number of the
-    recomputation's own, or None) from ``again``, the reads of that module's calls the
+    from ``reads``, a recomputation's (``recomputing()``: the region and a number of the
+    recomputation's own, or None) from ``again``, the reads of that region's calls the
     plan does not cache."""
 
     def __init__(
         self,
         reads: Sequence[Read],
-        again: Mapping[str, list[Read]],
-        recomputing: Callable[[], tuple[str, int] | None],
+        again: Mapping[tuple[str, int], list[Read]],
+        recomputing: Callable[[], tuple[tuple[str, int], int] | None],
     ) -> None:
         super().__init__()
         self.reads, self.again, self.recomputing = reads, again, recomputing
@@ -254,15 +254,15 @@ def transformers_reads_values() -> Iterator[None]:
 @contextlib.contextmanager
 def reads_as_traced(
     reads: Sequence[Read],
-    again: Mapping[str, list[Read]] | None = None,
-    recomputing: Callable[[], tuple[str, int] | None] = lambda: None,
+    again: Mapping[tuple[str, int], list[Read]] | None = None,
+    recomputing: Callable[[], tuple[tuple[str, int], int] | None] = lambda: None,
 ) -> Iterator[None]:
     """Run the traced step again on fake tensors so that it takes the path the trace took
     (the one the real step takes): transformers is told it is not tracing, and each read of
     tensor data gets the value the trace read at that point (in call order; a read the
     trace did not make, or another op, raises as before). Enter it after (inside) the
     FakeTensorMode. A read inside a checkpointed region is made again when the region is
-    recomputed: it gets the value from ``again`` (:func:`recomputed_reads`), by the module
+    recomputed: it gets the value from ``again`` (:func:`recomputed_reads`), by the region
     ``recomputing`` names (budget.eager.policy.recomputing). ``reads``: the trace's
     (``Trace.reads``)."""
     answers = _Answers(reads, again or {}, recomputing) if reads else contextlib.nullcontext()

@@ -19,9 +19,12 @@ default with qualified names (``"blocks.0"``, ``"transformer.h.3"``) or module c
 nothing is an instance of, or candidates inside one another are a ValueError that names
 what there is.
 
-After the trace, :func:`excluded` names the candidates that cannot be checkpointed (a
-module run twice a step, or given a key-value cache it updates), and :func:`noted` says
-why a plan leaves others alone where that is known.
+After the trace, each call of a candidate's forward with gradients on is a region of its
+own (a layer shared across depth, run twelve times a step, has twelve, each checkpointed or
+not, with a policy of its own). :func:`excluded` names the regions that cannot be
+checkpointed (a module that also runs inside another candidate's forward, or given a
+key-value cache it updates), and :func:`noted` says why a plan leaves others alone where
+that is known.
 """
 
 from __future__ import annotations
@@ -174,26 +177,24 @@ def _some_names(model: nn.Module) -> str:
 
 
 def excluded(trace: Trace, *, given: bool) -> dict[int, str]:
-    """The candidate regions that cannot be checkpointed, and why: a region is one call of
-    a module's forward per step. ``given``: the user named the modules, so one that cannot
-    be checkpointed is an error, not a region left out."""
+    """The regions that cannot be checkpointed, and why. ``given``: the user named the
+    modules, so one that cannot be checkpointed is an error, not a region left out."""
     excluded = {}
     for r, region in enumerate(trace.regions):
-        if region.calls == 1 and not region.cache:
+        if region.calls and not region.cache and not region.nested:
             continue
         if region.cache:
             why = (
                 f"it is given a key-value cache ({region.cache}) that it updates: "
                 "recomputed, it would read what its first run wrote"
             )
-        elif region.calls == 0:
-            why = "its forward did not run"
+        elif region.nested:
+            why = f"it also runs inside {region.nested!r}, whose recomputation would run it again"
         else:
-            why = f"its forward ran {region.calls} times in one step"
+            why = "its forward did not run with gradients on"
         if given:
-            rule = "" if region.cache else " (a region is one call of a module's forward per step)"
             raise ValueError(
-                f"modules=: {region.name or '(the model)'!r} cannot be checkpointed: {why}{rule}"
+                f"modules=: {region.name or '(the model)'!r} cannot be checkpointed: {why}"
             )
         excluded[r] = why
     return excluded
@@ -226,7 +227,7 @@ def noted(plan: EagerPlan, trace: Trace) -> EagerPlan:
             return _OWN_BACKWARD
         region = trace.regions[r]
         saves = [s.value for s in trace.saves if s.region == r]
-        ran = region.calls == 1 and region.end > region.start  # op calls of its own
+        ran = region.end > region.start  # op calls of its own
         return _FREES_NOTHING if ran and all(v in region.args for v in saves) else ""
 
     regions = [

@@ -18,9 +18,9 @@ no buffer changes, the caller's RNG is untouched):
   stop), and the saves outside checkpointed regions are what autograd keeps as is;
 - the ops autograd runs on fake tensors to make a view again after an in-place op on it
   are left out: on real tensors it runs none (:mod:`budget.eager.replays`);
-- every region call records the tensors it was given (checkpointing keeps them), and
-  where among the saves it started: checkpointing saves its positional tensor arguments
-  through the saved-tensor hooks around it, which is how eager offload moves them.
+- each call of a candidate's forward is a region of its own, which records the tensors it
+  was given (checkpointing keeps them) and where among the saves it started (the hooks
+  around it save its positional tensor arguments: how eager offload moves them).
 
 A step may read tensor values in Python (``if mask.all():``), which fake tensors do not
 have: such a read gets the value the real step reads (:mod:`budget.eager.reads`), so the
@@ -49,7 +49,7 @@ from . import own_checkpoint
 from .fake import KernelGaps, fake_step, real_paths
 from .reads import fake_like, host_read, real_output, real_value, transformers_reads_values
 from .replays import ViewReplays
-from .traced import Read, Region, Save, Trace
+from .traced import Read, Region, Save, Trace, every_call
 
 
 class _Recorder(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
@@ -91,9 +91,13 @@ class _Recorder(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
 
 
 class _Tracer:
-    def __init__(self, regions: dict[nn.Module, Region], root_name: str) -> None:
+    def __init__(self, candidates: dict[str, nn.Module], root_name: str) -> None:
         self.graph = fx.Graph()
-        self.regions = regions
+        self.candidates = list(candidates.items())
+        self.paths = [f"{root_name}.{n}" if n else root_name for n in candidates]
+        self.calls = [0] * len(candidates)  # each candidate's calls with gradients on
+        self.nested: dict[int, str] = {}  # candidate -> the candidate it also ran inside
+        self.model_calls = 0  # the model's own forward
         self.root_name = root_name
         self.node_of: dict[int, fx.Node] = {}  # id(tensor) -> node
         self.by_storage: dict[int, fx.Node] = {}  # storage key -> latest node writing it
@@ -101,11 +105,9 @@ class _Tracer:
         self.inputs: list[fx.Node] = []
         self.constants: list[fx.Node] = []  # made in the step outside the dispatcher
         self.ops: list[fx.Node] = []
-        self.order: dict[fx.Node, int] = {}
-        self.region_of: dict[fx.Node, int] = {}
+        self.order, self.region_of, self.mutated_after = {}, {}, {}  # see Trace
         self.module_of: dict[fx.Node, str] = {}
         self.saves: list[Save] = []
-        self.mutated_after: dict[fx.Node, int] = {}
         self.producers: dict[int, list[fx.Node]] = {}  # storage key -> ops whose output has it
         self.writers: dict[int, list[fx.Node]] = {}  # storage key -> ops writing it, in order
         self.real: dict[fx.Node, torch.Tensor] = {}  # placeholder -> its real tensor
@@ -113,7 +115,7 @@ class _Tracer:
         self.module_stack: list[str] = []
         self.outputs: list[fx.Node] = []  # what the model's forward returned
         self.region: int | None = None
-        self.region_list = list(regions.values())
+        self.region_list: list[Region] = []  # one per candidate call, in call order
         self.backward_in_step = False  # an op ran inside a backward of the step's own
         self.own_rng_states = 0  # generator states the model's own checkpointing keeps
         self.own_cached: list[fx.Node] = []  # values its selective policies cache
@@ -242,6 +244,7 @@ class _Tracer:
             path = f"{root}.{name}" if name else root
 
             def pre(_m: nn.Module, _a: Any, path: str = path) -> None:
+                self.model_calls += not self.module_stack and path == self.root_name
                 self.module_stack.append(path)
 
             def post(_m: nn.Module, _a: Any, out: Any) -> None:
@@ -275,7 +278,7 @@ class _Tracer:
     def region_markers(self) -> Iterator[None]:
         """Wrap each candidate's forward (as checkpointing will) to mark its op calls."""
         installed = []
-        for index, module in enumerate(self.regions):
+        for index, (_, module) in enumerate(self.candidates):
             had = "forward" in module.__dict__
             original = module.forward
 
@@ -290,20 +293,24 @@ class _Tracer:
             yield
         finally:
             for module, had, original in installed:
+                del module.forward
                 if had:
                     module.forward = original  # type: ignore[method-assign]
-                else:
-                    del module.forward
 
     def run_region(self, index: int, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        region = self.region_list[index]
-        region.calls += 1
-        given = (*args, *kwargs.values())
-        region.cache = region.cache or next(
-            (type(a).__name__ for a in given if type(a).__module__.startswith(_CACHES)), ""
-        )
-        if self.region is not None or not torch.is_grad_enabled():
-            return fn(*args, **kwargs)  # nested or no grad: checkpointing does not apply
+        """Run candidate ``index``'s forward: a call with gradients on, outside every other
+        candidate's, is a region."""
+        if not torch.is_grad_enabled():
+            return fn(*args, **kwargs)  # checkpointing does not apply (nor counts the call)
+        if self.region is not None:  # inside another candidate: its recomputation runs it
+            self.nested.setdefault(index, self.region_list[self.region].name or self.root_name)
+            return fn(*args, **kwargs)
+        region = Region(self.candidates[index][0], self.paths[index], call=self.calls[index])
+        self.calls[index] += 1
+        given = [type(a) for a in (*args, *kwargs.values())]
+        region.cache = next((t.__name__ for t in given if t.__module__.startswith(_CACHES)), "")
+        self.region_list.append(region)
+        index = len(self.region_list) - 1
         region.start = len(self.ops)
         region.saves_at = len(self.saves)
         region.in_model = bool(self.module_stack) and self.module_stack[0] == self.root_name
@@ -336,10 +343,7 @@ def trace_step(
     nothing real is read or written.
     """
     root = type(model).__name__
-    regions = {
-        m: Region(name, f"{root}.{name}" if name else root) for name, m in candidates.items()
-    }
-    tracer = _Tracer(regions, root)
+    tracer = _Tracer(candidates, root)
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     with contextlib.ExitStack() as stack:
         fake = stack.enter_context(fake_step(model, args, kwargs))
@@ -379,7 +383,7 @@ def trace_step(
         inputs=tracer.inputs,
         constants=tracer.constants,
         ops=tracer.ops,
-        regions=list(regions.values()),
+        regions=every_call(tracer.region_list, tracer.paths, tracer.calls, tracer.nested),
         order=tracer.order,
         region_of=tracer.region_of,
         module_of=tracer.module_of,
@@ -392,4 +396,5 @@ def trace_step(
         backward_in_step=tracer.backward_in_step,
         own_rng_states=tracer.own_rng_states,
         own_cached=tracer.own_cached,
+        model_calls=tracer.model_calls,
     )

@@ -13,11 +13,15 @@ import torch.fx as fx
 
 @dataclass
 class Region:
-    """One candidate region: a module whose forward checkpointing may wrap."""
+    """One candidate region: one call of a module's forward that checkpointing may wrap
+    (a module run several times a step, as a layer shared across depth, has a region per
+    call)."""
 
     name: str  # qualified name in the model ("blocks.0"; "" for the model itself)
     path: str  # as ModTracker names it ("GPT.blocks.0")
-    calls: int = 0  # times its forward ran in the traced step
+    calls: int = 0  # times the module's forward ran in the traced step (with gradients)
+    call: int = 0  # which of those calls this region is (0 for the first)
+    nested: str = ""  # the candidate module it also ran inside, where it did (else "")
     ops: list[str] = field(default_factory=list)  # the op calls the policy is asked about
     nodes: list[fx.Node] = field(default_factory=list)  # the op node behind each of ``ops``
     start: int = 0  # op count when the region started
@@ -28,6 +32,11 @@ class Region:
     saves_at: int = 0  # saves recorded before it started (its index in Trace.saves)
     in_model: bool = False  # called during the model's own forward
     cache: str = ""  # the transformers cache it was given (state its recompute would reread)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """The module and call this region is, as a plan's :class:`RegionChoice` names it."""
+        return (self.name, self.call)
 
 
 class Save(NamedTuple):
@@ -82,6 +91,7 @@ class Trace:
     # values its selective policies cache for the recomputation (torch's caching mode
     # keeps them, not autograd's saved tensors), whatever the plan
     own_cached: list[fx.Node] = field(default_factory=list)
+    model_calls: int = 1  # times the step ran the model's own forward
 
     def region_of_value(self, node: fx.Node | None) -> int | None:
         """The region the op making ``node`` ran in (an item of a tuple: its op's)."""
@@ -91,3 +101,20 @@ class Trace:
         """The value nodes of an op: itself, or its getitems when it has several outputs."""
         items = [u for u in node.users if u.target is operator.getitem]
         return items if isinstance(node.meta.get("val"), (tuple, list)) else [node]
+
+
+def every_call(
+    made: list[Region], paths: list[str], calls: list[int], nested: dict[int, str]
+) -> list[Region]:
+    """The regions of a trace: those ``made`` (one per call of a candidate, in call order),
+    each told its module's ``calls`` and the candidate it also ran ``nested`` in; then one
+    for each candidate (by ModTracker ``paths``) whose forward did not run with gradients."""
+    regions = list(made)
+    for index, path in enumerate(paths):
+        mine = [r for r in regions if r.path == path]
+        for r in mine:
+            r.calls, r.nested = calls[index], nested.get(index, "")
+        if not mine:
+            name = path.partition(".")[2]
+            regions.append(Region(name, path, nested=nested.get(index, "")))
+    return regions

@@ -6,6 +6,7 @@ import copy
 
 import pytest
 import torch
+from helpers.small import looped
 from helpers.steps import grads_of
 
 import budget
@@ -88,3 +89,19 @@ def test_checkpointed_batchnorm_compiles_and_updates_its_statistics_once():
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
     for b, c in zip(model.buffers(), ref.buffers(), strict=True):
         torch.testing.assert_close(b, c, rtol=1e-6, atol=1e-7)
+
+
+def test_a_layer_run_several_times_a_step_compiles_with_each_calls_choice():
+    """A plan that checkpoints the runs of a shared layer each its own way still compiles
+    (dynamo follows the count of the layer's calls), with equal gradients step after step."""
+    ref, x = looped(pool=True)
+    want_out, want = grads_of(ref, list(ref.parameters()), x)
+    model = copy.deepcopy(ref)
+    plan = budget.apply(model, x, memory_budget=0.5)
+    assert len({tuple(r.policy) for r in plan.regions}) > 1
+    compiled = torch.compile(model, backend="aot_eager")
+    for _ in range(2):
+        got_out, got = grads_of(compiled, list(model.parameters()), x)
+        torch.testing.assert_close(got_out, want_out)
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)

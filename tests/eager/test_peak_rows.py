@@ -39,7 +39,7 @@ def test_moments_split_the_timeline_at_each_modules_backward():
         RegionChoice("b", "M.b", True, backward_at=5),
         RegionChoice("c", "M.c", False),  # not seen: no moment of its own
     ]
-    got = moments(_plan(timeline, regions), {"a": 0, "b": 1, "c": 2})
+    got = moments(_plan(timeline, regions), {("a", 0): 0, ("b", 0): 1, ("c", 0): 2})
     assert got == {FORWARD: 9, HEAD: 20, 1: 30, 0: 40}
 
 

@@ -104,3 +104,43 @@ def bf16_autocast(ex: Example) -> Example:
 
     ex.step = step
     return ex
+
+
+class _Block(torch.nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(d)
+        self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln(x))))
+
+
+class Looped(torch.nn.Module):
+    """One block run ``depth`` times, as ALBERT shares its layer across depth; with
+    ``pool``, on half as many positions each time (a shared block at each level of a
+    pyramid); ``fail_at`` raises after that many runs (a step that fails half-way, as one
+    out of memory)."""
+
+    def __init__(self, d: int = 32, depth: int = 4, pool: bool = False) -> None:
+        super().__init__()
+        self.inp, self.head = torch.nn.Linear(d, d), torch.nn.Linear(d, 1)
+        self.layers = torch.nn.ModuleList([_Block(d)])
+        self.depth, self.pool = depth, pool
+        self.fail_at: int | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)
+        for i in range(self.depth):
+            if i == self.fail_at:
+                raise RuntimeError("failed half-way")
+            h = self.layers[0](h)
+            if self.pool:
+                h = h.unflatten(1, (-1, 2)).mean(2)
+        return self.head(h).square().mean()
+
+
+def looped(pool: bool = False) -> tuple[Looped, torch.Tensor]:
+    """A looped (or pyramid) model and an input for it."""
+    torch.manual_seed(0)
+    return Looped(pool=pool), torch.randn(4, 16, 32)
