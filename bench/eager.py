@@ -17,8 +17,8 @@ model's), and the ratios budget / baseline (FLOPs at no more memory). Gradients 
 budget plan are checked against the unmodified model's, and one step's buffers (BatchNorm's
 running statistics) against one step of the unmodified model, for budget and (a), (b).
 
-    python bench/eager.py                # built-in GPT and MLP, transformers GPT-2 and Llama
-    python bench/eager.py --models gpt   # one of: gpt, mlp, hf-gpt2, hf-llama, tv-resnet18
+    python bench/eager.py                # built-in GPT and MLP, transformers GPT-2, Llama, ALBERT
+    python bench/eager.py --models gpt   # one of: gpt, mlp, hf-gpt2, hf-llama, hf-albert, tv-resnet18
 """
 
 from __future__ import annotations
@@ -97,6 +97,20 @@ def _hf(kind: str) -> Callable[[], tuple]:
                 attn_implementation="eager",
             )
             model = tf.GPT2LMHeadModel(cfg)
+        elif kind == "albert":  # one layer shared across depth: each of its runs a region
+            cfg = tf.AlbertConfig(
+                num_hidden_layers=4,
+                embedding_size=64,
+                hidden_size=128,
+                intermediate_size=512,
+                num_attention_heads=4,
+                vocab_size=512,
+                max_position_embeddings=128,
+                hidden_dropout_prob=0.0,
+                attention_probs_dropout_prob=0.0,
+                attn_implementation="eager",
+            )
+            model = tf.AlbertForMaskedLM(cfg)
         else:
             cfg = tf.LlamaConfig(
                 num_hidden_layers=4,
@@ -144,6 +158,7 @@ CASES = {
     "mlp": Case("mlp", _builtin(mlp, batch=64, d_in=256, d=1024, layers=4)),
     "hf-gpt2": Case("hf-gpt2", _hf("gpt2")),
     "hf-llama": Case("hf-llama", _hf("llama")),
+    "hf-albert": Case("hf-albert", _hf("albert")),
     "tv-resnet18": Case("tv-resnet18", _torchvision_resnet18),
 }
 

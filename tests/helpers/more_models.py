@@ -2,7 +2,7 @@
 architecture the default set (real_models.FACTORIES) does not have. transformers decoders
 (grouped-query attention, sliding windows, logit soft-capping, partial rotary embeddings,
 parallel attention and MLP), encoders trained as masked LMs (labels -100 off the masked
-positions), a state-space model, an encoder-decoder; transformers and timm vision models
+positions; ALBERT's layer shared across depth), a state-space model, an encoder-decoder; transformers and timm vision models
 (depthwise convolutions with squeeze-excitation, grouped convolutions, dense concatenation,
 stochastic depth).
 
@@ -156,6 +156,19 @@ def deberta_v2() -> RealModel:
     return _lm("deberta_v2", "encoder", DebertaV2ForMaskedLM(cfg), masked=True)
 
 
+def albert() -> RealModel:
+    """ALBERT: one layer shared across depth, run four times a step (each run a region of
+    budget.apply's), factorised embeddings."""
+    from transformers import AlbertConfig, AlbertForMaskedLM
+
+    cfg = AlbertConfig(
+        vocab_size=V, embedding_size=32, hidden_size=64, num_hidden_layers=4,
+        num_attention_heads=4, intermediate_size=128, max_position_embeddings=64,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **TOKENS,
+    )  # fmt: skip
+    return _lm("albert", "encoder", AlbertForMaskedLM(cfg), masked=True)
+
+
 def modernbert() -> RealModel:
     """ModernBERT: alternating local and global attention, gated MLPs, no biases."""
     from transformers import ModernBertConfig, ModernBertForMaskedLM
@@ -242,7 +255,7 @@ MORE: dict[str, Callable[[], RealModel]] = {
     f.__name__: f
     for f in (qwen2, qwen3, gemma2, gemma3, mistral, phi3, gpt_neox, opt, falcon, roberta)
 }
-MORE |= {f.__name__: f for f in (deberta_v2, modernbert, mamba, bart, hf_vit, hf_swin)}
+MORE |= {f.__name__: f for f in (deberta_v2, albert, modernbert, mamba, bart, hf_vit, hf_swin)}
 # timm: (kind, timm_model's keywords), by default 2 images of 64x64 pixels
 _TIMM: dict[str, tuple[str, dict[str, Any]]] = {
     "regnetx_002": ("conv", {}),
