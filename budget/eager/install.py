@@ -76,6 +76,10 @@ def install(model: nn.Module, plan: EagerPlan) -> None:
     for r in sorted(plan.regions, key=lambda r: r.call):
         calls.setdefault(r.module, []).append(r)
     chosen = {m: c for m, c in calls.items() if any(r.checkpoint for r in c)}
+    for module, choices in chosen.items():
+        if [c.call for c in choices] != list(range(len(choices))):
+            got = [c.call for c in choices]
+            raise ValueError(f"the plan's regions of {module!r} are calls {got}, not 0 to n-1")
     missing = [m for m in chosen if m not in named]
     if missing:
         raise ValueError(

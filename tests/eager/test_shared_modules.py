@@ -160,3 +160,6 @@ def test_a_plan_for_a_shared_layer_round_trips_and_applies_from_its_json():
     model = copy.deepcopy(ref)
     budget.apply(model, plan=again)
     assert retained_bytes(model, x).retained_bytes == made.saved_bytes
+    broken = budget.eager.EagerPlan.from_json(made.to_json().replace('"call": 3', '"call": 7'))
+    with pytest.raises(ValueError, match=r"regions of 'layers.0' are calls \[0, 1, 2, 7\]"):
+        budget.apply(copy.deepcopy(ref), plan=broken)
