@@ -3,7 +3,7 @@
 Budget semantics are those of the compiled path (DESIGN.md), for what eager keeps:
 
 - fraction 1.0: nothing checkpointed (``max_bytes``: what autograd keeps then);
-- fraction 0.0: the fewest bytes with every candidate region checkpointed (``min_bytes``);
+- fraction 0.0: the fewest bytes with every usable region checkpointed (``min_bytes``);
 - fraction b: target ``min + b * (max - min)``; a size: that target (below ``min_bytes``
   a :class:`~budget.errors.BudgetTooSmallError` naming it).
 

@@ -35,6 +35,8 @@ from dataclasses import replace
 
 from torch import nn
 
+from ..core.sizes import format_bytes
+from ..runtime.values import storage_of
 from .plan import EagerPlan
 from .traced import Trace
 
@@ -177,8 +179,9 @@ def _some_names(model: nn.Module) -> str:
 
 
 def excluded(trace: Trace, *, given: bool) -> dict[int, str]:
-    """The regions that cannot be checkpointed, and why. ``given``: the user named the
-    modules, so one that cannot be checkpointed is an error, not a region left out."""
+    """The regions that cannot be checkpointed, or whose checkpointing cannot lower what
+    the step keeps, and why. ``given``: the user named the modules, so one that cannot be
+    checkpointed is an error, not a region left out."""
     excluded = {}
     for r, region in enumerate(trace.regions):
         if region.calls and not region.cache and not region.nested:
@@ -197,7 +200,42 @@ def excluded(trace: Trace, *, given: bool) -> dict[int, str]:
                 f"modules=: {region.name or '(the model)'!r} cannot be checkpointed: {why}"
             )
         excluded[r] = why
-    return excluded
+    return _no_gain(trace) | excluded
+
+
+def _no_gain(trace: Trace) -> dict[int, str]:
+    """The regions whose checkpointing cannot lower the bytes the step keeps: it frees at
+    most the storages autograd saves inside the region (its own inputs, which it keeps, and
+    the step's aside) and keeps the generator state it replays random ops with (on a CPU,
+    about 5 KiB a region). A step with a backward of its own: :func:`noted` says why
+    nothing is freed there."""
+    if trace.backward_in_step:
+        return {}
+    inputs = {
+        st
+        for n in trace.inputs
+        if n not in trace.constants and (st := storage_of(n.meta.get("val")))
+    }
+    saved: dict[int, dict[int, int]] = {}
+    for s in trace.saves:
+        st = storage_of(s.value.meta.get("val"))
+        if s.region is not None and st is not None and st not in inputs:
+            saved.setdefault(s.region, {})[st[0]] = st[1]
+    out = {}
+    for r, region in enumerate(trace.regions):
+        mine = saved.get(r, {})
+        args = {st[0] for n in region.args if (st := storage_of(n.meta.get("val")))}
+        most = sum(b for k, b in mine.items() if k not in args)  # its inputs stay kept
+        if not region.calls or most > trace.rng_state_bytes:
+            continue
+        rng = format_bytes(trace.rng_state_bytes)
+        out[r] = (
+            _FREES_NOTHING  # the model checkpoints it itself, say
+            if mine and mine.keys() <= args
+            else f"checkpointing it cannot lower what the step keeps: it frees at most "
+            f"{format_bytes(most)} and keeps the generator state ({rng})"
+        )
+    return out
 
 
 _FREES_NOTHING = (

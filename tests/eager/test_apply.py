@@ -288,6 +288,46 @@ def test_a_post_norm_blocks_statistics_are_not_kept_for_the_output_kept_anyway()
     assert plan.saved_bytes == kept(model) <= kept(full)
 
 
+def test_at_b0_no_set_of_checkpointed_blocks_keeps_less():
+    """Brute force over every set of blocks torch's full checkpointing may wrap: none keeps
+    less than budget.apply at b=0. The small block frees less than the generator state a
+    checkpoint keeps on a CPU, so b=0 leaves it alone, saying why."""
+    import itertools
+
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        apply_activation_checkpointing,
+    )
+
+    from budget.eager.measure import retained_bytes
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            big = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.GELU())
+            small = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.GELU())
+            self.blocks = torch.nn.ModuleList([big, small])
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.blocks[0](x)
+            return h.sum() + self.blocks[1](h.mean(0, keepdim=True)).sum()
+
+    def make() -> Net:
+        torch.manual_seed(0)
+        return Net()
+
+    x = torch.randn(64, 256)
+    model = make()
+    plan = budget.apply(model, x, memory_budget=0.0)
+    assert plan.checkpointed == ["blocks.0"]
+    assert "cannot lower what the step keeps" in plan.region("blocks.1").reason
+    ours = retained_bytes(model, x).retained_bytes
+    for chosen in itertools.chain(*(itertools.combinations(range(2), k) for k in (1, 2))):
+        full = make()
+        wrap = {id(full.blocks[i]) for i in chosen}
+        apply_activation_checkpointing(full, check_fn=lambda m, wrap=wrap: id(m) in wrap)
+        assert ours <= retained_bytes(full, x).retained_bytes, chosen
+
+
 def test_batchnorm_before_an_inplace_relu_is_recomputed_its_statistics_updated_once():
     """BatchNorm followed by an in-place ReLU (torchvision's ResNets): its output cannot be
     cached (the ReLU writes it), so a checkpointed block recomputes BatchNorm, on copies of
