@@ -267,7 +267,9 @@ def test_a_torch_set_a_little_over_the_target_is_fitted_to_it_and_llama_is_not_d
     assert ours[0] <= theirs[0] or ours[1] < theirs[1], (ours, theirs)
 
 
-@pytest.mark.slow
+# about 70 s in CI: with -m full. Buffer reuse that keeps the code's peak put runs by default
+# in tests/compile/test_reuse.py
+@pytest.mark.full
 def test_under_inductor_berts_b0_code_peaks_no_higher_than_b1s():
     """Bert's b=0 plan under Inductor recomputes its whole forward in the backward; its
     generated code peaks no higher than the b=1 plan's (compiled peaks: the code run on

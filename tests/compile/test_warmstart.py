@@ -376,7 +376,9 @@ dist.destroy_process_group()
 """
 
 
-@pytest.mark.slow
+# about 60 s in CI: with -m full. Each part runs by default apart: a second process's warm
+# start (above) and every rank applying rank 0's plans (tests/compile/test_ranks.py)
+@pytest.mark.full
 def test_ranks_start_warm_through_torchs_cache_with_rank_0s_plans(tmp_path):
     """Two gloo ranks sharing cache directories, started three times. First: they plan
     together (rank 0 solves), torch's AOTAutograd cache off, plans cached. Second: every
