@@ -141,8 +141,7 @@ def save_timeline_plot(plans: Sequence[Plan], path: str | os.PathLike, title: st
         for region in getattr(plan, "regions", ()):  # an eager plan: each module's backward
             if region.backward_at is not None:
                 ax.axvline(region.backward_at, color="0.8", linewidth=0.6, zorder=0)
-                name = region.module + (f" call {region.call}" if region.call else "")
-                ax.text(region.backward_at, 0, f" {name}", fontsize=6, rotation=90)
+                ax.text(region.backward_at, 0, f" {region.label}", fontsize=6, rotation=90)
         for level, colour, style, label in (
             (plan.peak_target_bytes, "tab:green", "--", "planned for at most"),
             (plan.compiled_peak_bytes, "tab:red", "-.", "peak of the generated code"),

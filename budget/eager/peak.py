@@ -145,8 +145,9 @@ def simulate(
     data (data-dependent Python) the run is given, so that it takes the same path.
     ``measure_workspace``: CPU kernels' workspace measured on this host, else by rule.
     ``marks``: module calls (a module and which of its forward's runs with gradients on)
-    whose backward's start to find in the timeline (:attr:`EagerPeak.backward_at`). ``regions``: the plan applied, one
-    choice per region of ``trace``, whose recomputations read values again."""
+    whose backward's start to find in the timeline (:attr:`EagerPeak.backward_at`).
+    ``regions``: the plan applied, one choice per region of ``trace``, whose
+    recomputations read values again."""
     live = _Live(measure_workspace=measure_workspace)
     paths = BackwardPaths(exclusive_counts())
     get_rng_state = torch.get_rng_state

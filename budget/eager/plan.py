@@ -47,6 +47,12 @@ class RegionChoice:
         return (self.module, self.call)
 
     @property
+    def label(self) -> str:
+        """Its name in reports and messages: the module, and the call where not the first."""
+        name = self.module or "(the model)"
+        return f"{name} call {self.call}" if self.call else name
+
+    @property
     def saved_ops(self) -> int:
         return sum(p == "save" for p in self.policy)
 

@@ -274,7 +274,7 @@ def _tie_broken(
 
 
 def plan_key(p: EagerPlan) -> tuple:
-    """What makes two eager plans the same: the module calls they checkpoint, their saved values."""
+    """What makes two eager plans the same: the calls they checkpoint, what they save."""
     return tuple(r.key for r in p.regions if r.checkpoint), tuple(p.saved), tuple(p.offloaded)
 
 

@@ -134,7 +134,7 @@ class _StatsAside:
         done = self.stack.pop().__exit__(kind, error, tb)
         if isinstance(error, RuntimeError) and "backward an extra time" in str(error):
             raise PlanMismatchError(
-                f"budget.apply: a backward ran through module {named(self.choice)} "
+                f"budget.apply: a backward ran through module {self.choice.label!r} "
                 "a second time (retain_graph=True, or a gradient penalty's create_graph="
                 "True), and its plan caches values, which checkpointing hands out once: "
                 "plan the step that runs both backwards (budget.apply(..., step=...)), or "
@@ -144,12 +144,6 @@ class _StatsAside:
 
 
 _local = threading.local()
-
-
-def named(choice: RegionChoice) -> str:
-    """A region as messages name it: its module, and which call where not the first."""
-    name = repr(choice.module) if choice.module else "(the model)"
-    return f"{name} (its call {choice.call} of the step)" if choice.call else name
 
 
 @contextlib.contextmanager
@@ -227,7 +221,7 @@ class _Pass:
         if k >= len(p.ops) or p.ops[k] != name:
             planned = p.ops[k] if k < len(p.ops) else f"the end of the region ({len(p.ops)} calls)"
             raise PlanMismatchError(
-                f"budget.apply: module {named(p.choice)} ran {name} as op "
+                f"budget.apply: module {p.choice.label!r} ran {name} as op "
                 f"call {k}, but its plan has {planned} there: the forward is not the one that "
                 "was planned (other shapes taking another path, a changed model, or another "
                 "training mode); plan it again with budget.apply"

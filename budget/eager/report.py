@@ -17,10 +17,9 @@ if TYPE_CHECKING:  # plan.py imports this module for EagerPlan.__str__
 
 
 def label(region: RegionChoice, calls: int = 1) -> str:
-    """A region's name in a report: its module, and which call where the step runs the
-    module's forward ``calls`` times."""
-    name = region.module or "(model)"
-    return f"{name} call {region.call}" if calls > 1 else name
+    """A region's name in a report: its label, naming the first call too where the step
+    runs the module's forward ``calls`` times."""
+    return f"{region.label} call 0" if calls > 1 and not region.call else region.label
 
 
 def region_table(plan: EagerPlan) -> str:

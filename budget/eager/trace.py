@@ -94,7 +94,7 @@ class _Tracer:
     def __init__(self, candidates: dict[str, nn.Module], root_name: str) -> None:
         self.graph = fx.Graph()
         self.candidates = list(candidates.items())
-        self.paths = [f"{root_name}.{n}" if n else root_name for n in candidates]
+        self.named = [(n, f"{root_name}.{n}" if n else root_name) for n in candidates]  # paths
         self.calls = [0] * len(candidates)  # each candidate's calls with gradients on
         self.nested: dict[int, str] = {}  # candidate -> the candidate it also ran inside
         self.model_calls = 0  # the model's own forward
@@ -305,7 +305,7 @@ class _Tracer:
         if self.region is not None:  # inside another candidate: its recomputation runs it
             self.nested.setdefault(index, self.region_list[self.region].name or self.root_name)
             return fn(*args, **kwargs)
-        region = Region(self.candidates[index][0], self.paths[index], call=self.calls[index])
+        region = Region(*self.named[index], call=self.calls[index])
         self.calls[index] += 1
         given = [type(a) for a in (*args, *kwargs.values())]
         region.cache = next((t.__name__ for t in given if t.__module__.startswith(_CACHES)), "")
@@ -383,7 +383,7 @@ def trace_step(
         inputs=tracer.inputs,
         constants=tracer.constants,
         ops=tracer.ops,
-        regions=every_call(tracer.region_list, tracer.paths, tracer.calls, tracer.nested),
+        regions=every_call(tracer.region_list, tracer.named, tracer.calls, tracer.nested),
         order=tracer.order,
         region_of=tracer.region_of,
         module_of=tracer.module_of,

@@ -104,17 +104,17 @@ class Trace:
 
 
 def every_call(
-    made: list[Region], paths: list[str], calls: list[int], nested: dict[int, str]
+    made: list[Region], candidates: list[tuple[str, str]], calls: list[int], nested: dict[int, str]
 ) -> list[Region]:
     """The regions of a trace: those ``made`` (one per call of a candidate, in call order),
     each told its module's ``calls`` and the candidate it also ran ``nested`` in; then one
-    for each candidate (by ModTracker ``paths``) whose forward did not run with gradients."""
+    for each of ``candidates`` (name, ModTracker path) whose forward did not run with
+    gradients on."""
     regions = list(made)
-    for index, path in enumerate(paths):
+    for index, (name, path) in enumerate(candidates):
         mine = [r for r in regions if r.path == path]
         for r in mine:
             r.calls, r.nested = calls[index], nested.get(index, "")
         if not mine:
-            name = path.partition(".")[2]
             regions.append(Region(name, path, nested=nested.get(index, "")))
     return regions
