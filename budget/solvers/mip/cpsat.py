@@ -101,11 +101,19 @@ class CpSat(SolverBase):
         )
 
     def _run(self, cp_model, model, time_limit: float):  # type: ignore[no-untyped-def]
-        """One CP-SAT solve of ``model``: the CpSolver (its values) and the status."""
+        """One CP-SAT solve of ``model``: the CpSolver (its values) and the status.
+
+        One worker (deterministic) with the LP of CP-SAT's ``max_lp_sym`` subsolver: the
+        full linear relaxation, with the symmetries presolve finds kept in the LP. A model
+        of identical layers (the same choices priced the same in each) is symmetric: the
+        default single worker can run to its time limit there without the proof this bound
+        gives at once (``python bench/solvers.py`` times both)."""
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = max(0.1, float(time_limit))
         solver.parameters.num_workers = self.workers
         solver.parameters.random_seed = self.seed
+        solver.parameters.linearization_level = 2
+        solver.parameters.use_symmetry_in_lp = True
         status = solver.solve(model)
         if status == cp_model.MODEL_INVALID:  # a bug of ours, never a user error
             raise RuntimeError(f"cpsat: invalid model: {model.validate()}")
