@@ -311,6 +311,36 @@ def test_apply_keeps_what_it_plans_and_changes_no_gradient_or_statistic(name):
     assert plan.saved_bytes <= kept <= plan.saved_bytes + 256, (name, kept, plan.saved_bytes)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _grid(FACTORIES))
+def test_apply_at_b0_keeps_no_more_than_torchs_full_checkpointing_of_its_modules(name):
+    """budget.apply at b=0 keeps, measured, no more than torch's full activation
+    checkpointing (``apply_activation_checkpointing``) of the modules it checkpoints: b=0
+    is the least memory with them checkpointed, and recomputing all of each is one plan.
+    (Not of every candidate: T5's decoder blocks read a cache their first run wrote, and
+    torch's checkpointing of them fails in the backward.)"""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        apply_activation_checkpointing,
+    )
+
+    from budget.eager.measure import retained_bytes
+
+    def kept(m) -> int:  # type: ignore[no-untyped-def]
+        m.model.zero_grad(set_to_none=True)
+        torch.manual_seed(0)
+        return retained_bytes(m.step, *m.args).retained_bytes
+
+    ours, full = make(name), make(name)
+    for r in (ours, full):
+        if hasattr(r.model, "config"):
+            r.model.config.use_cache = False
+    plan = budget.apply(ours.model, *ours.args, step=ours.step, memory_budget=0.0)
+    named = dict(full.model.named_modules())
+    blocks = {id(named[n]) for n in plan.checkpointed}
+    apply_activation_checkpointing(full.model, check_fn=lambda b: id(b) in blocks)
+    assert kept(ours) <= kept(full), name
+
+
 def _one_step_same_grads(name: str, m, ref) -> None:  # type: ignore[no-untyped-def]
     """One step of each (the same seed: random ops draw alike) gives equal gradients."""
     got, reference = (_grads(r.model, r.step, r.args) for r in (m, ref))

@@ -48,7 +48,7 @@ from ..solvers.auto import asking
 from .offload import save_choices
 from .peak_rows import RowSearch
 from .plan import EagerPlan, RegionChoice
-from .problem import CostCache, _cacheable, build_problem
+from .problem import CostCache, _cacheable, build_problem, held_storages, storage_key
 from .traced import Trace
 
 _EPS = 1e-12
@@ -352,6 +352,7 @@ def _eager_plan(
     checkpointed region, from the values the plan saves; planned with offload, the saves
     around the model's forward, each offloaded or not."""
     saved_nodes = {nodes[d] for d in _indices(problem, plan.saved)}
+    held = held_storages(trace, set(checkpointed))  # kept anyway: ops cached for the rest
     by_name = {d.name: d for d in plan.decisions}
     region_by_name = {
         n.name: trace.region_of_value(n) for n in nodes if n is not None and n.op != "placeholder"
@@ -364,7 +365,7 @@ def _eager_plan(
             continue
         policy = []
         for op in region.nodes:
-            values = trace.outputs_of(op)
+            values = [v for v in trace.outputs_of(op) if v is op or storage_key(v) not in held]
             # after the region's last autograd save, recomputation stops before the op (early
             # stop): a value the plan keeps there is kept by autograd outside the region (an
             # output another op saves); a cached copy would hold it to the region's backward

@@ -95,12 +95,12 @@ def build_problem(
     """The Problem of ``trace`` with the regions ``checkpointed`` checkpointed, and the fx
     node behind each problem index (None for the RNG-state nodes)."""
     ckpt = set(checkpointed)
-    held = _held(trace, ckpt)
+    held = held_values(trace, ckpt)
     values = [n for n in trace.graph.nodes if n.op == "call_function"]
     nodes: list[fx.Node | None] = [*trace.inputs, *values]
     index = {n: i for i, n in enumerate(nodes) if n is not None}
     rows = ProblemBuilder()
-    storage = _storages(trace, ckpt, rows)
+    storage = _storages(trace, ckpt, rows, held)
     for n in nodes:
         assert n is not None
         _add_node(rows, n, storage(n), trace, ckpt, held, costs)
@@ -131,7 +131,20 @@ def build_problem(
     return problem, nodes
 
 
-def _held(trace: Trace, ckpt: set[int]) -> set[fx.Node]:
+def storage_key(n: fx.Node) -> int | None:
+    """The storage of ``n``'s value (None: not a tensor)."""
+    st = storage_of(n.meta.get("val"))
+    return None if st is None else st[0]
+
+
+def held_storages(trace: Trace, ckpt: set[int], held: set[fx.Node] | None = None) -> set[int]:
+    """The storages of the values held whatever the plan (:func:`held_values`; views of
+    one share it), with ``ckpt`` checkpointed."""
+    keys = {storage_key(n) for n in (held_values(trace, ckpt) if held is None else held)}
+    return {k for k in keys if k is not None}
+
+
+def held_values(trace: Trace, ckpt: set[int]) -> set[fx.Node]:
     """What is kept whatever the plan: saves outside checkpointed regions, region inputs,
     what the model's own selective checkpointing caches."""
     held = {s.value for s in trace.saves if s.region is None or s.region not in ckpt}
@@ -141,15 +154,20 @@ def _held(trace: Trace, ckpt: set[int]) -> set[fx.Node]:
     return held
 
 
-def _storages(trace: Trace, ckpt: set[int], rows: ProblemBuilder) -> Callable[[object], int]:
+def _storages(
+    trace: Trace, ckpt: set[int], rows: ProblemBuilder, held: set[fx.Node]
+) -> Callable[[object], int]:
     """A value's storage group in ``rows`` (-1: none): per real storage, but an op with
     several outputs in a checkpointed region is cached whole, so its new output storages
-    form one group; not an op whose output is written in place later, which is never
-    cached (:func:`_cacheable`): its outputs count alone (a ResNet block's output,
-    BatchNorm's written by the in-place ReLU and kept as the next block's input, without
-    BatchNorm's statistics). Storages of the step's inputs, and off the step's device,
-    count 0."""
+    form one group, less the outputs ``held`` whatever the plan (a post-norm block's last
+    layer norm: its output, the next block's input, is kept without its statistics, which
+    only a cache of the op would keep); not an op whose output is written in place later,
+    which is never cached (:func:`_cacheable`): its outputs count alone (a ResNet block's
+    output, BatchNorm's written by the in-place ReLU and kept as the next block's input,
+    without BatchNorm's statistics). Storages of the step's inputs, and off the step's
+    device, count 0."""
     group: dict[int, int] = {}
+    kept = held_storages(trace, ckpt, held)
     for op in trace.ops:
         outs = op.meta.get("val")
         r = trace.region_of.get(op)
@@ -158,7 +176,11 @@ def _storages(trace: Trace, ckpt: set[int], rows: ProblemBuilder) -> Callable[[o
         if op in trace.mutated_after:
             continue
         ins = {storage_of(a.meta.get("val")) for a in op.all_input_nodes}
-        keys = [st[0] for o in outs if (st := storage_of(o)) is not None and st not in ins]
+        keys = [
+            st[0]
+            for o in outs
+            if (st := storage_of(o)) is not None and st not in ins and st[0] not in kept
+        ]
         for k in keys[1:]:
             group[k] = keys[0]
     made = set(trace.constants)

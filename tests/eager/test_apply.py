@@ -249,6 +249,45 @@ def _conv_bn_relu(width: int) -> torch.nn.Module:
     )
 
 
+class _PostNorm(torch.nn.Module):
+    """A post-norm block (BERT's, ALBERT's): its output is a layer norm's."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.fc, self.norm = torch.nn.Linear(d, d), torch.nn.LayerNorm(d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x + torch.nn.functional.gelu(self.fc(x)))
+
+
+def test_a_post_norm_blocks_statistics_are_not_kept_for_the_output_kept_anyway():
+    """A post-norm block's output is kept as the next block's input whatever the plan, and
+    is one output of its layer norm; caching the norm for it would keep the norm's mean
+    and deviation too. At b=0 every block is checkpointed and the step keeps no more than
+    torch's full checkpointing of every block, measured."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        apply_activation_checkpointing,
+    )
+
+    from budget.eager.measure import retained_bytes
+
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(*[_PostNorm(64) for _ in range(3)], torch.nn.Linear(64, 1))
+
+    x = torch.randn(8, 32, 64)
+
+    def kept(model):
+        return retained_bytes(lambda: model(x).square().mean()).retained_bytes
+
+    full = make()
+    apply_activation_checkpointing(full, check_fn=lambda m: isinstance(m, _PostNorm))
+    model = make()
+    plan = budget.apply(model, x, memory_budget=0.0, loss_fn=lambda out: out.square().mean())
+    assert plan.checkpointed == ["0", "1", "2"]
+    assert plan.saved_bytes == kept(model) <= kept(full)
+
+
 def test_at_b0_no_set_of_checkpointed_blocks_keeps_less():
     """Brute force over every set of blocks torch's full checkpointing may wrap: none keeps
     less than budget.apply at b=0. The small block frees less than the generator state a
