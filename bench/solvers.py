@@ -189,8 +189,9 @@ def torch_choose_time(make: Callable[[], Any], b: float) -> float:
 def budget_plan_time(make: Callable[[], Any], b: float) -> tuple[float, float]:
     """Seconds budget spends choosing what to save (classify, incl. torch's b=1 min-cut, our
     reference end; estimate; both ends and the solve), and then on the peak tie-break
-    (which runs torch's own choice at ``b`` and predicts both plans' peaks); tracing and
-    extraction excluded, as they are for torch's choose_saved_values_set."""
+    (which runs torch's own choice at ``b`` and extracts the forward and backward graphs
+    of both plans and of torch's b=1 plan to predict their peaks; the partition reuses the
+    plan's own). Tracing excluded, as it is for torch's choose_saved_values_set."""
     ex = make()
     torch._dynamo.reset()
     plan = budget.plan(ex.step, *ex.args, memory_budget=b)
