@@ -94,7 +94,7 @@ class _Tracer:
     def __init__(self, candidates: dict[str, nn.Module], root_name: str) -> None:
         self.graph = fx.Graph()
         self.candidates = list(candidates.items())
-        self.named = [(n, f"{root_name}.{n}" if n else root_name) for n in candidates]  # paths
+        self.named = [(n, f"{root_name}.{n}" if n else root_name) for n in candidates]
         self.calls = [0] * len(candidates)  # each candidate's calls with gradients on
         self.nested: dict[int, str] = {}  # candidate -> the candidate it also ran inside
         self.model_calls = 0  # the model's own forward

@@ -8,8 +8,9 @@ from budget.solvers.mip.cpsat import CpSat
 
 # One ALBERT layer's choices after the reduction (budget.solvers.reduce), twelve layers
 # deep: (bytes, recompute cost, layers' worth of copies). Independent of one another
-# (no edges): save each value, or pay for its recomputation. The 4096-byte items are a
-# post-norm layer norm's mean and deviation; the 266240-byte ones its input with them.
+# (no edges): save each value, or pay for its recomputation. The 4096-byte items are the
+# last layer norm's mean and deviation (its output is the next layer's input, kept anyway);
+# the 266240-byte ones the first layer norm's output with its mean and deviation.
 _LAYER = [
     (262144, 32, 5),
     (1048576, 32, 1),
@@ -18,7 +19,7 @@ _LAYER = [
     (262144, 128, 1),
     (4096, 1, 1),
 ]
-_TARGET = 24388800  # bytes: the budget at which the default single worker found no proof
+_TARGET = 24388800  # bytes: a budget between the min-cut's hull points
 
 
 def _least_cost(items: list[tuple[int, int]], target: int, unit: int) -> int:
@@ -35,8 +36,8 @@ def _least_cost(items: list[tuple[int, int]], target: int, unit: int) -> int:
 
 def test_identical_layers_knapsack_is_proven_optimal():
     """Twelve identical layers of independent choices: CP-SAT's one deterministic worker
-    proves the optimum, the one a dynamic program over the bytes finds. Without the LP's
-    symmetries the same worker ran to its time limit on this problem with no proof."""
+    proves the optimum, the one a dynamic program over the bytes finds (it needs the LP's
+    symmetries: without them the worker finds the plan but no proof)."""
     items = [(b, c) for _ in range(12) for b, c, k in _LAYER for _ in range(k)]
     p = make(0, [{"bytes": b, "cost": c} for b, c in items], [])
     sol = CpSat().solve(p, _TARGET, time_limit=60)

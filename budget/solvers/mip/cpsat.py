@@ -107,7 +107,7 @@ class CpSat(SolverBase):
         full linear relaxation, with the symmetries presolve finds kept in the LP. A model
         of identical layers (the same choices priced the same in each) is symmetric: the
         default single worker can run to its time limit there without the proof this bound
-        gives at once (``python bench/solvers.py`` times both)."""
+        gives (tests/solvers/test_cpsat.py holds such a problem)."""
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = max(0.1, float(time_limit))
         solver.parameters.num_workers = self.workers
