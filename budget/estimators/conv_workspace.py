@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import math
+import platform
 from collections.abc import Sequence
 from typing import Any
 
@@ -137,7 +138,7 @@ def _broken_here(sig: dict[str, Any]) -> bool:
     """Whether ``sig`` is a call oneDNN's AVX2 1x1 kernel mishandles on this CPU (module
     docstring): a backward making the weight's gradient, a 1x1 kernel with a stride over
     1, input laid out channels-last (its channel stride 1) with under 8 channels a group
-    (the kernel's channel block), on a CPU whose widest vector unit torch uses is AVX2."""
+    (the kernel's channel block), on a CPU that may be AVX2-only (:func:`_maybe_avx2_only`)."""
     if sig["op"] != "backward" or not (sig["mask"] and sig["mask"][1]):
         return False
     if list(sig["w"][2:]) != [1, 1] or max(sig["stride"]) <= 1 or sig["x"][1] == 1:
@@ -145,7 +146,16 @@ def _broken_here(sig: dict[str, Any]) -> bool:
     channels_per_group = sig["x"][1] // sig["groups"]
     if sig["strides"][0][1] != 1 or channels_per_group >= 8:
         return False
-    return torch.backends.cpu.get_cpu_capability() == "AVX2"
+    return _maybe_avx2_only()
+
+
+def _maybe_avx2_only() -> bool:
+    """Whether this CPU's widest vector unit may be AVX2: torch says AVX2, or says DEFAULT
+    on an x86 CPU (``ATEN_CPU_CAPABILITY=default`` lowers what torch reports and uses, while
+    oneDNN picks its kernels by the CPU itself)."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    x86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+    return capability == "AVX2" or (capability == "DEFAULT" and x86)
 
 
 def _strides(t: torch.Tensor, size: Sequence[int], channels_last: bool) -> list[int]:
