@@ -29,8 +29,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 
 import torch  # noqa: E402
+import torch._inductor.config  # noqa: E402
 
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # were torch loaded before
+# Inductor builds this process's CPU kernels scalar: vectorised C++ takes about a fifth
+# longer to compile (most of an Inductor test's time is its cold compile), and budget reads
+# what the wrapper code allocates, which the kernels' vector width does not change. Child
+# processes (the CLI's, other ranks') build them as users do.
+torch._inductor.config.cpp.simdlen = 1
 _SESSION_CACHE = tempfile.TemporaryDirectory(prefix="budget-tests-")
 os.environ["BUDGET_CACHE_DIR"] = _SESSION_CACHE.name
 
@@ -42,10 +48,10 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-# Seconds each of the longest tests took: a full run's 80 longest (`python -m pytest -q
-# -n 2 --durations=80`), those of the default run updated from a clean clone's 80 longest
-# with Inductor's cache cold (PYTEST_ADDOPTS=--durations=80 bash .ci/run), new tests guessed:
-# only the order uses them.
+# Seconds each test of 2 s or more took in the default run (`python -m pytest -q -n 2 --dist
+# load --maxschedchunk 1 --durations=0`, Inductor's cache cold: a fresh
+# TORCHINDUCTOR_CACHE_DIR), those run only with -m full from a full run's longest, new tests
+# guessed: only the order uses them.
 _DURATIONS = json.loads((Path(__file__).parent / "durations.json").read_text())
 
 

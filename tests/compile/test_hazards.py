@@ -207,8 +207,22 @@ def _spectral_mlp() -> nn.Module:
     return nn.Sequential(sn(nn.Linear(16, 32)), nn.GELU(), sn(nn.Linear(32, 16)))
 
 
-@pytest.mark.parametrize("compiler", ["eager", "inductor"])
-@pytest.mark.parametrize("make", [_PowerIteration, _spectral_mlp])
+# Inductor on the spectral MLP repeats the power iteration's hazard in a larger graph: -m full
+@pytest.mark.parametrize(
+    ("make", "compiler"),
+    [
+        (_PowerIteration, "eager"),
+        (_PowerIteration, "inductor"),
+        (_spectral_mlp, "eager"),
+        pytest.param(_spectral_mlp, "inductor", marks=pytest.mark.full),
+    ],
+    ids=[
+        "_PowerIteration-eager",
+        "_PowerIteration-inductor",
+        "_spectral_mlp-eager",
+        "_spectral_mlp-inductor",
+    ],
+)
 def test_inputs_the_step_writes_are_never_read_again_by_a_recomputation(make, compiler):
     """The forward's new buffer value is copied in as the graph returns: a recomputation
     from the buffer would read the new value, not the one the forward read (wrong

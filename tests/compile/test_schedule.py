@@ -56,7 +56,15 @@ def test_saving_nothing_no_longer_peaks_above_saving_everything():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("b", [0.8, 0.5, 0.2, 0.1])
+@pytest.mark.parametrize(
+    "b",
+    [
+        pytest.param(0.8, marks=pytest.mark.full),
+        0.5,
+        pytest.param(0.2, marks=pytest.mark.full),
+        0.1,
+    ],
+)
 def test_no_fraction_peaks_above_b1_on_the_gpt(b):
     ex = get_builtin("gpt", **SMALL_GPT)
     _, _, top_peak = _run(ex, 1.0)

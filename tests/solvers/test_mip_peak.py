@@ -20,7 +20,8 @@ from budget.compile.liveness import liveness_bound  # noqa: E402
 from budget.solvers.mip.peak import PeakModel  # noqa: E402
 
 
-@pytest.fixture(params=["gpt", "resnet"])
+# the ResNet repeats the GPT's check on a convnet's graph: -m full
+@pytest.fixture(params=["gpt", pytest.param("resnet", marks=pytest.mark.full)])
 def graph(request):
     return _graph(request.param)
 
