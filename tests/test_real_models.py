@@ -9,8 +9,8 @@ the predicted peak at most 2% over the step's measured peak and at most 0.5% und
 and ``budget solve FILE.py:FACTORY`` on each model.
 
 CI runs a default subset (eight models with the eager compiler at one budget, Inductor on
-GPT-2, the CLI on GPT-2; budget.apply on every default model); the whole grid, with more models (helpers/more_models.py), is marked
-``full``:
+GPT-2, the CLI on GPT-2; budget.apply on every default model); the whole grid, with more
+models (helpers/more_models.py), is marked ``full``:
 
     python -m pytest -q -m full tests/test_real_models.py
 """
@@ -117,9 +117,10 @@ def _same_grads(
         torch.testing.assert_close(g, r, **tolerance, msg=lambda s, n=pname: f"{name} {n}: {s}")
 
 
-# by default one model of each kind the other default tests do not plan through the compiled
-# path: T5's fused multiply-adds (tests/compile/test_peak.py), a depthwise convnet
-# (tests/compile/test_layout.py) and the timm ResNet (torchvision's here) have their own
+# by default eight models; T5, MobileNetV3, ConvNeXt and ResNet-10t with -m full, since
+# what sets them apart has a default test of its own: T5's fused multiply-adds
+# (tests/compile/test_peak.py), depthwise convolutions (tests/compile/test_layout.py), a
+# ResNet (torchvision's, here)
 EAGER_DEFAULT = [
     "gpt2",
     "llama",
