@@ -32,10 +32,10 @@ import torch  # noqa: E402
 import torch._inductor.config  # noqa: E402
 
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # were torch loaded before
-# Inductor builds this process's CPU kernels scalar: vectorised C++ takes about a fifth
-# longer to compile (most of an Inductor test's time is its cold compile), and budget reads
-# what the wrapper code allocates, which the kernels' vector width does not change. Child
-# processes (the CLI's, other ranks') build them as users do.
+# Inductor builds this process's CPU kernels scalar: vectorised C++ is slower to build, and
+# most of an Inductor test's time is its cold compile. budget reads what the wrapper code
+# allocates, not the kernels' bodies. Child processes (the CLI's, other ranks') build
+# vectorised kernels, as users do.
 torch._inductor.config.cpp.simdlen = 1
 _SESSION_CACHE = tempfile.TemporaryDirectory(prefix="budget-tests-")
 os.environ["BUDGET_CACHE_DIR"] = _SESSION_CACHE.name

@@ -56,6 +56,8 @@ def test_saving_nothing_no_longer_peaks_above_saving_everything():
 
 
 @pytest.mark.slow
+# 0.5 and 0.1 by default: a fraction that recomputes some values and one that recomputes
+# nearly all; 0.8 and 0.2 between them with -m full
 @pytest.mark.parametrize(
     "b",
     [
