@@ -53,20 +53,33 @@ def _grads(model: torch.nn.Module, step, args, seed: int = 3) -> list[torch.Tens
     return [p.grad.clone() if p.grad is not None else None for p in model.parameters()]
 
 
-# The reference gradients, under either compiler: the unplanned step through torch's own
-# partitioner, run eagerly (a reference compiled by Inductor doubles the test's compiles),
-# but Inductor's for a random step under Inductor (its generator draws its own numbers).
+# The reference gradients of a random step (stochastic depth): the unplanned step through
+# torch's own partitioner, run eagerly with the same decompositions (they draw the numbers
+# as budget's eager compiler does), or Inductor's under Inductor (its generator draws its
+# own numbers).
 TORCH_BACKEND = "aot_eager_decomp_partition"
 # Inductor fuses and reorders reductions differently for different partitions, so its
 # steps differ from the eager reference by more than the eager compiler's do.
 TOLERANCE = {"eager": dict(atol=1e-5, rtol=1e-4), "inductor": dict(atol=5e-5, rtol=1e-3)}
 
 
+def _reference_step(m: Any, compiler: str) -> Any:
+    """The unplanned step the plans' gradients are compared with: the model's own eager
+    step, uncompiled (a dynamo trace fewer than a compiled reference); a random step as
+    :data:`TORCH_BACKEND` says, and so a step through batch norm: over a batch of two at a
+    1x1 map its variance is ill-conditioned, and the decomposed ops' rounding moves
+    ResNet-18's gradients by 3% from eager's (the decomposed reference is what budget's
+    eager compiler runs, to rounding)."""
+    norms = any(isinstance(x, torch.nn.modules.batchnorm._BatchNorm) for x in m.model.modules())
+    if not m.random and not norms:
+        return m.step
+    return torch.compile(m.step, backend="inductor" if compiler == "inductor" else TORCH_BACKEND)
+
+
 def _check(name: str, b: float, compiler: str) -> None:
     m = make(name)
     torch._dynamo.reset()
-    ref_backend = "inductor" if m.random and compiler == "inductor" else TORCH_BACKEND
-    reference = _grads(m.model, torch.compile(m.step, backend=ref_backend), m.args)
+    reference = _grads(m.model, _reference_step(m, compiler), m.args)
     torch._dynamo.reset()
     be = budget.backend(b, compiler=compiler)
     step = torch.compile(m.step, backend=be)
@@ -194,19 +207,19 @@ def test_cli_solves_a_user_file(name, tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.parametrize("compiler", ["eager", pytest.param("inductor", marks=pytest.mark.full)])
 def test_dropout_gradients_equal_torchs_partitioner_under_the_same_seed(compiler):
-    def grads(backend, seed):
+    def grads(backend):  # the same weights each time; a step of its own seed
         torch.manual_seed(0)
         m = gpt2_dropout()
         torch._dynamo.reset()
         step = torch.compile(m.step, backend=backend)
-        return _grads(m.model, step, m.args, seed)
+        return lambda seed: _grads(m.model, step, m.args, seed)
 
     # Inductor draws its random numbers its own way: torch's Inductor step is the reference
-    torch_side = grads(TORCH_BACKEND if compiler == "eager" else "inductor", seed=7)
-    ours = grads(budget.backend(0.0, compiler=compiler), seed=7)
-    for g, r in zip(ours, torch_side, strict=True):
+    torch_side = grads(TORCH_BACKEND if compiler == "eager" else "inductor")(7)
+    ours = grads(budget.backend(0.0, compiler=compiler))
+    for g, r in zip(ours(7), torch_side, strict=True):
         torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-4)
-    other = grads(budget.backend(0.0, compiler=compiler), seed=8)  # the masks matter
+    other = ours(8)  # the masks matter
     assert any(not torch.allclose(g, r) for g, r in zip(other, torch_side, strict=True))
 
 
