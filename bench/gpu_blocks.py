@@ -68,7 +68,8 @@ def block_peak(c: Check) -> None:
         return
     ex, step, args = c.gpt("bf16")
     grads = grads_of(ex.model, step, args)
-    for k in (0.8, 0.6):
+    # tiny (CI): 0.8 alone, which fits; 0.6 is refused there after a search of every plan
+    for k in (0.8,) if c.tiny else (0.8, 0.6):
         if not c.clock.fits(3):
             c.report.skip(f"peak {k:g}x and after (time)")
             return
