@@ -17,15 +17,20 @@ from ..runtime.values import storage_of, tensors
 def fresh_val(clone: fx.Node, original: fx.Node | None = None) -> object:
     """The clone's value as a new fake tensor of its own storage (a view of a cloned base
     shares the clone's), computed from its arguments' values under their fake mode; where
-    ``original``'s outputs are of storages of their own, made from their metadata alone
-    (:func:`remade`), the op not run."""
+    ``original``'s outputs are of storages of their own (:func:`remade`), or each views one
+    of its inputs' storages (:func:`viewed_again`), made from their metadata alone, the op
+    not run."""
+    if clone.target is operator.getitem:  # the very element of its input's value
+        return operator.getitem(
+            *(a.meta["val"] if isinstance(a, fx.Node) else a for a in clone.args)
+        )
     made = None if original is None else remade(original)
+    if made is None and original is not None:
+        made = viewed_again(original, clone)
     if made is not None:
         return made
     args = tree_map(lambda a: a.meta["val"] if isinstance(a, fx.Node) else a, clone.args)
     kwargs = tree_map(lambda a: a.meta["val"] if isinstance(a, fx.Node) else a, clone.kwargs)
-    if clone.target is operator.getitem:
-        return operator.getitem(*args)
     mode = next(
         (t.fake_mode for t in tensors(clone.meta.get("val")) if hasattr(t, "fake_mode")), None
     )
@@ -66,4 +71,47 @@ def remade(node: fx.Node) -> object | None:
         return T.FakeTensor(t.fake_mode, meta, t.device)
 
     with T._disable_current_modes():  # meta tensors, made as such (not faked by a mode on)
+        return tree_map(lambda x: again(x) if isinstance(x, torch.Tensor) else x, val)
+
+
+def viewed_again(original: fx.Node, clone: fx.Node) -> object | None:
+    """``original``'s value made again for ``clone`` (a copy of it reading the clones of
+    its inputs, or the inputs themselves), where each of its tensors is a fake tensor of
+    static sizes on the storage of exactly one tensor of one input (a view op: ``view``,
+    ``permute``, ``split``): the same offset, sizes and strides on the storage of that
+    tensor of the clone's input, which is what running the op on it makes (a clone's
+    input is laid out as its original's). Else None (run the op)."""
+    val = original.meta.get("val")
+    outs = tensors(val)
+    pairs = list(zip(original.all_input_nodes, clone.all_input_nodes, strict=True))
+    bases: dict[int, list[torch.Tensor]] = {}  # raw storage -> the clone inputs' tensors on it
+    for old, new in pairs:
+        olds, news = tensors(old.meta.get("val")), tensors(new.meta.get("val"))
+        if len(olds) != len(news):
+            return None
+        for a, b in zip(olds, news, strict=True):
+            if (s := storage_of(a)) is not None:
+                bases.setdefault(s[0], []).append(b)
+    if not outs:
+        return None
+    found = []
+    for t in outs:
+        s = storage_of(t)
+        on = [] if s is None else bases.get(s[0], [])
+        if not isinstance(t, T.FakeTensor) or t.requires_grad or t.constant is not None:
+            return None
+        if len({storage_of(b) for b in on}) != 1 or not isinstance(on[0], T.FakeTensor):
+            return None
+        dims = (*t.shape, *t.stride(), t.storage_offset())
+        if not all(type(d) is int for d in dims):
+            return None
+        found.append(on[0])
+    base_of = {id(t): b for t, b in zip(outs, found, strict=True)}
+
+    def again(t: torch.Tensor) -> torch.Tensor:
+        meta = torch.empty(0, dtype=t.dtype, device="meta")
+        meta.set_(base_of[id(t)].untyped_storage(), t.storage_offset(), t.shape, t.stride())
+        return T.FakeTensor(t.fake_mode, meta, t.device)
+
+    with T._disable_current_modes():
         return tree_map(lambda x: again(x) if isinstance(x, torch.Tensor) else x, val)

@@ -6,9 +6,11 @@ Oracle: the op itself, run on the graph's fake values with torch's fake cache of
 
 from __future__ import annotations
 
+import operator
+
 import torch
 
-from budget.compile.clone_values import remade
+from budget.compile.clone_values import remade, viewed_again
 from budget.models import get_builtin
 from budget.runtime import _torch_private as T
 from budget.runtime.values import storage_of, tensors
@@ -21,7 +23,7 @@ def test_a_clone_made_again_has_the_value_its_op_makes_on_a_storage_of_its_own()
     """The rescheduler makes a clone's value from its metadata, not by running its op, where
     the op's outputs are storages of their own: each is what running the op on fake tensors
     makes (sizes, strides, offset, dtype, device, storage bytes, not a view), on a storage
-    no node of the graphs holds; a view is made by running its op."""
+    no node of the graphs holds; a view is not (:func:`viewed_again` makes it)."""
     got = capture(get_builtin("gpt", **SMALL_GPT), "eager")
     fw, bw, _ = got.partitions.graphs(got.plan([], limit=ONCE), limit=ONCE)
     nodes = [*fw.graph.nodes, *bw.graph.nodes]
@@ -47,6 +49,52 @@ def test_a_clone_made_again_has_the_value_its_op_makes_on_a_storage_of_its_own()
             assert _layout(m) == _layout(w), node.name
             assert storage_of(m)[0] not in held, node.name
     assert made_again > 20 and views > 0, (made_again, views)
+
+
+def test_a_view_of_a_clone_made_again_is_on_the_clones_storage_as_its_op_makes_it():
+    """A view (view, permute, split, ...) whose input the rescheduler clones is made from its
+    metadata on the clone's storage: each output has the sizes, strides, offset, dtype,
+    device and storage bytes running the op on the clone's value gives, on the very storage
+    that run gives it. An op whose outputs are storages of their own is no view."""
+    got = capture(get_builtin("gpt", **SMALL_GPT), "eager")
+    _, bw, _ = got.partitions.graphs(got.plan([], limit=ONCE), limit=ONCE)
+    graph, viewed, owners = bw.graph, set(), 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        bases = [
+            a for a in node.all_input_nodes if a.op == "call_function" and remade(a) is not None
+        ]
+        if not bases:
+            continue
+        env = {}
+        with graph.inserting_before(node):
+            for a in bases:
+                env[a] = graph.node_copy(a)
+                env[a].meta = {**a.meta, "val": remade(a)}
+            clone = graph.node_copy(node, lambda a, env=env: env.get(a, a))
+        new = viewed_again(node, clone)
+        if remade(node) is not None:
+            owners += 1
+            assert new is None, node.name
+        if new is not None:
+            viewed.add(node.target)
+            args, kwargs = torch.fx.node.map_arg(
+                (clone.args, clone.kwargs), lambda a: a.meta["val"]
+            )
+            mode = tensors(node.meta["val"])[0].fake_mode
+            with T.disable_fake_tensor_cache(mode), mode:
+                ran = node.target(*args, **kwargs)
+            made, want = tensors(new), tensors(ran)
+            assert len(made) == len(want), node.name
+            for m, w in zip(made, want, strict=True):
+                assert _layout(m)[:-1] == _layout(w)[:-1], node.name
+                assert storage_of(m) == storage_of(w), node.name
+        for n in [clone, *env.values()]:
+            graph.erase_node(n)
+    aten = torch.ops.aten
+    assert {aten.view.default, aten.permute.default} <= viewed, viewed
+    assert owners > 10, owners
 
 
 def _layout(t: torch.Tensor) -> tuple:
