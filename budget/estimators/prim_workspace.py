@@ -34,6 +34,7 @@ EmbeddingBag nonempty, an upper bound that is exact for the usual bags.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -120,11 +121,11 @@ def kernel_workspace_bytes(
     None for any other call (its owner elsewhere prices it). ``device="cpu"``: operands on
     ``meta`` stand for CPU ones (Inductor's code run on meta tensors)."""
     name = func.name() if isinstance(func, OpOverload) else None
-    allowed = ("cpu", "meta") if device == "cpu" else ("cpu",)
-    if not all(t.device.type in allowed for t in op_tensors(args, kwargs, out)):
-        return None
     listed = name in CPU_KERNELS or (name in _SUMS and _integral(args))
     if not listed and not (_functional(func) and _expanded(args)):
+        return None  # (asked first: most calls stop here, and it reads fewer tensors)
+    allowed = ("cpu", "meta") if device == "cpu" else ("cpu",)
+    if not all(t.device.type in allowed for t in op_tensors(args, kwargs, out)):
         return None
     return _memo(func, args, kwargs, out)
 
@@ -146,8 +147,11 @@ def _memo(func: Any, args: Sequence[Any], kwargs: dict[str, Any], out: Any) -> i
 def _functional(func: Any) -> bool:
     """An ATen op safe to run again on zeros: it writes no operand, returns no view of one,
     draws no random numbers and makes outputs of sizes its operands' sizes decide."""
-    if not isinstance(func, OpOverload) or func.namespace != "aten":
-        return False
+    return isinstance(func, OpOverload) and func.namespace == "aten" and _pure(func)
+
+
+@functools.cache  # asked at every op call of a fake step; an op's schema never changes
+def _pure(func: OpOverload) -> bool:
     schema = func._schema
     aliased = any(r.alias_info is not None for r in schema.returns)
     tensors = bool(schema.returns) and all(str(r.type) == "Tensor" for r in schema.returns)
