@@ -555,7 +555,7 @@ def test_compiled_peak_is_the_measured_peak_of_the_builtin_gpt(b):
     """Inductor fuses the GPT's pointwise ops, so the graphs' prediction is over
     the measured peak; the peak of its generated code is the measured peak."""
     torch._dynamo.reset()
-    ex = get_builtin("gpt", layers=2, d=128, seq=128, batch=2)
+    ex = get_builtin("gpt", layers=1, d=128, seq=128, batch=2)
     step, be = _inductor_step(ex, memory_budget=b)
     measured = measure_peak(step, *ex.args)
     plan = be.plans[0]
@@ -570,7 +570,7 @@ def test_with_buffer_reuse_the_code_renames_dead_buffers_and_its_peak_is_still_r
     either way), and the compiled peak, read from that code, is the measured peak."""
     renames, peaks = {}, {}
     for reuse in (False, True):
-        ex = get_builtin("gpt", layers=2, d=128, seq=128, batch=2)
+        ex = get_builtin("gpt", layers=1, d=128, seq=128, batch=2)
         with budget.config.patch(buffer_reuse=reuse):
             step, be = _inductor_step(ex, memory_budget=0.1)
         measured, codes = run_and_get_code(measure_peak, step, *ex.args)

@@ -80,7 +80,7 @@ def test_neutral_reuse_keeps_the_peak_without_reuse_with_fewer_allocations():
     peaks, renames = {}, {}
     for reuse in (False, "neutral", True):
         torch._dynamo.reset()
-        ex = get_builtin("gpt", layers=2, d=128, seq=128, batch=2)
+        ex = get_builtin("gpt", layers=1, d=128, seq=128, batch=2)
         with budget.config.patch(buffer_reuse=reuse):
             be = budget.backend(0.3)
             step = torch.compile(ex.step, backend=be)

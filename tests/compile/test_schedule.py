@@ -261,7 +261,7 @@ def test_dynamic_shapes_plan_and_keep_gradients(compiler, b):
     backward took it twice and fx refused to build it). At b=0 the backward recomputes
     values again (pinned under Inductor), and the gradients are the uncompiled step's at
     two sequence lengths."""
-    ex = get_builtin("gpt", **SMALL_GPT)
+    ex = get_builtin("gpt", **{**SMALL_GPT, "layers": 1})
     tokens, targets = ex.args
     be = budget.backend(memory_budget=b, compiler=compiler)
     step = torch.compile(ex.step, backend=be, dynamic=True)
