@@ -39,11 +39,7 @@ def test_a_clone_made_again_has_the_value_its_op_makes_on_a_storage_of_its_own()
         if new is None:
             continue
         made_again += 1
-        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: a.meta["val"])
-        mode = tensors(node.meta["val"])[0].fake_mode
-        with T.disable_fake_tensor_cache(mode), mode:
-            ran = node.target(*args, **kwargs)
-        made, want = tensors(new), tensors(ran)
+        made, want = tensors(new), _ran(node, node)
         assert len(made) == len(want), node.name
         for m, w in zip(made, want, strict=True):
             assert _layout(m) == _layout(w), node.name
@@ -79,13 +75,7 @@ def test_a_view_of_a_clone_made_again_is_on_the_clones_storage_as_its_op_makes_i
             assert new is None, node.name
         if new is not None:
             viewed.add(node.target)
-            args, kwargs = torch.fx.node.map_arg(
-                (clone.args, clone.kwargs), lambda a: a.meta["val"]
-            )
-            mode = tensors(node.meta["val"])[0].fake_mode
-            with T.disable_fake_tensor_cache(mode), mode:
-                ran = node.target(*args, **kwargs)
-            made, want = tensors(new), tensors(ran)
+            made, want = tensors(new), _ran(node, clone)
             assert len(made) == len(want), node.name
             for m, w in zip(made, want, strict=True):
                 assert _layout(m)[:-1] == _layout(w)[:-1], node.name
@@ -95,6 +85,15 @@ def test_a_view_of_a_clone_made_again_is_on_the_clones_storage_as_its_op_makes_i
     aten = torch.ops.aten
     assert {aten.view.default, aten.permute.default} <= viewed, viewed
     assert owners > 10, owners
+
+
+def _ran(node: torch.fx.Node, call: torch.fx.Node) -> list[torch.Tensor]:
+    """The oracle: ``node``'s op run on the values of ``call``'s arguments (``node``'s own,
+    or a clone's), under their fake mode with torch's fake cache off."""
+    args, kwargs = torch.fx.node.map_arg((call.args, call.kwargs), lambda a: a.meta["val"])
+    mode = tensors(node.meta["val"])[0].fake_mode
+    with T.disable_fake_tensor_cache(mode), mode:
+        return tensors(node.target(*args, **kwargs))
 
 
 def _layout(t: torch.Tensor) -> tuple:
