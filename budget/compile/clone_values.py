@@ -5,6 +5,7 @@ storage of its own, so its fake value is new, made as running its op would make 
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 
 import torch
 import torch.fx as fx
@@ -58,20 +59,11 @@ def remade(node: fx.Node) -> object | None:
     if not outs or len(raws) != len(outs) or len(set(raws)) < len(raws) or held & set(raws):
         return None
     for t in outs:
-        if not isinstance(t, T.FakeTensor) or t._is_view() or t.requires_grad:
+        if not _static_fake(t) or t._is_view() or type(t.untyped_storage().nbytes()) is not int:
             return None
-        dims = (*t.shape, *t.stride(), t.storage_offset(), t.untyped_storage().nbytes())
-        if t.constant is not None or not all(type(d) is int for d in dims):
-            return None
-
-    def again(t: torch.Tensor) -> torch.Tensor:
-        storage = torch.UntypedStorage(t.untyped_storage().nbytes(), device="meta")
-        meta = torch.empty(0, dtype=t.dtype, device="meta")
-        meta.set_(storage, t.storage_offset(), t.shape, t.stride())
-        return T.FakeTensor(t.fake_mode, meta, t.device)
-
-    with T._disable_current_modes():  # meta tensors, made as such (not faked by a mode on)
-        return tree_map(lambda x: again(x) if isinstance(x, torch.Tensor) else x, val)
+    return _made_on(
+        val, lambda t: torch.UntypedStorage(t.untyped_storage().nbytes(), device="meta")
+    )
 
 
 def viewed_again(original: fx.Node, clone: fx.Node) -> object | None:
@@ -83,35 +75,49 @@ def viewed_again(original: fx.Node, clone: fx.Node) -> object | None:
     input is laid out as its original's). Else None (run the op)."""
     val = original.meta.get("val")
     outs = tensors(val)
-    pairs = list(zip(original.all_input_nodes, clone.all_input_nodes, strict=True))
+    olds, news = original.all_input_nodes, clone.all_input_nodes
+    if not outs or len(olds) != len(news):
+        return None
     bases: dict[int, list[torch.Tensor]] = {}  # raw storage -> the clone inputs' tensors on it
-    for old, new in pairs:
-        olds, news = tensors(old.meta.get("val")), tensors(new.meta.get("val"))
-        if len(olds) != len(news):
+    for old, new in zip(olds, news, strict=True):
+        was, now = tensors(old.meta.get("val")), tensors(new.meta.get("val"))
+        if len(was) != len(now):
             return None
-        for a, b in zip(olds, news, strict=True):
+        for a, b in zip(was, now, strict=True):
             if (s := storage_of(a)) is not None:
                 bases.setdefault(s[0], []).append(b)
-    if not outs:
-        return None
-    found = []
+    base_of: dict[int, torch.Tensor] = {}  # each output tensor (by id) -> its base's tensor
     for t in outs:
         s = storage_of(t)
         on = [] if s is None else bases.get(s[0], [])
-        if not isinstance(t, T.FakeTensor) or t.requires_grad or t.constant is not None:
+        if not _static_fake(t) or len({storage_of(b) for b in on}) != 1:
             return None
-        if len({storage_of(b) for b in on}) != 1 or not isinstance(on[0], T.FakeTensor):
+        if not isinstance(on[0], T.FakeTensor):
             return None
-        dims = (*t.shape, *t.stride(), t.storage_offset())
-        if not all(type(d) is int for d in dims):
-            return None
-        found.append(on[0])
-    base_of = {id(t): b for t, b in zip(outs, found, strict=True)}
+        base_of[id(t)] = on[0]
+    return _made_on(val, lambda t: base_of[id(t)].untyped_storage())
+
+
+def _static_fake(t: torch.Tensor) -> bool:
+    """A fake tensor of static sizes, strides and offset, not a constant, not requiring a
+    gradient: one that can be made again from its metadata."""
+    dims = (*t.shape, *t.stride(), t.storage_offset())
+    return (
+        isinstance(t, T.FakeTensor)
+        and not t.requires_grad
+        and t.constant is None
+        and all(type(d) is int for d in dims)
+    )
+
+
+def _made_on(val: object, storage: Callable[[torch.Tensor], torch.UntypedStorage]) -> object:
+    """``val`` with each tensor made again as a fake tensor at its offset, sizes and strides
+    on ``storage(tensor)``, from metadata alone."""
 
     def again(t: torch.Tensor) -> torch.Tensor:
         meta = torch.empty(0, dtype=t.dtype, device="meta")
-        meta.set_(base_of[id(t)].untyped_storage(), t.storage_offset(), t.shape, t.stride())
+        meta.set_(storage(t), t.storage_offset(), t.shape, t.stride())
         return T.FakeTensor(t.fake_mode, meta, t.device)
 
-    with T._disable_current_modes():
+    with T._disable_current_modes():  # meta tensors, made as such (not faked by a mode on)
         return tree_map(lambda x: again(x) if isinstance(x, torch.Tensor) else x, val)
