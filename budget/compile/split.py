@@ -24,6 +24,7 @@ from ..core.settings import PlanSettings
 from ..errors import PlanMismatchError
 from ..runtime import _torch_private as T
 from .graph import kept_inputs
+from .kernel_workspace import KernelMemo
 from .layout import copied_inputs, handed_channels_last, has_convolution, runs_channels_last
 from .offload import side_stream
 from .peak import Memo, PeakPrediction, predict_peak
@@ -81,6 +82,8 @@ class Partitions:
         self.min_cuts: dict = {} if min_cuts is None else min_cuts
         # told how many plans are partitioned, after each (a peak search's progress)
         self.on_partitioned = on_partitioned
+        # each distinct kernel call's workspace, the same in every plan's graphs
+        self._workspace_by_call: dict = {}
 
     def _extract(
         self,
@@ -104,7 +107,8 @@ class Partitions:
         channels_last = runs_channels_last(fw, self.settings.compiler)
         handed = handed_channels_last(fw, copies.keys(), channels_last)
 
-        memo = Memo()  # each node's storages, until its value is replaced
+        # each node's storages, until its value is replaced
+        memo = Memo(kernels=KernelMemo(by_call=self._workspace_by_call))
 
         def predict(backward: fx.GraphModule, names: frozenset[str]) -> PeakPrediction:
             return predict_peak(
@@ -249,9 +253,10 @@ class Made:
 
 def copied_module(gm: fx.GraphModule) -> fx.GraphModule:
     """A copy of ``gm`` whose graph and nodes (names, meta dicts) are its own; the values
-    in the meta dicts, and the module's attributes, are shared. Under dynamo (torch's
-    default) its code is written only when it runs or is read."""
-    copy = T.make_graph_module(gm, deepcopy(gm.graph))
+    in the meta dicts, and the module's attributes, are shared. Its code is written only
+    when it runs or is read."""
+    with T.lazy_graph_modules(True):
+        copy = T.make_graph_module(gm, deepcopy(gm.graph))
     copy.meta = dict(gm.meta)
     return copy
 
@@ -264,7 +269,23 @@ def extract(
     offloaded: frozenset[str] = frozenset(),
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     """Forward and backward modules for a saved set, with torch's post-processing, its
-    offload pass included where ``offloaded`` names values kept in host memory."""
+    offload pass included where ``offloaded`` names values kept in host memory.
+
+    Their Python code is written when first run or read (torch's lazy graph modules, as
+    under dynamo), not at each pass: a peak search partitions hundreds of saved sets to
+    predict their peaks and runs one; outside dynamo (which makes them lazy itself) the
+    code was written at every pass, more work than the partition."""
+    with T.lazy_graph_modules(True):
+        return _partitioned(joint_module, saved, node_info, num_fwd_outputs, offloaded)
+
+
+def _partitioned(
+    joint_module: fx.GraphModule,
+    saved: list[fx.Node],
+    node_info: T.NodeInfo,
+    num_fwd_outputs: int,
+    offloaded: frozenset[str],
+) -> tuple[fx.GraphModule, fx.GraphModule]:
     sym = [n for n in saved if T.is_sym_node(n)]
     opaque = [n for n in saved if T.is_opaque_node(n)]
     values = [n for n in saved if not T.is_sym_node(n) and not T.is_opaque_node(n)]
@@ -279,6 +300,11 @@ def extract(
     if T.has_recomputable_rng_ops(joint_module):
         fw, bw = T.functionalize_rng_ops(joint_module, fw, bw, len(sym))
     bw = T.reordering_to_mimic_autograd_engine(bw)
+    # torch's reordering builds a plain GraphModule (its code written at once): made lazy
+    # again, so that the passes after it do not write it twice more
+    lazy = T.make_graph_module(bw, bw.graph)
+    lazy.meta = bw.meta
+    bw = lazy
     if offloaded:
         offload(fw, bw, offloaded, node_info, num_fwd_outputs)
     fw = T.raise_getitems(fw)

@@ -102,8 +102,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     # Inductor: compile/layout.py (its layout-optimisation decision)
     "GraphLowering": ("torch._inductor.graph", "GraphLowering"),
     "inductor_config": ("torch._inductor.config", None),
-    # eager selective checkpointing, budget/eager/: the tracing mode, parameter swapping,
-    # and the test torch's own selective checkpoint uses to tell compile tracing apart
+    # budget/eager/: the tracing mode, parameter swapping, torch's test for compile tracing
     "TorchDispatchMode": ("torch.utils._python_dispatch", "TorchDispatchMode"),
     # torch's activation offloading pass (node meta "should_offload" -> offload/reload ops)
     "enable_activation_offloading": (
@@ -119,6 +118,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "VF": ("torch", "_VF"),  # the C++ ops torch.nn.utils.rnn calls (budget.eager.fake)
     "FunctionalTensor": ("torch._subclasses.functional_tensor", "FunctionalTensor"),
     "make_graph_module": ("torch.fx._lazy_graph_module", "_make_graph_module"),  # lazy code
+    "lazy_graph_modules": ("torch.fx._lazy_graph_module", "_use_lazy_graph_module"),
 }
 
 
