@@ -30,10 +30,18 @@ def _tiny() -> Example:
 
 
 @pytest.fixture(scope="session")  # built once per worker: tests/conftest.py
-def tiny():
+def bounded():
+    """The tiny step's capture and its liveness bound."""
     got = capture(_tiny(), "eager")
     p = got.partitions
-    bound = liveness_bound(p.joint_module.graph, p.node_info, p.nodes, p.num_fwd_outputs)
+    return got, liveness_bound(p.joint_module.graph, p.node_info, p.nodes, p.num_fwd_outputs)
+
+
+@pytest.fixture(scope="session")
+def tiny(bounded):
+    """With every distinct plan partitioned (the oracle): seconds, so asked only by the
+    tests that read the plans."""
+    got, bound = bounded
     problem = got.problem
     free = [v for v in range(problem.n) if not problem.is_input[v] and problem.can_save[v]]
     assert len(free) <= 16  # the oracle partitions every distinct plan
@@ -90,10 +98,10 @@ def test_peak_search_exact_plans_the_oracles_cheapest_and_says_it_is_proven(tiny
     assert grid.total_recompute_cost >= exact.total_recompute_cost - 1e-18
 
 
-def test_a_budget_below_the_floor_is_refused_as_unreachable_by_any_plan(tiny):
+def test_a_budget_below_the_floor_is_refused_as_unreachable_by_any_plan(bounded):
     import budget
 
-    _, bound, _ = tiny
+    _, bound = bounded
     example = _tiny()
     with pytest.raises(
         budget.BudgetTooSmallError, match="no plan of this graph is predicted to peak below"
