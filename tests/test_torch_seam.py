@@ -103,6 +103,7 @@ LAZY = {
     "FunctionalTensor": "torch._subclasses.functional_tensor",
     "VF": "torch",
     "make_graph_module": "torch.fx._lazy_graph_module",
+    "lazy_graph_modules": "torch.fx._lazy_graph_module",
 }
 OWN = {
     "compiled_call",
@@ -128,6 +129,7 @@ ALIASES = {
     "CachingTorchDispatchMode": "_CachingTorchDispatchMode",
     "VF": "_VF",
     "make_graph_module": "_make_graph_module",
+    "lazy_graph_modules": "_use_lazy_graph_module",
 }
 
 
