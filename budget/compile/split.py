@@ -273,8 +273,8 @@ def extract(
 
     Their Python code is written when first run or read (torch's lazy graph modules, as
     under dynamo), not at each pass: a peak search partitions hundreds of saved sets to
-    predict their peaks and runs one; outside dynamo (which makes them lazy itself) the
-    code was written at every pass, more work than the partition."""
+    predict their peaks and runs one. Outside dynamo (which makes them lazy itself) each
+    of torch's passes would write it again, more work than partitioning."""
     with T.lazy_graph_modules(True):
         return _partitioned(joint_module, saved, node_info, num_fwd_outputs, offloaded)
 
