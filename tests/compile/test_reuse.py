@@ -80,7 +80,7 @@ def test_neutral_reuse_keeps_the_peak_without_reuse_with_fewer_allocations():
     With Inductor's rule the code takes dead buffers over for later ones ("buf7 = buf3;
     del buf3  # reuse"), and the compiled peak, read from that code, is still the measured
     peak (within 1 KiB)."""
-    peaks, renames, measured_at = {}, {}, {}
+    peaks, renames = {}, {}
     for reuse in (False, "neutral", True):
         torch._dynamo.reset()
         ex = get_builtin("gpt", layers=1, d=128, seq=128, batch=2)
@@ -89,8 +89,9 @@ def test_neutral_reuse_keeps_the_peak_without_reuse_with_fewer_allocations():
             step = torch.compile(ex.step, backend=be)
             measured, codes = run_and_get_code(measure_peak, step, *ex.args)
         renames[reuse] = sum(code.count("# reuse") for code in codes)
-        peaks[reuse], measured_at[reuse] = be.plans[0].compiled_peak_bytes, measured
-        assert reuse is True or peaks[reuse] == measured, (reuse, peaks[reuse], measured)
+        peaks[reuse] = be.plans[0].compiled_peak_bytes
+        slack = 1024 if reuse is True else 0
+        assert peaks[reuse] is not None, reuse
+        assert abs(peaks[reuse] - measured) <= slack, (reuse, peaks[reuse], measured)
     assert peaks["neutral"] == peaks[False] <= peaks[True], peaks
     assert renames[True] > renames[False] and renames["neutral"] > renames[False], renames
-    assert peaks[True] is not None and abs(peaks[True] - measured_at[True]) <= 1024, measured_at
