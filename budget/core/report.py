@@ -200,7 +200,7 @@ def _again_lines(plan: Plan) -> list[str]:
         and plan.compiled_peak_bytes is None  # unchecked: a preview
         and _again_allocates(plan)
     ):
-        # measured: Inductor fuses and reorders a rescheduled backward (README, Known
+        # measured: Inductor fuses and reorders a rescheduled backward (docs/USAGE.md,
         # limitations): the prediction is the op-by-op order's. Views recomputed again
         # allocate nothing, wherever they run.
         lines += [

@@ -254,11 +254,11 @@ def test_a_plan_is_made_once():
 
 
 def test_the_docs_name_the_plan_file_version_this_budget_writes():
-    """README and DESIGN show a plan file's versioned list and the versions read: both
+    """USAGE and DESIGN show a plan file's versioned list and the versions read: both
     are the code's, so a user who writes one by hand writes one budget reads."""
     root = Path(__file__).parents[2]
     newest = f'{{"version": {PLAN_FORMAT_VERSION}, "plans": [...]}}'
-    for doc, versions in (("README.md", "versions 1-"), ("docs/DESIGN.md", "versions 1 to ")):
+    for doc, versions in (("docs/USAGE.md", "versions 1-"), ("docs/DESIGN.md", "versions 1 to ")):
         text = " ".join((root / doc).read_text().split())
         assert newest in text, doc
         assert f"{versions}{max(READABLE_VERSIONS)}" in text, doc

@@ -233,7 +233,7 @@ def test_extra_recomputations_get_a_line_with_their_cost():
 
 
 def test_a_rescheduled_inductor_plan_warns_that_its_peak_may_be_missed():
-    """Inductor does not always run a rescheduled backward in its order (README, Known
+    """Inductor does not always run a rescheduled backward in its order (docs/USAGE.md,
     limitations): such a plan says so; the same plan for the eager compiler does not, nor
     one whose values recomputed again are all views."""
 
