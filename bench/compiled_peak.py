@@ -129,7 +129,7 @@ def t5_budgets() -> None:
 
 def main() -> int:
     print(
-        f"budget {budget.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads"
+        f"budget {budget.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads\n"
     )
     # Inductor's one-time set-up (imports, the compiler's checks) before any timed compile
     warm = torch.compile(lambda x: (x.sin() @ x).cos().sum())
