@@ -208,10 +208,11 @@ def _compile_within_peak(be: BudgetBackend, job: GraphJob) -> Any:
     it misses or leaves recompute on the table); under a memory budget alone, a plan
     whose code peaks above the b=1 plan's is planned again for that peak
     (:func:`budget.compile.peak_check.hold_b1_peak`). Each attempt plans into a log of its
-    own: ``backend.plans`` and ``on_plan`` see only the plan kept."""
+    own (``backend.plans``, ``on_plan``: the plan kept), sharing ``PlanLog.predictions``."""
+    told: dict[tuple, Any] = {}
 
     def compile_with(settings: PlanSettings) -> Attempt:
-        attempt = BudgetBackend(settings, PlanLog())
+        attempt = BudgetBackend(settings, PlanLog(predictions=told))
         partitioner = InductorPartitioner(attempt, job.outputs_held, held_inputs=job.held_inputs)
         with kernels.deferred() as unbuilt:  # built for the attempt kept only
             compiled = _compile_cached(attempt, partitioner, job.gm, job.example_inputs)
@@ -296,8 +297,7 @@ def _compile_cached(
         return compiled
 
     # Buffer reuse (PlanSettings.buffer_reuse): by default only where the step's peak stays
-    # where it is without reuse (compile/reuse.py); a dead buffer kept for a later one of
-    # its size otherwise holds memory the plan frees.
+    # put (compile/reuse.py); a dead buffer kept for a later one can hold what a plan frees.
     reuse = be.settings.buffer_reuse
     patches = {"custom_partitioner_fn": partitioner, "allow_buffer_reuse": bool(reuse)}
     reusing = neutral_reuse if reuse == "neutral" else contextlib.nullcontext

@@ -180,6 +180,8 @@ def _partition(
         min_cuts,
         held_inputs,
         _partitioned_progress(log, settings),
+        log.predictions,
+        problem.graph_hash,
     )
     rank, size = ranks.world()
     if size > 1:  # one plan on every rank: rank 0's

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from copy import deepcopy
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -61,6 +62,8 @@ class Partitions:
         min_cuts: dict | None = None,
         held_inputs: Sequence[int] = (),
         on_partitioned: Callable[[int], None] | None = None,
+        told: dict[tuple, Any] | None = None,
+        graph_hash: str | None = None,
     ) -> None:
         self.joint_module, self.nodes, self.node_info = joint_module, nodes, node_info
         self.num_fwd_outputs, self.settings = num_fwd_outputs, settings
@@ -84,6 +87,10 @@ class Partitions:
         self.on_partitioned = on_partitioned
         # each distinct kernel call's workspace, the same in every plan's graphs
         self._workspace_by_call: dict = {}
+        # what each saved set of this joint graph told, by its hash (PlanLog.predictions):
+        # shared with other Partitions of the same graph, which ask for many of the same
+        self._told = told if told is not None and graph_hash is not None else {}
+        self._graph_hash = graph_hash
 
     def _extract(
         self,
@@ -132,6 +139,8 @@ class Partitions:
     def reference_peak(self) -> int:
         """The predicted peak of the b=1 plan (torch's saved set at b=1)."""
         if self._reference_peak is None:
+            self._reference_peak = self._told.get((self._graph_hash, "b=1"))
+        if self._reference_peak is None:
             if self._reference is None:
                 self._reference = b1_saved_set(
                     self.joint_module.graph, self.node_info, self.min_cuts
@@ -139,11 +148,28 @@ class Partitions:
             names = {n.name for n in self._reference}
             made = self._extract(names, frozenset())
             self._reference_peak = made.prediction.peak_bytes
+            self._told[self._graph_hash, "b=1"] = self._reference_peak
         return self._reference_peak
 
     def predicted(self, plan: Plan, limit: int | None = None) -> Plan:
-        """``plan`` with what partitioning it tells (:meth:`graphs`)."""
+        """``plan`` with what partitioning it tells (:meth:`graphs`); a saved set another
+        Partitions of this graph partitioned already is not partitioned again."""
+        told = self._told.get((self._graph_hash, self._key(plan, limit)))
+        if told is not None:
+            return self._tell(plan, told)
         return self.graphs(plan, limit)[2]
+
+    def _key(self, plan: Plan, limit: int | None) -> tuple:
+        """What a plan's graphs depend on: its saved and offloaded sets, and the peak its
+        backward is rescheduled toward (:meth:`graphs`)."""
+        goal = None
+        if plan.recomputed:
+            goal = limit
+            if goal is None:
+                goal = self.reference_peak()
+                if plan.peak_target_bytes is not None:
+                    goal = min(goal, plan.peak_target_bytes)
+        return tuple(plan.kept), tuple(plan.offloaded), goal
 
     def graphs(
         self, plan: Plan, limit: int | None = None
@@ -156,14 +182,8 @@ class Partitions:
         lower (so a plan chosen for a peak budget partitions the same again, from a file
         or a rank)."""
         recomputed = frozenset(plan.recomputed)
-        goal = None
-        if recomputed:
-            goal = limit
-            if goal is None:
-                goal = self.reference_peak()
-                if plan.peak_target_bytes is not None:
-                    goal = min(goal, plan.peak_target_bytes)
-        key = (tuple(plan.kept), tuple(plan.offloaded), goal)
+        key = self._key(plan, limit)
+        goal = key[2]
         if key not in self._made:
             made = self._extract(set(plan.kept), recomputed, frozenset(plan.offloaded))
             # Under Inductor a rescheduled convnet backward peaks well above its
@@ -182,35 +202,47 @@ class Partitions:
                     if self.settings.compiler == "inductor":
                         pin_order(made.bw, set(lowered.nodes))
             self._made[key] = made
+            self._told[self._graph_hash, key] = _Told(
+                made.prediction.peak_bytes,
+                tuple(made.prediction.timeline),
+                tuple(made.again),
+                made.kept,
+                made.copied,
+                made.rng,
+            )
             if self.on_partitioned is not None:
                 self.on_partitioned(len(self._made))
         made = self._made[key]
+        return made.fw, made.bw, self._tell(plan, self._told[self._graph_hash, key])
+
+    def _tell(self, plan: Plan, told: _Told) -> Plan:
+        """``plan`` with what partitioning its saved set told."""
+        recomputed = bool(plan.recomputed)
         by_name = {d.name: d for d in plan.decisions}
         # the copies and generator states this forward saves, in place of the planner's
         # bounds (never above them)
-        saved_bytes = plan.saved_bytes + made.copied - plan.copied_input_bytes
-        saved_bytes += made.rng - plan.rng_state_bytes
+        saved_bytes = plan.saved_bytes + told.copied - plan.copied_input_bytes
+        saved_bytes += told.rng - plan.rng_state_bytes
         if saved_bytes > plan.target_bytes and plan.status != "reference":
             raise RuntimeError(
                 f"internal error: {saved_bytes} bytes saved with layout copies and generator "
                 f"states, over the target of {plan.target_bytes}"
             )
-        told = replace(
+        return replace(
             plan,
             compiler=self.settings.compiler,
             torch_version=torch.__version__,
-            peak_bytes=made.prediction.peak_bytes,
-            timeline=list(made.prediction.timeline),
+            peak_bytes=told.peak_bytes,
+            timeline=list(told.timeline),
             reference_peak_bytes=self.reference_peak() if recomputed else None,
-            recomputed_again=list(made.again),
-            again_cost=sum(by_name[n].cost for n in made.again if n in by_name),
-            again_flops=sum(by_name[n].flops for n in made.again if n in by_name),
-            kept_input_bytes=made.kept,
+            recomputed_again=list(told.again),
+            again_cost=sum(by_name[n].cost for n in told.again if n in by_name),
+            again_flops=sum(by_name[n].flops for n in told.again if n in by_name),
+            kept_input_bytes=told.kept,
             saved_bytes=saved_bytes,
-            copied_input_bytes=made.copied,
-            rng_state_bytes=made.rng,
+            copied_input_bytes=told.copied,
+            rng_state_bytes=told.rng,
         )
-        return made.fw, made.bw, told
 
     def _lowered(
         self, made: Made, plan: Plan, recomputed: frozenset[str], goal: int, checked: bool
@@ -234,6 +266,18 @@ class Partitions:
         if deeper is not None and deeper.prediction.peak_bytes < reached.peak_bytes:
             return again, deeper
         return made, lowered
+
+
+@dataclass(frozen=True)
+class _Told:
+    """What partitioning one saved set tells a plan (:meth:`Partitions._tell`)."""
+
+    peak_bytes: int
+    timeline: tuple[int, ...]
+    again: tuple[str, ...]  # values the rescheduled backward recomputes again
+    kept: int  # kept input bytes
+    copied: int  # layout copies' bytes
+    rng: int  # generator states' bytes
 
 
 @dataclass

@@ -100,6 +100,11 @@ class PlanLog:
     budgets planned, a single budget 0 of 1 as a graph's planning starts and 1 of 1 once
     it is planned; in between, a peak search tells each plan it partitions (``done``: how
     many so far) with ``total`` None, since how many it tries depends on what fits."""
+    predictions: dict[tuple, Any] | None = None
+    """What partitioning a saved set of a joint graph told (its predicted peak, the values
+    recomputed again, ...), by the graph's hash and the set, where kept: shared by the logs
+    of the attempts that plan one graph again (budget.compile.peak_check), whose searches
+    try many of the same sets; each attempt partitions only the plan it keeps."""
 
     def add_plan(self, plan: Plan) -> None:
         """A graph's plan, made; observers hear of it once its compile is done

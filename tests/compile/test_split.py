@@ -77,3 +77,42 @@ def test_a_rescheduled_backwards_peak_is_its_graphs_peak_predicted_afresh(model)
     )
     assert told.peak_bytes == fresh.peak_bytes
     assert [p.live_bytes for p in told.timeline] == [p.live_bytes for p in fresh.timeline]
+
+
+def test_partitions_of_one_graph_sharing_what_they_told_partition_a_saved_set_once(monkeypatch):
+    """The attempts that plan one graph again for a peak budget each make a Partitions of
+    it, sharing what each saved set told (PlanLog.predictions): the second asked for a
+    plan extracts nothing and tells what the first told, which is what a Partitions
+    sharing nothing tells afresh, rescheduled backward and b=1 peak included."""
+    got = _captured()
+    p = got.partitions
+    limit = int(0.7 * p.reference_peak())
+    plans = [got.plan([], limit=ONCE), got.plan([], limit=limit)]
+    assert plans[1].recomputed_again
+
+    def made(told):  # type: ignore[no-untyped-def]
+        args = (p.joint_module, p.nodes, p.node_info, p.num_fwd_outputs, p.settings)
+        return split.Partitions(*args, told=told, graph_hash="the graph")
+
+    extracted: list[int] = []
+    real = split.extract
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        extracted.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(split, "extract", counted)
+    asked = list(zip(plans, (ONCE, limit), strict=True))
+    shared: dict = {}
+    one = made(shared)
+    first = [one.predicted(q, limit=lim) for q, lim in asked]
+    assert extracted
+    extracted.clear()
+    two = made(shared)
+    again = [two.predicted(q, limit=lim) for q, lim in asked]
+    assert extracted == [] and two.reference_peak() == p.reference_peak()
+    alone = made(None)
+    afresh = [alone.predicted(q, limit=lim) for q, lim in asked]
+    assert extracted  # sharing nothing, it partitions
+    for a, b, c in zip(first, again, afresh, strict=True):
+        assert a == b == c
