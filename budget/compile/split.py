@@ -160,8 +160,8 @@ class Partitions:
         return self.graphs(plan, limit)[2]
 
     def _key(self, plan: Plan, limit: int | None) -> tuple:
-        """What a plan's graphs depend on: its saved and offloaded sets, and the peak its
-        backward is rescheduled toward (:meth:`graphs`)."""
+        """What a plan's graphs depend on: its saved and offloaded sets, the peak its
+        backward is rescheduled toward, and whether a compiled peak checks it (:meth:`graphs`)."""
         goal = None
         if plan.recomputed:
             goal = limit
@@ -169,7 +169,8 @@ class Partitions:
                 goal = self.reference_peak()
                 if plan.peak_target_bytes is not None:
                     goal = min(goal, plan.peak_target_bytes)
-        return tuple(plan.kept), tuple(plan.offloaded), goal
+        checked = self.settings.peak_bytes is not None or plan.peak_target_bytes is not None
+        return tuple(plan.kept), tuple(plan.offloaded), goal, checked
 
     def graphs(
         self, plan: Plan, limit: int | None = None
@@ -183,7 +184,7 @@ class Partitions:
         or a rank)."""
         recomputed = frozenset(plan.recomputed)
         key = self._key(plan, limit)
-        goal = key[2]
+        goal, checked = key[2:]
         if key not in self._made:
             made = self._extract(set(plan.kept), recomputed, frozenset(plan.offloaded))
             # Under Inductor a rescheduled convnet backward peaks well above its
@@ -191,7 +192,6 @@ class Partitions:
             # bench convnet 35.43 MiB compiled against 29.94 predicted. Such graphs are
             # rescheduled only for a peak budget, whose compiled peak is checked and
             # planned again where it misses (peak_check), not for a memory budget alone.
-            checked = self.settings.peak_bytes is not None or plan.peak_target_bytes is not None
             blind = (
                 self.settings.compiler == "inductor" and has_convolution(made.fw) and not checked
             )

@@ -29,19 +29,26 @@ def _captured(model: str = "gpt"):
     return capture(get_builtin(model, **SMALL[model]), "eager")
 
 
-def test_a_saved_set_is_extracted_once_and_each_use_gets_graphs_of_its_own(monkeypatch):
+@pytest.fixture
+def extracted(monkeypatch) -> list[int]:
+    """One entry per call of torch's extraction (split.extract) from here on."""
+    calls: list[int] = []
+    real = split.extract
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(split, "extract", counted)
+    return calls
+
+
+def test_a_saved_set_is_extracted_once_and_each_use_gets_graphs_of_its_own(extracted):
     """Saving nothing, once with each value recomputed once and once rescheduled below the
     b=1 plan's peak: one extraction, two pairs of graphs sharing no node, and rescheduling
     the second leaves the first's code as it was."""
     got = _captured()
-    extracted: list[int] = []
-    real = split.extract
-
-    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
-        extracted.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(split, "extract", counted)
+    extracted.clear()
     plan = got.plan([], limit=ONCE)
     fw1, bw1, once = got.partitions.graphs(plan, limit=ONCE)
     code = (fw1.code, bw1.code)
@@ -79,7 +86,7 @@ def test_a_rescheduled_backwards_peak_is_its_graphs_peak_predicted_afresh(model)
     assert [p.live_bytes for p in told.timeline] == [p.live_bytes for p in fresh.timeline]
 
 
-def test_partitions_of_one_graph_sharing_what_they_told_partition_a_saved_set_once(monkeypatch):
+def test_partitions_of_one_graph_sharing_what_they_told_partition_a_saved_set_once(extracted):
     """The attempts that plan one graph again for a peak budget each make a Partitions of
     it, sharing what each saved set told (PlanLog.predictions): the second asked for a
     plan extracts nothing and tells what the first told, which is what a Partitions
@@ -94,14 +101,7 @@ def test_partitions_of_one_graph_sharing_what_they_told_partition_a_saved_set_on
         args = (p.joint_module, p.nodes, p.node_info, p.num_fwd_outputs, p.settings)
         return split.Partitions(*args, told=told, graph_hash="the graph")
 
-    extracted: list[int] = []
-    real = split.extract
-
-    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
-        extracted.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(split, "extract", counted)
+    extracted.clear()
     asked = list(zip(plans, (ONCE, limit), strict=True))
     shared: dict = {}
     one = made(shared)
