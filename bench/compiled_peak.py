@@ -8,8 +8,8 @@
    kept plan's compiled and predicted peaks, the target it was planned for, how many
    compiles the check took, and the wall time of the first step; or the refusal.
 
-Every first step is timed cold (a fresh Inductor cache, on disk and in memory: no kernel
-one compile built serves another) beside torch's own first step of the same step, as a
+Every first step is timed cold (a fresh Inductor cache, on disk and in memory: no compile
+uses kernels another built) beside torch's own first step of the same step, as a
 ratio: at the same fraction for the GPTs, torch's default (b=1) for T5's peak budgets,
 which torch cannot plan for.
 

@@ -209,10 +209,10 @@ def _compile_within_peak(be: BudgetBackend, job: GraphJob) -> Any:
     whose code peaks above the b=1 plan's is planned again for that peak
     (:func:`budget.compile.peak_check.hold_b1_peak`). Each attempt plans into a log of its
     own (``backend.plans``, ``on_plan``: the plan kept), sharing ``PlanLog.predictions``."""
-    told: dict[tuple, Any] = {}
+    predictions: dict[tuple, Any] = {}
 
     def compile_with(settings: PlanSettings) -> Attempt:
-        attempt = BudgetBackend(settings, PlanLog(predictions=told))
+        attempt = BudgetBackend(settings, PlanLog(predictions=predictions))
         partitioner = InductorPartitioner(attempt, job.outputs_held, held_inputs=job.held_inputs)
         with kernels.deferred() as unbuilt:  # built for the attempt kept only
             compiled = _compile_cached(attempt, partitioner, job.gm, job.example_inputs)

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from ..core.plan import Plan
+from ..core.plan import LivePoint, Plan
 from ..core.settings import PlanSettings
 from ..errors import PlanMismatchError
 from ..runtime import _torch_private as T
@@ -62,7 +62,7 @@ class Partitions:
         min_cuts: dict | None = None,
         held_inputs: Sequence[int] = (),
         on_partitioned: Callable[[int], None] | None = None,
-        told: dict[tuple, Any] | None = None,
+        predictions: dict[tuple, Any] | None = None,
         graph_hash: str | None = None,
     ) -> None:
         self.joint_module, self.nodes, self.node_info = joint_module, nodes, node_info
@@ -89,7 +89,7 @@ class Partitions:
         self._workspace_by_call: dict = {}
         # what each saved set of this joint graph told, by its hash (PlanLog.predictions):
         # shared with other Partitions of the same graph, which ask for many of the same
-        self._told = told if told is not None and graph_hash is not None else {}
+        self._told = predictions if predictions is not None and graph_hash is not None else {}
         self._graph_hash = graph_hash
 
     def _extract(
@@ -273,7 +273,7 @@ class _Told:
     """What partitioning one saved set tells a plan (:meth:`Partitions._tell`)."""
 
     peak_bytes: int
-    timeline: tuple[int, ...]
+    timeline: tuple[LivePoint, ...]
     again: tuple[str, ...]  # values the rescheduled backward recomputes again
     kept: int  # kept input bytes
     copied: int  # layout copies' bytes

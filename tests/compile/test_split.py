@@ -97,9 +97,9 @@ def test_partitions_of_one_graph_sharing_what_they_told_partition_a_saved_set_on
     plans = [got.plan([], limit=ONCE), got.plan([], limit=limit)]
     assert plans[1].recomputed_again
 
-    def made(told):  # type: ignore[no-untyped-def]
+    def made(shared):  # type: ignore[no-untyped-def]
         args = (p.joint_module, p.nodes, p.node_info, p.num_fwd_outputs, p.settings)
-        return split.Partitions(*args, told=told, graph_hash="the graph")
+        return split.Partitions(*args, predictions=shared, graph_hash="the graph")
 
     extracted.clear()
     asked = list(zip(plans, (ONCE, limit), strict=True))
