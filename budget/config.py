@@ -26,6 +26,7 @@ _DEFAULTS: dict[str, Any] = {
     "conv_workspace": "measure",
     "offload": False,
     "buffer_reuse": "neutral",
+    "fusion_distance": 32,
 }
 
 # How the peak models price a CPU convolution's workspace (budget.config.conv_workspace):
@@ -74,6 +75,15 @@ def validate_option(name: str, value: Any) -> Any:
     if name == "buffer_reuse" and value != "neutral" and not isinstance(value, bool):
         raise ValueError(f"buffer_reuse must be 'neutral', True or False; got {value!r}")
     if name == "buffer_reuse":
+        return value
+    if name == "fusion_distance":
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise ValueError(
+                "fusion_distance must be a whole number of places, 1 or more (1: neighbours "
+                f"only), or None (Inductor's own rule); got {value!r}"
+            )
         return value
     if name == "offload":
         if not isinstance(value, bool):

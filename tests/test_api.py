@@ -76,6 +76,12 @@ def test_config_validates_on_assignment_and_patch_restores():
     assert budget.config.buffer_reuse == "neutral"
     with budget.config.patch(buffer_reuse=False):
         assert budget.config.buffer_reuse is False
+    for wrong in (0, 2.5, True, "32"):
+        with pytest.raises(ValueError, match="fusion_distance must be a whole number of places"):
+            budget.config.fusion_distance = wrong
+    assert budget.config.fusion_distance == 32
+    with budget.config.patch(fusion_distance=None):
+        assert budget.config.fusion_distance is None
 
 
 def test_backend_reads_config_when_unset(chain_args):

@@ -93,6 +93,7 @@ LAZY = {
     "CustomRuntimeEstimator": "torch._inductor.custom_graph_pass",
     "GraphLowering": "torch._inductor.graph",
     "inductor_config": "torch._inductor.config",
+    "inductor_virtualized": "torch._inductor.virtualized",
     "TorchDispatchMode": "torch.utils._python_dispatch",
     "reparametrize_module": "torch.nn.utils.stateless",
     "sac_is_compiling": "torch.utils.checkpoint",
@@ -130,6 +131,7 @@ ALIASES = {
     "VF": "_VF",
     "make_graph_module": "_make_graph_module",
     "lazy_graph_modules": "_use_lazy_graph_module",
+    "inductor_virtualized": "V",
 }
 
 

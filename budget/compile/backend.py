@@ -38,6 +38,7 @@ from ..planning.options import resolve_settings
 from . import kernels, plan_cache, ranks, step_budget
 from .compiled_peak import CodeCapture
 from .dynamo_graph import fake_cache_off, graph_break, held_inputs
+from .fusion import fusion_within
 from .inductor_hooks import InductorPartitioner, run_uncompiled
 from .layout import backward_keeps_layouts
 from .partition import budget_partition
@@ -71,9 +72,8 @@ class BudgetBackend:
         self.counting = False
         self._step_code: Any = None  # the code of the first frame compiled: the step's
         # previews: the frames' codes no compile but the preview's had compiled, whose
-        # compiled versions the preview drops once it is done (a notebook previewing one
-        # step many times would otherwise reach dynamo's recompile limit, and then run
-        # the step eagerly: no graph, no plan)
+        # compiled versions the preview drops once done (a notebook previewing one step
+        # many times would reach dynamo's recompile limit: the step eager, no plan)
         self.preview_codes: list[Any] = []
         # previews: the index of the plan of each graph run, in run order (None: a graph
         # without a backward), so eager code's saves and what each graph holds follow the
@@ -111,8 +111,7 @@ class BudgetBackend:
         made, later = len(self.log.plans), code is not self._step_code
         # a graph that ends at a graph break hands its outputs to the code after it, which
         # drops them as the step returns: they are not held through the backward
-        ended = graph_break(gm)
-        held_in = held_inputs(gm, later)
+        ended, held_in = graph_break(gm), held_inputs(gm, later)
         # a peak budget is the step's: this graph gets what the graphs before it leave
         held = step_budget.held_before(self.log.plans) + self.eager_before.get(made, 0)
         outside = held
@@ -284,7 +283,8 @@ def _compile_cached(
     ) -> Any:
         # the backward compiled now, not at the first backward: the compiled peak needs both
         capture = CodeCapture()
-        with functorch_config.patch(force_non_lazy_backward_lowering=True), reusing():
+        near = fusion_within(be.settings.fusion_distance)  # compile/fusion.py
+        with functorch_config.patch(force_non_lazy_backward_lowering=True), reusing(), near:
             inner = backward_keeps_layouts(capture)
             compiled = compile_fx(gm, example_inputs, inner_compile=inner, **kw)
         if len(be.log.plans) == first + 1:

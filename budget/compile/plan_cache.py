@@ -123,7 +123,7 @@ def settings_key(settings: PlanSettings) -> str:
         f"budget-{__version__}-{code_hash()}-{s.budget.to_json()}-{s.peak_bytes}-"
         f"{s.search_peak_bytes}-{s.saved_cap_bytes}-{s.peak_search}-{s.solver}-"
         f"{s.estimator}-{s.time_limit!r}-{s.compiler}-{fixed}-[{sweep}]-offload={s.offload}{side}-"
-        f"reuse={s.buffer_reuse}-{_host(s.estimator, s.conv_workspace)}"
+        f"reuse={s.buffer_reuse}-fusion={s.fusion_distance}-{_host(s.estimator, s.conv_workspace)}"
     )
 
 

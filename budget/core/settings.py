@@ -75,6 +75,11 @@ class PlanSettings:
     (:mod:`budget.compile.reuse`). False: no reuse. True: Inductor's own rule, whose
     estimate lets a reused buffer held across the peak raise it. Compiled peaks are read
     from the code either way."""
+    fusion_distance: int | None = 32
+    """Inductor fuses no two nodes more than this many places apart in its order (1:
+    neighbours only), so that a recomputation runs where the partitioned graphs place it
+    and the code peaks where they predict (:mod:`budget.compile.fusion`); None: Inductor's
+    own rule."""
 
     @property
     def graphs_peak_bytes(self) -> int | None:

@@ -57,4 +57,5 @@ def resolve_settings(
         book=PlanBook.load(plan) if compiler and plan is not None else None,  # type: ignore[arg-type]
         conv_workspace=config.conv_workspace,
         buffer_reuse=config.buffer_reuse,
+        fusion_distance=config.fusion_distance,
     )

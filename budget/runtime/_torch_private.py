@@ -99,9 +99,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "CustomPartitionerFn": ("torch._inductor.custom_graph_pass", "CustomPartitionerFn"),
     "CustomKnapsackSolver": ("torch._inductor.custom_graph_pass", "CustomKnapsackSolver"),
     "CustomRuntimeEstimator": ("torch._inductor.custom_graph_pass", "CustomRuntimeEstimator"),
-    # Inductor: compile/layout.py (its layout-optimisation decision)
-    "GraphLowering": ("torch._inductor.graph", "GraphLowering"),
+    "GraphLowering": ("torch._inductor.graph", "GraphLowering"),  # compile/layout.py
     "inductor_config": ("torch._inductor.config", None),
+    "inductor_virtualized": ("torch._inductor.virtualized", "V"),  # compile/fusion.py
     # budget/eager/: the tracing mode, parameter swapping, torch's test for compile tracing
     "TorchDispatchMode": ("torch.utils._python_dispatch", "TorchDispatchMode"),
     # torch's activation offloading pass (node meta "should_offload" -> offload/reload ops)

@@ -216,6 +216,9 @@ def test_the_settings_key_names_the_version_the_code_and_the_host():
     with budget.config.patch(buffer_reuse=True):  # other code, another compiled peak
         reuse = InductorPartitioner(budget.backend(0.5, estimator="roofline"))
     assert reuse.uuid() != key and "reuse=True" in reuse.uuid()
+    with budget.config.patch(fusion_distance=None):  # Inductor's fusions: other code
+        fused = InductorPartitioner(budget.backend(0.5, estimator="roofline"))
+    assert fused.uuid() != key and "fusion=None" in fused.uuid() and "fusion=32" in key
     import budget.compile.offload as copies
 
     before, copies.SIDE_STREAM = copies.SIDE_STREAM, False
