@@ -36,13 +36,14 @@ from ..core.settings import PlanLog, PlanSettings
 from ..errors import BudgetTooSmallError
 from ..planning.options import resolve_settings
 from . import kernels, plan_cache, ranks, step_budget
+from .attempts import Attempt, compiling_once
 from .compiled_peak import CodeCapture
 from .dynamo_graph import fake_cache_off, graph_break, held_inputs
 from .fusion import fusion_within
 from .inductor_hooks import InductorPartitioner, run_uncompiled
 from .layout import backward_keeps_layouts
 from .partition import budget_partition
-from .peak_check import Attempt, fit_compiled_peak, hold_b1_peak, training_check
+from .peak_check import fit_compiled_peak, hold_b1_peak, training_check
 from .reuse import neutral_reuse
 from .step_runs import StepRuns
 
@@ -201,23 +202,22 @@ class BudgetBackend:
 
 
 def _compile_within_peak(be: BudgetBackend, job: GraphJob) -> Any:
-    """Compile with Inductor; the plan carries the peak of the code Inductor generated
-    (:mod:`budget.compile.compiled_peak`), and a peak budget is held by that peak
-    (:func:`budget.compile.peak_check.fit_compiled_peak`: planned and compiled again where
-    it misses or leaves recompute on the table); under a memory budget alone, a plan
-    whose code peaks above the b=1 plan's is planned again for that peak
-    (:func:`budget.compile.peak_check.hold_b1_peak`). Each attempt plans into a log of its
-    own (``backend.plans``, ``on_plan``: the plan kept), sharing ``PlanLog.predictions``."""
+    """Compile with Inductor; the plan carries its code's peak (``compiled_peak``), which
+    holds a peak budget (``peak_check.fit_compiled_peak``: planned and compiled again) and,
+    under a memory budget alone, b=1's code peak (``peak_check.hold_b1_peak``). Each attempt
+    plans into a log of its own (``backend.plans``, ``on_plan``: the plan kept), sharing
+    ``PlanLog.predictions``; a plan compiled before is not compiled again (``attempts``)."""
     predictions: dict[tuple, Any] = {}
 
-    def compile_with(settings: PlanSettings) -> Attempt:
-        attempt = BudgetBackend(settings, PlanLog(predictions=predictions))
+    def compile_fresh(settings: PlanSettings, compiling: Callable[[Plan], None]) -> Attempt:
+        attempt = BudgetBackend(settings, PlanLog(predictions=predictions, compiling=compiling))
         partitioner = InductorPartitioner(attempt, job.outputs_held, held_inputs=job.held_inputs)
         with kernels.deferred() as unbuilt:  # built for the attempt kept only
             compiled = _compile_cached(attempt, partitioner, job.gm, job.example_inputs)
         return Attempt(compiled, attempt.log, unbuilt)
 
-    kept = hold_b1_peak(job.settings, compile_with, fit_compiled_peak(job.settings, compile_with))
+    once = compiling_once(compile_fresh)  # a plan compiled before: not compiled again
+    kept = hold_b1_peak(job.settings, once, fit_compiled_peak(job.settings, once))
     kernels.build(kept.unbuilt)
     be.log.problems.extend(kept.log.problems)
     for plan in kept.log.plans:

@@ -31,13 +31,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from ..core.plan import Plan
-from ..core.settings import LOWEST_PEAK, PlanLog, PlanSettings
+from ..core.settings import LOWEST_PEAK, PlanSettings
 from ..core.sizes import MemoryBudget, format_bytes
 from ..errors import BudgetTooSmallError
 from ..planning.planner import PEAK_GRID
+from .attempts import Attempt, same_plan
 
 _log = logging.getLogger(__name__)
 
@@ -57,22 +57,6 @@ NO_LIMIT = 1 << 62  # a graphs' target every plan meets: the memory budget's own
 # a memory budget's plan predicted to peak within this share of the b=1 plan's peak has
 # its compiled peak checked against the b=1 plan's (hold_b1_peak)
 B1_NEAR = 0.85
-
-
-@dataclass
-class Attempt:
-    """One plan-and-compile: the compiled graphs and the log its plans went to."""
-
-    compiled: Any
-    log: PlanLog
-    # the generated modules whose kernels are not built yet (compile/kernels.py): built
-    # for the attempt kept only
-    unbuilt: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def plan(self) -> Plan | None:
-        """The graph's plan (None when the compile made no plan, or several)."""
-        return self.log.plans[0] if len(self.log.plans) == 1 else None
 
 
 def fit_compiled_peak(
@@ -161,7 +145,7 @@ class _Search:
         assert plan is not None and plan.compiled_peak_bytes is not None
         peak = plan.compiled_peak_bytes
         self._bracket(asked, plan.peak_bytes, peak)
-        again = any(_same(plan, a.plan) for a in self.tried if a.plan is not None)
+        again = any(same_plan(plan, a.plan) for a in self.tried if a.plan is not None)
         self.revisits += again
         if not again:
             self.tried.append(attempt)
@@ -246,7 +230,7 @@ def _fraction_plans(
         plan = attempt.plan
         if plan is None or plan.compiled_peak_bytes is None:
             continue
-        if not any(_same(plan, a.plan) for a in tried if a.plan is not None):
+        if not any(same_plan(plan, a.plan) for a in tried if a.plan is not None):
             tried.append(attempt)
         if plan.compiled_peak_bytes <= target:
             return
@@ -372,10 +356,6 @@ def _fitting(tried: list[Attempt], target: int) -> list[Attempt]:
 def _cost(a: Attempt) -> tuple[float, int]:
     assert a.plan is not None
     return a.plan.total_recompute_cost, a.plan.compiled_peak_bytes or 0
-
-
-def _same(a: Plan, b: Plan) -> bool:
-    return a.saved == b.saved and a.recomputed_again == b.recomputed_again
 
 
 def _missed(

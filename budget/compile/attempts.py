@@ -1,0 +1,73 @@
+"""The plan-and-compile attempts of one graph under Inductor, each plan compiled once.
+
+A peak budget, or a memory budget's plan held to the b=1 plan's code
+(:mod:`budget.compile.peak_check`), plans and compiles a graph again for other targets of
+the graphs' search; the search can hand back a plan compiled before (the same saved set
+and the same values recomputed again), whose code and its peak are known. Compiling it
+again costs Inductor's lowering and code generation for nothing, so an attempt's log
+stops the compile as partitioning makes such a plan (``PlanLog.compiling``), and the
+attempt compiled before is handed back in its place: the search counts it as a return,
+as it did when it was compiled again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.plan import Plan
+from ..core.settings import PlanLog, PlanSettings
+
+
+@dataclass
+class Attempt:
+    """One plan-and-compile: the compiled graphs and the log its plans went to."""
+
+    compiled: Any
+    log: PlanLog
+    # the generated modules whose kernels are not built yet (compile/kernels.py): built
+    # for the attempt kept only
+    unbuilt: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def plan(self) -> Plan | None:
+        """The graph's plan (None when the compile made no plan, or several)."""
+        return self.log.plans[0] if len(self.log.plans) == 1 else None
+
+
+def same_plan(a: Plan, b: Plan) -> bool:
+    """Whether two plans of one graph partition it alike: what they save and recompute
+    again."""
+    return a.saved == b.saved and a.recomputed_again == b.recomputed_again
+
+
+class _CompiledBefore(Exception):  # noqa: N818 - a signal, not an error
+    def __init__(self, attempt: Attempt) -> None:
+        super().__init__("a plan compiled before")
+        self.attempt = attempt
+
+
+def compiling_once(
+    compile_fresh: Callable[[PlanSettings, Callable[[Plan], None]], Attempt],
+) -> Callable[[PlanSettings], Attempt]:
+    """A compile for :mod:`budget.compile.peak_check` from ``compile_fresh(settings,
+    compiling)``, which plans and compiles with ``compiling`` as its log's
+    ``PlanLog.compiling``: a plan partitioned again is not compiled again, the attempt that
+    compiled it is returned."""
+    compiled: list[Attempt] = []
+
+    def compiling(plan: Plan) -> None:
+        for attempt in compiled:
+            if attempt.plan is not None and same_plan(attempt.plan, plan):
+                raise _CompiledBefore(attempt)
+
+    def compile_with(settings: PlanSettings) -> Attempt:
+        try:
+            attempt = compile_fresh(settings, compiling)
+        except _CompiledBefore as e:
+            return e.attempt
+        compiled.append(attempt)
+        return attempt
+
+    return compile_with
