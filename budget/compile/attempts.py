@@ -6,8 +6,9 @@ the graphs' search; the search can hand back a plan compiled before (the same sa
 and the same values recomputed again), whose code and its peak are known. Compiling it
 again costs Inductor's lowering and code generation for nothing, so an attempt's log
 stops the compile as partitioning makes such a plan (``PlanLog.compiling``), and the
-attempt compiled before is handed back in its place: the search counts it as a return,
-as it did when it was compiled again.
+attempt compiled before hands back its code and its code's peak with the new plan (whose
+budget and target are this attempt's): the search counts it as a return, as it did when
+it was compiled again.
 """
 
 from __future__ import annotations
@@ -37,36 +38,44 @@ class Attempt:
 
 
 def same_plan(a: Plan, b: Plan) -> bool:
-    """Whether two plans of one graph partition it alike: what they save and recompute
-    again."""
-    return a.saved == b.saved and a.recomputed_again == b.recomputed_again
+    """Whether two plans of one graph partition it alike: what they save, offload and
+    recompute again."""
+    return (a.saved, a.offloaded, a.recomputed_again) == (
+        b.saved,
+        b.offloaded,
+        b.recomputed_again,
+    )
 
 
 class _CompiledBefore(Exception):  # noqa: N818 - a signal, not an error
-    def __init__(self, attempt: Attempt) -> None:
+    def __init__(self, attempt: Attempt, log: PlanLog) -> None:
         super().__init__("a plan compiled before")
-        self.attempt = attempt
+        self.attempt, self.log = attempt, log
 
 
 def compiling_once(
-    compile_fresh: Callable[[PlanSettings, Callable[[Plan], None]], Attempt],
+    compile_fresh: Callable[[PlanSettings, Callable[[PlanLog, Plan], None]], Attempt],
 ) -> Callable[[PlanSettings], Attempt]:
     """A compile for :mod:`budget.compile.peak_check` from ``compile_fresh(settings,
     compiling)``, which plans and compiles with ``compiling`` as its log's
-    ``PlanLog.compiling``: a plan partitioned again is not compiled again, the attempt that
-    compiled it is returned."""
+    ``PlanLog.compiling``: a plan partitioned again is not compiled again; its attempt
+    gets the code, the unbuilt kernels and the code's peak of the attempt that compiled
+    it."""
     compiled: list[Attempt] = []
 
-    def compiling(plan: Plan) -> None:
+    def compiling(log: PlanLog, plan: Plan) -> None:
         for attempt in compiled:
             if attempt.plan is not None and same_plan(attempt.plan, plan):
-                raise _CompiledBefore(attempt)
+                raise _CompiledBefore(attempt, log)
 
     def compile_with(settings: PlanSettings) -> Attempt:
         try:
             attempt = compile_fresh(settings, compiling)
         except _CompiledBefore as e:
-            return e.attempt
+            before, log = e.attempt, e.log
+            assert before.plan is not None
+            log.update(len(log.plans) - 1, compiled_peak_bytes=before.plan.compiled_peak_bytes)
+            return Attempt(before.compiled, log, before.unbuilt)
         compiled.append(attempt)
         return attempt
 

@@ -209,7 +209,7 @@ def _compile_within_peak(be: BudgetBackend, job: GraphJob) -> Any:
     ``PlanLog.predictions``; a plan compiled before is not compiled again (``attempts``)."""
     predictions: dict[tuple, Any] = {}
 
-    def compile_fresh(settings: PlanSettings, compiling: Callable[[Plan], None]) -> Attempt:
+    def compile_fresh(settings: PlanSettings, compiling: Callable[..., None]) -> Attempt:
         attempt = BudgetBackend(settings, PlanLog(predictions=predictions, compiling=compiling))
         partitioner = InductorPartitioner(attempt, job.outputs_held, held_inputs=job.held_inputs)
         with kernels.deferred() as unbuilt:  # built for the attempt kept only

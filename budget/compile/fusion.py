@@ -15,8 +15,8 @@ whole span.
 So budget's Inductor compiles fuse no two nodes more than ``fusion_distance`` places
 apart in the scheduler's order before fusion
 (:attr:`budget.core.settings.PlanSettings.fusion_distance`; measured from the last node of
-one to the first of the other, so long chains of neighbours still fuse), through Inductor's
-choices handler (``V.set_choices_handler``, per thread), which hands every other decision
+one to the first of the other, so long chains of neighbours still fuse, and such a chain
+can still carry a node far from its place), through Inductor's choices handler (``V.set_choices_handler``, per thread), which hands every other decision
 to the handler in place. The distance is in the compile caches' keys
 (:func:`budget.compile.plan_cache.settings_key`).
 """

@@ -13,7 +13,7 @@ higher one a plan whose code misses, for the midpoint between (a cheaper plan th
 can only be predicted there); where a plan compiled before comes back with room to
 spare, for the target it came back at raised by that room (a cheaper plan can hide
 there). A search that comes back to a compiled plan twice stops: each return costs a
-compile; so does one whose next target is under the lowest prediction the graphs' search
+search and a partition (not a compile: :mod:`budget.compile.attempts`); so does one whose next target is under the lowest prediction the graphs' search
 named, once that plan is compiled (the search would refuse it, naming that plan again). The compiled peak does not follow the prediction monotonically (a plan
 predicted lower can compile higher), so where no compile has fit by the last attempt,
 the last one is of the plan the
@@ -126,7 +126,7 @@ class _Search:
     # lowest above it whose plan's code misses (between them: bisection)
     fit_at: int | None = None
     miss_at: int | None = None
-    revisits: int = 0  # compiles of a plan compiled before (a target that found no new one)
+    revisits: int = 0  # returns to a plan compiled before (a target that found no new one)
 
     def refused_with(self, e: BudgetTooSmallError) -> int | None:
         """The graphs' search found no plan for the target: plan next for the lowest
@@ -163,7 +163,7 @@ class _Search:
                 self.lowest_asked = True
                 return LOWEST_PEAK
         if again and self.revisits > 1:
-            return None  # no new plan where one was likeliest: more compiles would be wasted
+            return None  # no new plan where one was likeliest: more searches would be wasted
         predicted = plan.peak_bytes or peak
         ahead = _next_target(self.target, asked, predicted, peak, self.fit_at, self.miss_at, again)
         # under the lowest prediction, compiled already, the graphs' search would refuse

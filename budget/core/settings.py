@@ -110,16 +110,17 @@ class PlanLog:
     recomputed again, ...), by the graph's hash and the set, where kept: shared by the logs
     of the attempts that plan one graph again (budget.compile.peak_check), whose searches
     try many of the same sets; each attempt partitions only the plan it keeps."""
-    compiling: Callable[[Plan], None] | None = None
-    """Called with each plan as it is added, before its graphs are compiled; raises to stop
-    the compile (an attempt's plan compiled before: budget.compile.attempts)."""
+    compiling: Callable[[PlanLog, Plan], None] | None = None
+    """``compiling(log, plan)`` as each plan is added (by partitioning, before its graphs
+    are compiled); raises to stop the compile (an attempt's plan compiled before:
+    budget.compile.attempts)."""
 
     def add_plan(self, plan: Plan) -> None:
         """A graph's plan, made; observers hear of it once its compile is done
         (:meth:`announce`), with what the compile told (its graph break, its code's peak)."""
         self.plans.append(plan)
         if self.compiling is not None:
-            self.compiling(plan)
+            self.compiling(self, plan)
 
     def mark(self) -> tuple[int, int, int]:
         """Where the log stands: :meth:`rewind` drops what was added after it."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from helpers.plans import make_plan
 
 from budget.compile.attempts import Attempt, compiling_once, same_plan
@@ -13,28 +15,41 @@ def _settings(peak: int) -> PlanSettings:
     return PlanSettings(MemoryBudget(fraction=1.0), "auto", "flops", 60.0, peak_bytes=peak)
 
 
-def test_a_plan_partitioned_again_is_not_compiled_again_its_first_attempt_comes_back():
+def test_a_plan_partitioned_again_is_not_compiled_again_it_gets_the_code_compiled_before():
     # the graphs' search: targets 100 and 90 give one plan, 80 another
     again = {100: [], 90: [], 80: ["mul"]}
     lowered = []  # what reached "Inductor"
 
     def compile_fresh(settings, compiling):
         log = PlanLog(compiling=compiling)
-        log.add_plan(make_plan(recomputed_again=again[settings.peak_bytes]))
+        log.add_plan(
+            make_plan(recomputed_again=again[settings.peak_bytes], budget=settings.peak_bytes)
+        )
         lowered.append(settings.peak_bytes)  # not reached for a plan compiled before
-        return Attempt(object(), log)
+        log.update(0, compiled_peak_bytes=1000 + settings.peak_bytes)  # its code's peak
+        return Attempt(f"code for {settings.peak_bytes}", log, [settings.peak_bytes])
 
     compile_with = compiling_once(compile_fresh)
     first = compile_with(_settings(100))
-    assert compile_with(_settings(90)) is first
+    back = compile_with(_settings(90))
+    assert (back.compiled, back.unbuilt, back.plan.compiled_peak_bytes) == (
+        "code for 100",
+        [100],
+        1100,
+    )
+    assert back.plan.budget == 90  # the plan is this attempt's, with its own budget
     other = compile_with(_settings(80))
-    assert other is not first and not same_plan(other.plan, first.plan)
-    assert compile_with(_settings(90)) is first
+    assert other.compiled == "code for 80" and other.plan.compiled_peak_bytes == 1080
+    assert compile_with(_settings(90)).compiled == "code for 100"
     assert lowered == [100, 80]
+    assert first.plan.budget == 100
 
 
-def test_a_log_without_the_hook_adds_plans_as_before():
-    log = PlanLog()
-    log.add_plan(make_plan())
-    log.add_plan(make_plan())
-    assert len(log.plans) == 2
+def test_a_plan_that_offloads_what_another_recomputes_is_not_the_same():
+    plan = make_plan()
+    moved = [replace(d, decision="offload") if d.name == "gelu" else d for d in plan.decisions]
+    offloading = replace(plan, decisions=moved)
+    # gelu offloaded where the plan recomputes it: the same saved set
+    assert offloading.offloaded == ["gelu"] and offloading.saved == plan.saved
+    assert not same_plan(plan, offloading)
+    assert same_plan(plan, make_plan())

@@ -65,7 +65,7 @@ def test_inductor_fuses_nodes_two_places_apart_only_within_a_limit_of_two():
     assert _kernels(None) == 1  # Inductor's rule: sin and cos in one kernel, across the matmul
     assert _kernels(2) == 1
     assert _kernels(1) == 2  # neighbours only
-    assert type(V.choices) is type(before)  # the handler in place is back
+    assert V.choices is before  # the handler in place is back
 
 
 def test_training_compiles_under_the_configured_distance(monkeypatch):
