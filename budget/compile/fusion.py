@@ -16,8 +16,9 @@ So budget's Inductor compiles fuse no two nodes more than ``fusion_distance`` pl
 apart in the scheduler's order before fusion
 (:attr:`budget.core.settings.PlanSettings.fusion_distance`; measured from the last node of
 one to the first of the other, so long chains of neighbours still fuse, and such a chain
-can still carry a node far from its place), through Inductor's choices handler (``V.set_choices_handler``, per thread), which hands every other decision
-to the handler in place. The distance is in the compile caches' keys
+can still carry a node far from its place), through Inductor's choices handler
+(``V.set_choices_handler``, per thread), which hands every other decision to the handler
+in place. The distance is in the compile caches' keys
 (:func:`budget.compile.plan_cache.settings_key`).
 """
 
@@ -51,6 +52,8 @@ class _NearFusion:
         return bool(self._inner.can_fuse(scheduler, node1, node2, shared_data_score))
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # not set yet (a copy, a pickle): no recursion into _inner
+            raise AttributeError(name)
         return getattr(self._inner, name)
 
 

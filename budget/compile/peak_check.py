@@ -13,9 +13,10 @@ higher one a plan whose code misses, for the midpoint between (a cheaper plan th
 can only be predicted there); where a plan compiled before comes back with room to
 spare, for the target it came back at raised by that room (a cheaper plan can hide
 there). A search that comes back to a compiled plan twice stops: each return costs a
-search and a partition (not a compile: :mod:`budget.compile.attempts`); so does one whose next target is under the lowest prediction the graphs' search
-named, once that plan is compiled (the search would refuse it, naming that plan again). The compiled peak does not follow the prediction monotonically (a plan
-predicted lower can compile higher), so where no compile has fit by the last attempt,
+search and a partition (not a compile: :mod:`budget.compile.attempts`); so does one whose
+next target is under the lowest prediction the graphs' search named, once that plan is
+compiled (the search would refuse it, naming that plan again). The compiled peak does not
+follow the prediction monotonically (a plan predicted lower can compile higher), so where no compile has fit by the last attempt,
 the last one is of the plan the
 graphs predict lowest; where none fits, the memory budgets' own plans are compiled too
 (:func:`_fraction_plans`): a budget is refused only when all their code misses it. It

@@ -3,6 +3,7 @@ compiles, and asks the choices handler in place about every other fusion."""
 
 from __future__ import annotations
 
+import copy
 import re
 from types import SimpleNamespace
 
@@ -46,6 +47,7 @@ def test_far_nodes_are_refused_and_every_other_question_goes_to_the_handler_in_p
     assert not near.can_fuse(None, _node(9, 12), _node(0, 5), 1)
     assert inner.asked == [(0, 3)]  # refused ones never reach it
     assert near.other == "the handler's own"
+    assert copy.copy(near).can_fuse(None, _node(0, 0), _node(9, 9), 1) is False  # no recursion
 
 
 def _sin_matmul_cos(x, y):
