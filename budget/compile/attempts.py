@@ -8,12 +8,13 @@ again costs Inductor's lowering and code generation for nothing, so an attempt's
 stops the compile as partitioning makes such a plan (``PlanLog.compiling``), and the
 attempt compiled before hands back its code and its code's peak with the new plan (whose
 budget and target are this attempt's): the search counts it as a return, as it did when
-it was compiled again.
+it was compiled again. The plan cache keeps a stopped attempt's plans under its key,
+so that a warm start's return stops before partitioning too (:func:`stop_if_compiled`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,10 +48,26 @@ def same_plan(a: Plan, b: Plan) -> bool:
     )
 
 
-class _CompiledBefore(Exception):  # noqa: N818 - a signal, not an error
+class CompiledBefore(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by an attempt's ``PlanLog.compiling`` to stop the compile of a plan compiled
+    before (:func:`compiling_once` catches it)."""
+
     def __init__(self, attempt: Attempt, log: PlanLog) -> None:
         super().__init__("a plan compiled before")
         self.attempt, self.log = attempt, log
+
+
+def stop_if_compiled(log: PlanLog, plans: Sequence[Plan]) -> None:
+    """Raise :class:`CompiledBefore` where ``plans`` (the plan cache's for this attempt:
+    what its partitioning would make) are a plan compiled before, as partitioning would,
+    so that a warm start's return neither searches nor compiles; else leave ``log`` as
+    it was."""
+    if log.compiling is None:
+        return
+    mark = log.mark()
+    for plan in plans:
+        log.add_plan(plan)  # the hook raises for a plan compiled before
+    log.rewind(mark)
 
 
 def compiling_once(
@@ -66,12 +83,12 @@ def compiling_once(
     def compiling(log: PlanLog, plan: Plan) -> None:
         for attempt in compiled:
             if attempt.plan is not None and same_plan(attempt.plan, plan):
-                raise _CompiledBefore(attempt, log)
+                raise CompiledBefore(attempt, log)
 
     def compile_with(settings: PlanSettings) -> Attempt:
         try:
             attempt = compile_fresh(settings, compiling)
-        except _CompiledBefore as e:
+        except CompiledBefore as e:
             before, log = e.attempt, e.log
             assert before.plan is not None
             log.update(len(log.plans) - 1, compiled_peak_bytes=before.plan.compiled_peak_bytes)

@@ -12,53 +12,35 @@ Previews (:mod:`budget.compile.preview`) run the same pipeline with ``preview=Tr
 whole pipeline up to and including the partitioner (its joint-graph passes change the
 graph, and so the plan), without generating code.
 
-Inductor compiles use torch's FX graph and AOTAutograd caches: the partitioner's
-``uuid()`` puts every setting that changes a plan into their keys, and the plans of a
-compile that AOTAutograd's cache skips come from budget's plan cache
-(:mod:`budget.compile.plan_cache`). Previews and ``compiler="eager"`` use neither (a
-preview is the partitioner's output; torch does not cache ``aot_autograd`` with eager
-compilers); with several ranks only the FX graph cache is used.
+Inductor compiles (:mod:`budget.compile.inductor_compile`) use torch's FX graph and
+AOTAutograd caches: the partitioner's ``uuid()`` puts every setting that changes a plan
+into their keys, and the plans of a compile that AOTAutograd's cache skips come from
+budget's plan cache (:mod:`budget.compile.plan_cache`). Previews and ``compiler="eager"``
+use neither (a preview is the partitioner's output; torch does not cache ``aot_autograd``
+with eager compilers); with several ranks only the FX graph cache is used.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
 from ..core.plan import Plan
-from ..core.plan_files import PlanBook, PlanSource
+from ..core.plan_files import PlanSource
 from ..core.settings import PlanLog, PlanSettings
 from ..errors import BudgetTooSmallError
 from ..planning.options import resolve_settings
-from . import kernels, plan_cache, ranks, step_budget
-from .attempts import Attempt, compiling_once
-from .compiled_peak import CodeCapture
+from . import step_budget
 from .dynamo_graph import fake_cache_off, graph_break, held_inputs
-from .fusion import fusion_within
+from .inductor_compile import GraphJob, compile_within_peak
 from .inductor_hooks import InductorPartitioner, run_uncompiled
-from .layout import backward_keeps_layouts
 from .partition import budget_partition
-from .peak_check import fit_compiled_peak, hold_b1_peak, training_check
-from .reuse import neutral_reuse
+from .peak_check import training_check
 from .step_runs import StepRuns
-
-
-class GraphJob(NamedTuple):
-    """One graph to compile: dynamo's graph and inputs, the settings it is planned with
-    (the backend's, or its share of the step's peak budget), whether the caller holds
-    its outputs through the backward (not past a graph break: budget.compile.peak), and
-    which of its inputs the user holds anyway."""
-
-    gm: torch.fx.GraphModule
-    example_inputs: Sequence[Any]
-    settings: PlanSettings
-    outputs_held: bool
-    held_inputs: frozenset[int]  # its inputs the user holds (:func:`held_inputs`)
 
 
 class BudgetBackend:
@@ -198,31 +180,7 @@ class BudgetBackend:
                 if check:
                     self.log.update(i, training_check=check)
             return compiled
-        return _compile_within_peak(self, job)
-
-
-def _compile_within_peak(be: BudgetBackend, job: GraphJob) -> Any:
-    """Compile with Inductor; the plan carries its code's peak (``compiled_peak``), which
-    holds a peak budget (``peak_check.fit_compiled_peak``: planned and compiled again) and,
-    under a memory budget alone, b=1's code peak (``peak_check.hold_b1_peak``). Each attempt
-    plans into a log of its own (``backend.plans``, ``on_plan``: the plan kept), sharing
-    ``PlanLog.predictions``; a plan compiled before is not compiled again (``attempts``)."""
-    predictions: dict[tuple, Any] = {}
-
-    def compile_fresh(settings: PlanSettings, compiling: Callable[..., None]) -> Attempt:
-        attempt = BudgetBackend(settings, PlanLog(predictions=predictions, compiling=compiling))
-        partitioner = InductorPartitioner(attempt, job.outputs_held, held_inputs=job.held_inputs)
-        with kernels.deferred() as unbuilt:  # built for the attempt kept only
-            compiled = _compile_cached(attempt, partitioner, job.gm, job.example_inputs)
-        return Attempt(compiled, attempt.log, unbuilt)
-
-    once = compiling_once(compile_fresh)  # a plan compiled before: not compiled again
-    kept = hold_b1_peak(job.settings, once, fit_compiled_peak(job.settings, once))
-    kernels.build(kept.unbuilt)
-    be.log.problems.extend(kept.log.problems)
-    for plan in kept.log.plans:
-        be.log.add_plan(plan)
-    return kept.compiled
+        return compile_within_peak(self.log, job)
 
 
 _in_graph = threading.local()
@@ -254,81 +212,6 @@ def _marked(compiled: Callable[..., Any], ran: Callable[[], None]) -> Callable[.
 
     run._boxed_call = getattr(compiled, "_boxed_call", False)  # type: ignore[attr-defined]
     return run
-
-
-def _compile_cached(
-    be: BudgetBackend,
-    partitioner: InductorPartitioner,
-    gm: torch.fx.GraphModule,
-    example_inputs: Sequence[Any],
-) -> Any:
-    """Compile with torch's FX graph and AOTAutograd caches (as configured; their keys
-    hold the partitioner's uuid), the plans of an AOTAutograd hit read from the plan cache.
-
-    AOTAutograd's cache skips the partitioner, so it is used only where the plans it
-    skips can be had: with the plan cache on. On several ranks the partitioner's
-    collectives pair up only if every rank runs it, so the ranks first agree (one
-    collective) on whether each holds the same cached plans for this graph: if so, torch's
-    cache is on and a rank that misses it applies the cached plans, with no collective; if
-    not, they plan together with torch's cache off, and cache the plans for the next start.
-    The FX graph cache stays on in every case: it caches code generated from the
-    partitioned graphs, after planning.
-    """
-    from ..runtime._torch_private import compile_fx, counters, functorch_config
-
-    first = len(be.log.plans)
-
-    def compile_and_read_peak(
-        gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kw: Any
-    ) -> Any:
-        # the backward compiled now, not at the first backward: the compiled peak needs both
-        capture = CodeCapture()
-        near = fusion_within(be.settings.fusion_distance)  # compile/fusion.py
-        with functorch_config.patch(force_non_lazy_backward_lowering=True), reusing(), near:
-            inner = backward_keeps_layouts(capture)
-            compiled = compile_fx(gm, example_inputs, inner_compile=inner, **kw)
-        if len(be.log.plans) == first + 1:
-            peak = capture.peak(
-                partitioner.num_fwd_outputs,
-                outputs_held=partitioner.outputs_held,
-                measure_workspace=be.settings.measure_workspace,
-            )
-            be.log.update(first, compiled_peak_bytes=peak)
-        return compiled
-
-    # Buffer reuse (PlanSettings.buffer_reuse): by default only where the step's peak stays
-    # put (compile/reuse.py); a dead buffer kept for a later one can hold what a plan frees.
-    reuse = be.settings.buffer_reuse
-    patches = {"custom_partitioner_fn": partitioner, "allow_buffer_reuse": bool(reuse)}
-    reusing = neutral_reuse if reuse == "neutral" else contextlib.nullcontext
-    if not plan_cache.enabled():
-        with functorch_config.patch(enable_autograd_cache=False):
-            return compile_and_read_peak(gm, example_inputs, config_patches=patches)
-    key = plan_cache.graph_key(gm, example_inputs, partitioner.uuid())
-    cached = plan_cache.load(key)
-    if ranks.world()[1] > 1:
-        if not ranks.all_hold(plan_cache.plans_digest(cached)):  # plan together
-            with functorch_config.patch(enable_autograd_cache=False):
-                compiled = compile_and_read_peak(gm, example_inputs, config_patches=patches)
-            plan_cache.store(key, be.log.plans[first:])
-            return compiled
-        assert cached is not None
-        partitioner.book = PlanBook(cached, "the plan cache")
-    hits = counters["aot_autograd"]["autograd_cache_hit"]
-    compiled = compile_and_read_peak(gm, example_inputs, config_patches=patches)
-    hit = counters["aot_autograd"]["autograd_cache_hit"] > hits
-    if partitioner.calls or not hit:  # planned here (or nothing to plan)
-        plan_cache.store(key, be.log.plans[first:])
-    elif cached is not None:  # torch skipped the partitioner: the plans it made before
-        for plan in cached:
-            be.log.add_plan(plan)
-    else:  # torch hit, budget has no plans for it: plan and compile again (the FX graph
-        # cache holds the code), for the plans and the peak of their code
-        plan_cache.stats["replans"] += 1
-        with functorch_config.patch(enable_autograd_cache=False):
-            compiled = compile_and_read_peak(gm, example_inputs, config_patches=patches)
-        plan_cache.store(key, be.log.plans[first:])
-    return compiled
 
 
 def root_error(e: BaseException) -> BaseException:
@@ -372,9 +255,9 @@ def backend(
     the plan with the least recompute whose peak is at or under it, among plans within
     the memory budget too (which defaults to 1.0: any plan); under Inductor the peak is
     that of the code Inductor generates for the plan (``plan.compiled_peak_bytes``;
-    :func:`_compile_within_peak`), with ``compiler="eager"`` the graphs' prediction. An
-    unreachable peak raises :class:`budget.BudgetTooSmallError` naming the lowest peak
-    found. With graph breaks the budget is the step's: each graph is planned for what the
+    :mod:`budget.compile.inductor_compile`), with ``compiler="eager"`` the graphs'
+    prediction. An unreachable peak raises :class:`budget.BudgetTooSmallError` naming the
+    lowest peak found. With graph breaks the budget is the step's: each graph is planned for what the
     graphs compiled before it hold (:mod:`budget.compile.step_budget`), and a run the
     budget cannot hold is refused (:mod:`budget.compile.step_runs`). ``peak_search`` (default
     ``budget.config.peak_search``, "grid"): "exact" also searches, with CP-SAT, the plans

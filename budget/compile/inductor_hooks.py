@@ -1,7 +1,8 @@
 """The objects budget hands Inductor: its custom partitioner, and a compile with no code.
 
 - :class:`InductorPartitioner` is ``torch._inductor.config.custom_partitioner_fn`` for a
-  :class:`budget.compile.backend.BudgetBackend`: each joint graph Inductor partitions is
+  :class:`budget.compile.backend.BudgetBackend` or one compile attempt of a graph
+  (:mod:`budget.compile.inductor_compile`): each joint graph Inductor partitions is
   planned and partitioned by :func:`budget.compile.partition.budget_partition`, and its
   ``uuid()`` (torch's key for a custom partitioner in its compile caches) covers every
   setting that changes a plan.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -23,8 +24,14 @@ from . import plan_cache
 from .partition import budget_partition
 
 if TYPE_CHECKING:
-    from ..core.settings import PlanSettings
-    from .backend import BudgetBackend
+    from ..core.settings import PlanLog, PlanSettings
+
+
+class Planning(Protocol):
+    """What a partitioner plans for: the settings, and the log its plans go to."""
+
+    settings: PlanSettings
+    log: PlanLog
 
 
 def run_uncompiled(gm: torch.fx.GraphModule, _inputs: Sequence[Any], **_: Any) -> Any:
@@ -80,7 +87,7 @@ class InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
 
     def __init__(
         self,
-        backend: BudgetBackend,
+        backend: Planning,
         outputs_held: bool = True,
         settings: PlanSettings | None = None,
         held_inputs: frozenset[int] = frozenset(),

@@ -3,8 +3,8 @@
 The peak search (:func:`budget.compile.peak_plan.plan_for_peak`) picks plans by the
 graphs' predicted peak (:mod:`budget.compile.peak`). Inductor fuses and reorders those
 graphs, so the step peaks elsewhere: under the prediction on most models, a little over
-it on some (bench/real_model_peaks.py). Each compile therefore reads the peak of its generated code
-(:mod:`budget.compile.compiled_peak`, ``plan.compiled_peak_bytes``), and
+it on some (bench/real_model_peaks.py). Each compile therefore reads the peak of its
+generated code (:mod:`budget.compile.compiled_peak`, ``plan.compiled_peak_bytes``), and
 :func:`fit_compiled_peak` plans and compiles again where that peak misses the budget, or
 leaves more than ``PEAK_SLACK`` of it unused (recompute left on the table), at most
 ``PEAK_ATTEMPTS`` new plans compiled: for the budget scaled by the last plan's ratio of
@@ -13,13 +13,14 @@ higher one a plan whose code misses, for the midpoint between (a cheaper plan th
 can only be predicted there); where a plan compiled before comes back with room to
 spare, for the target it came back at raised by that room (a cheaper plan can hide
 there). A search that comes back to a compiled plan twice stops: each return costs a
-search and a partition (not a compile: :mod:`budget.compile.attempts`); so does one whose
-next target is under the lowest prediction the graphs' search named, once that plan is
-compiled (the search would refuse it, naming that plan again). The compiled peak does not
-follow the prediction monotonically (a plan predicted lower can compile higher), so where no compile has fit by the last attempt,
-the last one is of the plan the
-graphs predict lowest; where none fits, the memory budgets' own plans are compiled too
-(:func:`_fraction_plans`): a budget is refused only when all their code misses it. It
+search and a partition (not a compile, and on a warm start neither:
+:mod:`budget.compile.attempts`); so does one whose next target is under the lowest
+prediction the graphs' search named, once that plan is compiled (the search would refuse
+it, naming that plan again). The compiled peak does not follow the prediction
+monotonically (a plan predicted lower can compile higher), so where no compile has fit by
+the last attempt, the last one is of the plan the graphs predict lowest; where none fits,
+the memory budgets' own plans are compiled too (:func:`_fraction_plans`): a budget is
+refused only when all their code misses it. It
 keeps the plan with the least recompute whose code fits; when none does it raises
 :class:`BudgetTooSmallError` naming the lowest compiled peak (and saying whether the plan
 the graphs predict lowest was among those compiled). Under a memory budget alone,

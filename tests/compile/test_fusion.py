@@ -13,7 +13,7 @@ from torch._inductor.utils import run_and_get_code
 from torch._inductor.virtualized import V
 
 import budget
-from budget.compile import backend as backend_module
+from budget.compile import inductor_compile
 from budget.compile.fusion import _NearFusion, distance, fusion_within
 
 
@@ -77,7 +77,7 @@ def test_training_compiles_under_the_configured_distance(monkeypatch):
         limits.append(limit)
         return fusion_within(limit)
 
-    monkeypatch.setattr(backend_module, "fusion_within", recorded)
+    monkeypatch.setattr(inductor_compile, "fusion_within", recorded)
     lin = torch.nn.Linear(8, 8)
     x = torch.randn(4, 8)
     for distance_set in (5, None):

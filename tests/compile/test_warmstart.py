@@ -303,7 +303,7 @@ def test_the_graph_key_follows_the_graph_its_inputs_and_the_settings():
 def test_autograd_cache_only_where_its_hits_keep_their_plans(
     tmp_path, monkeypatch, world, cache, autograd_cache
 ):
-    from budget.compile import backend as B
+    from budget.compile import inductor_compile as B
     from budget.runtime import _torch_private as T
 
     seen = {}

@@ -1,0 +1,192 @@
+"""One graph compiled with Inductor: its attempts, torch's compile caches, its code's peak.
+
+:func:`compile_within_peak` is what :class:`budget.compile.backend.BudgetBackend` does
+with a graph under Inductor (previews aside): it compiles one attempt after another
+(:mod:`budget.compile.peak_check`) until a plan's code holds the budget, each plan once
+(:mod:`budget.compile.attempts`), and keeps one. :func:`compile_cached` is one attempt:
+Inductor's compile with budget's partitioner, through torch's FX graph and AOTAutograd
+caches and budget's plan cache (:mod:`budget.compile.plan_cache`), reading the peak of
+the code it generates (:mod:`budget.compile.compiled_peak`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+
+from ..core.plan import Plan
+from ..core.plan_files import PlanBook
+from ..core.settings import PlanLog, PlanSettings
+from . import kernels, plan_cache, ranks
+from .attempts import Attempt, CompiledBefore, compiling_once, stop_if_compiled
+from .compiled_peak import CodeCapture
+from .fusion import fusion_within
+from .inductor_hooks import InductorPartitioner
+from .layout import backward_keeps_layouts
+from .peak_check import fit_compiled_peak, hold_b1_peak
+from .reuse import neutral_reuse
+
+
+class GraphJob(NamedTuple):
+    """One graph to compile: dynamo's graph and inputs, the settings it is planned with
+    (the backend's, or its share of the step's peak budget), whether the caller holds
+    its outputs through the backward (not past a graph break: budget.compile.peak), and
+    which of its inputs the user holds anyway."""
+
+    gm: torch.fx.GraphModule
+    example_inputs: Sequence[Any]
+    settings: PlanSettings
+    outputs_held: bool
+    held_inputs: frozenset[int]  # its inputs the user holds (dynamo_graph.held_inputs)
+
+
+@dataclass
+class _Planning:
+    """What one attempt's partitioner plans for: its settings and its own log."""
+
+    settings: PlanSettings
+    log: PlanLog
+
+
+def compile_within_peak(log: PlanLog, job: GraphJob) -> Any:
+    """Compile with Inductor; the plan carries its code's peak (``compiled_peak``), which
+    holds a peak budget (``peak_check.fit_compiled_peak``: planned and compiled again) and,
+    under a memory budget alone, b=1's code peak (``peak_check.hold_b1_peak``). Each attempt
+    plans into a log of its own, sharing ``PlanLog.predictions``; the kept attempt's plans
+    go to ``log`` (``backend.plans``, ``on_plan``). A plan compiled before is not compiled
+    again (``attempts``)."""
+    once = attempts_of(job)
+    kept = hold_b1_peak(job.settings, once, fit_compiled_peak(job.settings, once))
+    kernels.build(kept.unbuilt)
+    log.problems.extend(kept.log.problems)
+    for plan in kept.log.plans:
+        log.add_plan(plan)
+    return kept.compiled
+
+
+def attempts_of(job: GraphJob) -> Callable[[PlanSettings], Attempt]:
+    """A compile of ``job``'s graph for other settings, one attempt each, that compiles
+    each plan once (``attempts``); the attempts share what partitioning told
+    (``PlanLog.predictions``)."""
+    predictions: dict[tuple, Any] = {}
+
+    def compile_fresh(settings: PlanSettings, compiling: Callable[..., None]) -> Attempt:
+        planning = _Planning(settings, PlanLog(predictions=predictions, compiling=compiling))
+        partitioner = InductorPartitioner(planning, job.outputs_held, held_inputs=job.held_inputs)
+        with kernels.deferred() as unbuilt:  # built for the attempt kept only
+            compiled = compile_cached(partitioner, job.gm, job.example_inputs)
+        return Attempt(compiled, planning.log, unbuilt)
+
+    return compiling_once(compile_fresh)
+
+
+def compile_cached(
+    partitioner: InductorPartitioner, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+) -> Any:
+    """Compile with torch's FX graph and AOTAutograd caches (as configured; their keys
+    hold the partitioner's uuid), the plans of an AOTAutograd hit read from the plan cache.
+
+    AOTAutograd's cache skips the partitioner, so it is used only where the plans it
+    skips can be had: with the plan cache on. On several ranks the partitioner's
+    collectives pair up only if every rank runs it, so the ranks first agree (one
+    collective) on whether each holds the same cached plans for this graph: if so, torch's
+    cache is on and a rank that misses it applies the cached plans, with no collective; if
+    not, they plan together with torch's cache off, and cache the plans for the next start.
+    The FX graph cache stays on in every case: it caches code generated from the
+    partitioned graphs, after planning. An attempt stopped as a plan compiled before
+    (``attempts``) stores its plans too, and a cached plan compiled before stops the
+    attempt before partitioning (every rank alike: after the ranks agree).
+    """
+    from ..runtime._torch_private import functorch_config
+
+    log = partitioner.backend.log
+    first = len(log.plans)
+    compile_fx = _compile_reading_peak(partitioner)
+    if not plan_cache.enabled():
+        with functorch_config.patch(enable_autograd_cache=False):
+            return compile_fx(gm, example_inputs)
+    key = plan_cache.graph_key(gm, example_inputs, partitioner.uuid())
+    cached = plan_cache.load(key)
+    try:
+        if ranks.world()[1] > 1:
+            if not ranks.all_hold(plan_cache.plans_digest(cached)):  # plan together
+                with functorch_config.patch(enable_autograd_cache=False):
+                    compiled = compile_fx(gm, example_inputs)
+                plan_cache.store(key, log.plans[first:])
+                return compiled
+            assert cached is not None
+            partitioner.book = PlanBook(cached, "the plan cache")
+        if cached is not None:
+            stop_if_compiled(log, cached)  # no search, no compile: the attempt before's code
+        return _compile_or_hit(compile_fx, key, cached, partitioner, gm, example_inputs)
+    except CompiledBefore:
+        if len(log.plans) > first and partitioner.calls:  # partitioned, then stopped
+            plan_cache.store(key, log.plans[first:])  # so that a warm start stops earlier
+        raise
+
+
+def _compile_or_hit(
+    compile_fx: Callable[..., Any],
+    key: str,
+    cached: list[Plan] | None,
+    partitioner: InductorPartitioner,
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+) -> Any:
+    """Compile through torch's AOTAutograd cache; on a hit the plans are the cached ones,
+    or, where none are, made again (the FX graph cache holds the code)."""
+    from ..runtime._torch_private import counters, functorch_config
+
+    log = partitioner.backend.log
+    first = len(log.plans)
+    hits = counters["aot_autograd"]["autograd_cache_hit"]
+    compiled = compile_fx(gm, example_inputs)
+    hit = counters["aot_autograd"]["autograd_cache_hit"] > hits
+    if partitioner.calls or not hit:  # planned here (or nothing to plan)
+        plan_cache.store(key, log.plans[first:])
+    elif cached is not None:  # torch skipped the partitioner: the plans it made before
+        for plan in cached:
+            log.add_plan(plan)
+    else:  # torch hit, budget has no plans for it: plan and compile again, for the plans
+        # and the peak of their code
+        plan_cache.stats["replans"] += 1
+        with functorch_config.patch(enable_autograd_cache=False):
+            compiled = compile_fx(gm, example_inputs)
+        plan_cache.store(key, log.plans[first:])
+    return compiled
+
+
+def _compile_reading_peak(partitioner: InductorPartitioner) -> Callable[..., Any]:
+    """Inductor's ``compile_fx`` with budget's partitioner and settings, that records the
+    peak of the code it generates on the plan it made (``compiled_peak_bytes``)."""
+    from ..runtime._torch_private import compile_fx, functorch_config
+
+    settings, log = partitioner.settings, partitioner.backend.log
+    # Buffer reuse (PlanSettings.buffer_reuse): by default only where the step's peak stays
+    # put (compile/reuse.py); a dead buffer kept for a later one can hold what a plan frees.
+    reuse = settings.buffer_reuse
+    patches = {"custom_partitioner_fn": partitioner, "allow_buffer_reuse": bool(reuse)}
+    reusing = neutral_reuse if reuse == "neutral" else contextlib.nullcontext
+
+    def compile_and_read_peak(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+        first = len(log.plans)
+        capture = CodeCapture()
+        near = fusion_within(settings.fusion_distance)  # compile/fusion.py
+        # the backward compiled now, not at the first backward: the compiled peak needs both
+        with functorch_config.patch(force_non_lazy_backward_lowering=True), reusing(), near:
+            inner = backward_keeps_layouts(capture)
+            compiled = compile_fx(gm, example_inputs, inner_compile=inner, config_patches=patches)
+        if len(log.plans) == first + 1:
+            peak = capture.peak(
+                partitioner.num_fwd_outputs,
+                outputs_held=partitioner.outputs_held,
+                measure_workspace=settings.measure_workspace,
+            )
+            log.update(first, compiled_peak_bytes=peak)
+        return compiled
+
+    return compile_and_read_peak

@@ -1,0 +1,93 @@
+"""budget.compile.inductor_compile: one graph's Inductor compiles, each plan once, warm too.
+
+A graph's attempts (the peak search's) can come back to a plan compiled before: that
+attempt is stopped as partitioning makes the plan (test_attempts), and the plan cache
+keeps the stopped attempt's plans under its key, so that the attempt of a later start
+stops before partitioning at all (no search, no compile).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import budget
+from budget.compile import inductor_hooks, plan_cache
+from budget.compile.inductor_compile import GraphJob, attempts_of
+
+pytestmark = pytest.mark.slow
+
+
+def _job() -> GraphJob:
+    """dynamo's graph of a small MLP's step, under a peak budget."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+    x = torch.randn(64, 16)
+    got = []
+
+    def capture(gm, example_inputs):
+        got.append((gm, example_inputs))
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(lambda x: model(x).square().sum(), backend=capture)(x)
+    gm, inputs = got[0]
+    settings = budget.backend(peak_memory_budget="1GiB").settings
+    return GraphJob(gm, inputs, settings, True, frozenset())
+
+
+def test_a_return_stores_its_plan_and_a_warm_start_returns_before_partitioning(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("BUDGET_CACHE_DIR", str(tmp_path))
+    partitioned = []
+    real = inductor_hooks.budget_partition
+
+    def counted(gm, joint_inputs, *, settings, **kw):
+        partitioned.append(settings.search_peak_bytes)
+        return real(gm, joint_inputs, settings=settings, **kw)
+
+    monkeypatch.setattr(inductor_hooks, "budget_partition", counted)
+    job = _job()
+    # two graphs' targets far over the step's peak: the same plan (nothing recomputed),
+    # each its own key in the caches
+    high, higher = (
+        dataclasses.replace(job.settings, search_peak_bytes=t) for t in (1 << 29, 1 << 30)
+    )
+    entries = lambda: sorted(p.name for p in (tmp_path / "plans").glob("plans-*.json"))  # noqa: E731
+
+    once = attempts_of(job)
+    first = once(high)
+    assert len(entries()) == 1
+    back = once(higher)  # partitioned, stopped: not compiled again
+    assert partitioned == [1 << 29, 1 << 30]
+    assert back.compiled is first.compiled
+    assert back.plan.saved == first.plan.saved
+    assert back.plan.compiled_peak_bytes == first.plan.compiled_peak_bytes > 0
+    assert back.plan.peak_target_bytes == higher.graphs_peak_bytes != first.plan.peak_target_bytes
+    assert len(entries()) == 2  # the return's plan is cached under its own key
+
+    # A later start (a fresh search): the return stops on the cached plan, before partitioning.
+    partitioned.clear()
+    hits = plan_cache.stats["hits"]
+    once = attempts_of(job)
+    again = once(high)
+    back = once(higher)
+    assert back.compiled is again.compiled and back.plan.saved == again.plan.saved
+    assert back.plan.compiled_peak_bytes == again.plan.compiled_peak_bytes
+    assert higher.graphs_peak_bytes not in partitioned
+    assert plan_cache.stats["hits"] == hits + 2
+
+
+def test_a_cached_plan_not_compiled_before_is_compiled(tmp_path, monkeypatch):
+    """The warm start's check adds nothing to the attempt's log where the cached plan is
+    new to this search: the attempt compiles (or hits torch's caches) as before."""
+    monkeypatch.setenv("BUDGET_CACHE_DIR", str(tmp_path))
+    job = _job()
+    target = dataclasses.replace(job.settings, search_peak_bytes=1 << 29)
+    cold = attempts_of(job)(target)
+    warm = attempts_of(job)(target)
+    assert len(warm.log.plans) == 1 and warm.plan.saved == cold.plan.saved
+    assert warm.plan.compiled_peak_bytes == cold.plan.compiled_peak_bytes > 0
