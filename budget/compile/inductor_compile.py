@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import torch
@@ -123,9 +123,13 @@ def compile_cached(
         if cached is not None:
             stop_if_compiled(log, cached)  # no search, no compile: the attempt before's code
         return _compile_or_hit(compile_fx, key, cached, partitioner, gm, example_inputs)
-    except CompiledBefore:
-        if len(log.plans) > first and partitioner.calls:  # partitioned, then stopped
-            plan_cache.store(key, log.plans[first:])  # so that a warm start stops earlier
+    except CompiledBefore as e:
+        if len(log.plans) > first and partitioner.calls:  # partitioned, then stopped: kept
+            # with the peak of the code compiled before (its code), so that a later start
+            # stops before partitioning, or on a hit of torch's cache knows its code's peak
+            *made, stopped = log.plans[first:]
+            peak = e.attempt.plan.compiled_peak_bytes if e.attempt.plan else None
+            plan_cache.store(key, [*made, replace(stopped, compiled_peak_bytes=peak)])
         raise
 
 

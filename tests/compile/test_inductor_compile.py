@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import budget
-from budget.compile import inductor_hooks, plan_cache
+from budget.compile import inductor_compile, inductor_hooks, plan_cache
 from budget.compile.inductor_compile import GraphJob, attempts_of
 
 pytestmark = pytest.mark.slow
@@ -36,6 +36,12 @@ def _job() -> GraphJob:
     gm, inputs = got[0]
     settings = budget.backend(peak_memory_budget="1GiB").settings
     return GraphJob(gm, inputs, settings, True, frozenset())
+
+
+def _uuid(settings) -> str:
+    """The partitioner's uuid for ``settings`` (a key of the plan cache)."""
+    planning = inductor_compile._Planning(settings, None)
+    return inductor_hooks.InductorPartitioner(planning).uuid()
 
 
 def test_a_return_stores_its_plan_and_a_warm_start_returns_before_partitioning(
@@ -67,7 +73,11 @@ def test_a_return_stores_its_plan_and_a_warm_start_returns_before_partitioning(
     assert back.plan.saved == first.plan.saved
     assert back.plan.compiled_peak_bytes == first.plan.compiled_peak_bytes > 0
     assert back.plan.peak_target_bytes == higher.graphs_peak_bytes != first.plan.peak_target_bytes
-    assert len(entries()) == 2  # the return's plan is cached under its own key
+    # the return's plan is cached under its own key, with the peak of its code
+    (stored,) = plan_cache.load(plan_cache.graph_key(job.gm, job.example_inputs, _uuid(higher)))
+    assert stored.saved == first.plan.saved and stored.peak_target_bytes == 1 << 30
+    assert stored.compiled_peak_bytes == first.plan.compiled_peak_bytes
+    assert len(entries()) == 2
 
     # A later start (a fresh search): the return stops on the cached plan, before partitioning.
     partitioned.clear()
