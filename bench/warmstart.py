@@ -13,12 +13,14 @@ cold one left). Each process times its first call, ``step(*args).backward()`` (d
 AOTAutograd, planning, Inductor, one step), and reports torch's cache counters and
 budget's plan-cache counters, so a warm run that missed shows as one. Prints a markdown
 table: seconds per side and the ratios budget / torch, and the seconds budget's plans
-say planning took (their ``timings``). ``--peak KIB`` runs T5 (tests/helpers/real_models.py)
-under that peak budget on budget's side, torch's at its default (b=1): under Inductor the
-peak search compiles several plans and comes back to some, so a warm start that kept only
-the plans it compiled would search again for those. With ``--repeat N`` each side runs N rounds, the
+say planning took (their ``timings``). With ``--repeat N`` each side runs N rounds, the
 sides alternating, and the table gives each side's median (a compile of tens of seconds
 moves by several on a shared host).
+
+``--peak KIB`` runs T5 (tests/helpers/real_models.py) instead, under that peak budget on
+budget's side and at torch's default (b=1) on torch's (``--budget`` and ``--tiny`` do not
+apply): under Inductor the peak search compiles several plans and comes back to some, so
+a warm start that kept only the plans it compiled would search again for those.
 """
 
 from __future__ import annotations
@@ -105,6 +107,8 @@ def main() -> int:
     ap.add_argument("--child", choices=["budget", "torch"], help=argparse.SUPPRESS)
     ap.add_argument("--sizes", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.peak is not None and (args.tiny or args.budget != 0.5):
+        ap.error("--peak runs T5 under a peak budget: --tiny and --budget do not apply")
     if args.child:
         child(args.child, args.budget, json.loads(args.sizes), args.peak)
         return 0

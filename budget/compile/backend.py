@@ -17,7 +17,8 @@ AOTAutograd caches: the partitioner's ``uuid()`` puts every setting that changes
 into their keys, and the plans of a compile that AOTAutograd's cache skips come from
 budget's plan cache (:mod:`budget.compile.plan_cache`). Previews and ``compiler="eager"``
 use neither (a preview is the partitioner's output; torch does not cache ``aot_autograd``
-with eager compilers); with several ranks only the FX graph cache is used.
+with eager compilers); with several ranks AOTAutograd's cache is used only where every rank
+holds the same cached plans.
 """
 
 from __future__ import annotations
@@ -257,12 +258,12 @@ def backend(
     that of the code Inductor generates for the plan (``plan.compiled_peak_bytes``;
     :mod:`budget.compile.inductor_compile`), with ``compiler="eager"`` the graphs'
     prediction. An unreachable peak raises :class:`budget.BudgetTooSmallError` naming the
-    lowest peak found. With graph breaks the budget is the step's: each graph is planned for what the
-    graphs compiled before it hold (:mod:`budget.compile.step_budget`), and a run the
-    budget cannot hold is refused (:mod:`budget.compile.step_runs`). ``peak_search`` (default
-    ``budget.config.peak_search``, "grid"): "exact" also searches, with CP-SAT, the plans
-    that recompute each value once, cheapest first, and proves the plan optimal among them
-    when it can (:mod:`budget.compile.peak_search`; slower).
+    lowest peak found. With graph breaks the budget is the step's: each graph is planned
+    for what the graphs compiled before it hold (:mod:`budget.compile.step_budget`), and a
+    run the budget cannot hold is refused (:mod:`budget.compile.step_runs`). ``peak_search``
+    (default ``budget.config.peak_search``, "grid"): "exact" also searches, with CP-SAT, the
+    plans that recompute each value once, cheapest first, and proves the plan optimal among
+    them when it can (:mod:`budget.compile.peak_search`; slower).
 
     ``offload`` (default ``budget.config.offload``, False): the solver may also keep saved
     values in host memory, copied back for the backward, where the link hides the copies

@@ -103,7 +103,7 @@ def compile_cached(
     """
     from ..runtime._torch_private import functorch_config
 
-    log = partitioner.backend.log
+    log = partitioner.planning.log
     first = len(log.plans)
     compile_fx = _compile_reading_peak(partitioner)
     if not plan_cache.enabled():
@@ -128,7 +128,8 @@ def compile_cached(
             # with the peak of the code compiled before (its code), so that a later start
             # stops before partitioning, or on a hit of torch's cache knows its code's peak
             *made, stopped = log.plans[first:]
-            peak = e.attempt.plan.compiled_peak_bytes if e.attempt.plan else None
+            assert e.attempt.plan is not None  # what it compiled, the same partition
+            peak = e.attempt.plan.compiled_peak_bytes
             plan_cache.store(key, [*made, replace(stopped, compiled_peak_bytes=peak)])
         raise
 
@@ -145,7 +146,7 @@ def _compile_or_hit(
     or, where none are, made again (the FX graph cache holds the code)."""
     from ..runtime._torch_private import counters, functorch_config
 
-    log = partitioner.backend.log
+    log = partitioner.planning.log
     first = len(log.plans)
     hits = counters["aot_autograd"]["autograd_cache_hit"]
     compiled = compile_fx(gm, example_inputs)
@@ -169,7 +170,7 @@ def _compile_reading_peak(partitioner: InductorPartitioner) -> Callable[..., Any
     peak of the code it generates on the plan it made (``compiled_peak_bytes``)."""
     from ..runtime._torch_private import compile_fx, functorch_config
 
-    settings, log = partitioner.settings, partitioner.backend.log
+    settings, log = partitioner.settings, partitioner.planning.log
     # Buffer reuse (PlanSettings.buffer_reuse): by default only where the step's peak stays
     # put (compile/reuse.py); a dead buffer kept for a later one can hold what a plan frees.
     reuse = settings.buffer_reuse

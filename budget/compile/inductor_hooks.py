@@ -87,15 +87,15 @@ class InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
 
     def __init__(
         self,
-        backend: Planning,
+        planning: Planning,
         outputs_held: bool = True,
         settings: PlanSettings | None = None,
         held_inputs: frozenset[int] = frozenset(),
     ) -> None:
-        self.backend = backend
-        # what this graph is planned with: the backend's, or its share of the step's peak
+        self.planning = planning  # the settings, and the log its plans go to
+        # what this graph is planned with: the planning's, or its share of the step's peak
         # budget (budget.compile.step_budget)
-        self.settings = backend.settings if settings is None else settings
+        self.settings = planning.settings if settings is None else settings
         # the caller holds the forward's outputs through the backward (not after a graph
         # break: budget.compile.peak); its peaks, and so its plans, depend on it
         self.outputs_held = outputs_held
@@ -112,13 +112,12 @@ class InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
         kwargs.pop("compiler", None)
         self.calls += 1
         self.num_fwd_outputs = kwargs.get("num_fwd_outputs", 1)
-        be = self.backend
         settings = self.settings if self.book is None else replace(self.settings, book=self.book)
         return budget_partition(
             gm,
             joint_inputs,
             settings=settings,
-            log=be.log,
+            log=self.planning.log,
             outputs_held=self.outputs_held,
             held_inputs=self.held_inputs,
             **kwargs,
@@ -133,8 +132,8 @@ class InductorPartitioner(_inductor_partitioner_base()):  # type: ignore[misc]
         return self._uuid
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # torch's cache keys pickle Inductor's config, this object included: the backend
-        # it holds (its plans, on_plan) must not enter them, only what decides a plan.
+        # torch's cache keys pickle Inductor's config, this object included: the log it
+        # plans into (its plans, on_plan) must not enter them, only what decides a plan.
         return (_PartitionerId, (self.uuid(),))
 
 

@@ -20,12 +20,12 @@ it, naming that plan again). The compiled peak does not follow the prediction
 monotonically (a plan predicted lower can compile higher), so where no compile has fit by
 the last attempt, the last one is of the plan the graphs predict lowest; where none fits,
 the memory budgets' own plans are compiled too (:func:`_fraction_plans`): a budget is
-refused only when all their code misses it. It
-keeps the plan with the least recompute whose code fits; when none does it raises
-:class:`BudgetTooSmallError` naming the lowest compiled peak (and saying whether the plan
-the graphs predict lowest was among those compiled). Under a memory budget alone,
-:func:`hold_b1_peak` holds a convnet's plan to the b=1 plan's compiled peak. A compile is
-a callable here, so the search is tested without Inductor.
+refused only when all their code misses it. It keeps the plan with the least recompute
+whose code fits; when none does it raises :class:`BudgetTooSmallError` naming the lowest
+compiled peak (and saying whether the plan the graphs predict lowest was among those
+compiled). Under a memory budget alone, :func:`hold_b1_peak` holds a convnet's plan to the
+b=1 plan's compiled peak. A compile is a callable here, so the search is tested without
+Inductor.
 """
 
 from __future__ import annotations

@@ -31,7 +31,11 @@ cache still skips code generation). An entry is used only if it names the same f
 budget version and torch version, and its plans match the checksum written with them;
 anything missing, unreadable, edited or stale is ignored. If torch hits but no entry can
 be used, the backend plans again (the pipeline up to the partitioner, without code
-generation) and writes the entry: a plan never comes from anywhere but this key.
+generation) and writes the entry: a plan never comes from anywhere but this key. An
+attempt of a peak search stopped as a plan compiled before (budget.compile.attempts)
+writes its plans too, with the peak of the code compiled for that same partition under
+another key; and each attempt's entry is read before it compiles, so that a later start
+stops such a return before partitioning (budget.compile.inductor_compile).
 
 Why a key of budget's own rather than torch's: AOTAutograd computes its key inside
 ``aot_autograd`` from state the backend never sees, and on a hit it calls no hook that
@@ -245,11 +249,15 @@ def _read(path: Path, key: str) -> list[Plan] | None:
 
 
 def plans_digest(plans: Sequence[Plan] | None) -> str | None:
-    """What decides the graphs of ``plans`` (graph, saved set, peak budget of each), as a
-    short hash: ranks compare it to know they hold the same plans (None: no plans)."""
+    """What decides the graphs of ``plans`` (graph, saved and offloaded sets, values
+    recomputed again, peak budget of each), as a short hash: ranks compare it to know they
+    hold the same plans, which partition alike and so stop alike as a plan compiled before
+    (budget.compile.attempts) (None: no plans)."""
     if plans is None:
         return None
-    what = [[p.graph_hash, p.saved, p.peak_target_bytes] for p in plans]
+    what = [
+        [p.graph_hash, p.saved, p.offloaded, p.recomputed_again, p.peak_target_bytes] for p in plans
+    ]
     return _sha(json.dumps(what))
 
 

@@ -83,9 +83,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "boxed_nop": ("torch._dynamo.backends.debugging", "boxed_nop"),
     "BackendCompilerFailed": ("torch._dynamo.exc", "BackendCompilerFailed"),
     "OptimizedModule": ("torch._dynamo.eval_frame", "OptimizedModule"),  # torch.compile(m)
-    # torch's compile counters: compile/backend.py reads its AOTAutograd cache hits
+    # torch's compile counters: compile/inductor_compile.py reads its AOTAutograd cache hits
     "counters": ("torch._dynamo.utils", "counters"),
-    # Inductor: compile/backend.py
+    # Inductor: compile/backend.py, compile/inductor_compile.py
     "compile_fx": ("torch._inductor.compile_fx", "compile_fx"),
     "compile_fx_inner": ("torch._inductor.compile_fx", "compile_fx_inner"),
     "AsyncCompile": ("torch._inductor.async_compile", "AsyncCompile"),  # compile/kernels.py

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from helpers.plans import make_plan
 
-from budget.compile.attempts import Attempt, compiling_once, same_plan
+from budget.compile.attempts import Attempt, compiling_once, same_plan, stop_if_compiled
 from budget.core.settings import PlanLog, PlanSettings
 from budget.core.sizes import MemoryBudget
 
@@ -53,3 +53,32 @@ def test_a_plan_that_offloads_what_another_recomputes_is_not_the_same():
     assert offloading.offloaded == ["gelu"] and offloading.saved == plan.saved
     assert not same_plan(plan, offloading)
     assert same_plan(plan, make_plan())
+
+
+def test_cached_plans_of_a_plan_compiled_before_stop_the_attempt_before_it_partitions():
+    """A warm start: the plan cache's plans for an attempt are checked before it compiles."""
+
+    again = {100: [], 90: [], 80: ["mul"]}
+    cached = {t: [make_plan(recomputed_again=again[t], budget=t)] for t in again}
+    partitioned = []
+
+    def compile_fresh(settings, compiling):
+        log = PlanLog(compiling=compiling)
+        stop_if_compiled(log, cached[settings.peak_bytes])  # the cache, before partitioning
+        assert log.plans == []  # not a plan compiled before: the log as it was
+        partitioned.append(settings.peak_bytes)
+        log.add_plan(cached[settings.peak_bytes][0])
+        log.update(0, compiled_peak_bytes=1000 + settings.peak_bytes)
+        return Attempt(f"code for {settings.peak_bytes}", log)
+
+    compile_with = compiling_once(compile_fresh)
+    compile_with(_settings(100))
+    back = compile_with(_settings(90))
+    assert partitioned == [100]  # the return stopped on its cached plan
+    assert (back.compiled, back.plan.budget, back.plan.compiled_peak_bytes) == (
+        "code for 100",
+        90,
+        1100,
+    )
+    assert compile_with(_settings(80)).compiled == "code for 80"
+    assert partitioned == [100, 80]

@@ -16,6 +16,7 @@ import torch
 import budget
 from budget.compile import inductor_compile, inductor_hooks, plan_cache
 from budget.compile.inductor_compile import GraphJob, attempts_of
+from budget.core.settings import PlanLog
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +41,7 @@ def _job() -> GraphJob:
 
 def _uuid(settings) -> str:
     """The partitioner's uuid for ``settings`` (a key of the plan cache)."""
-    planning = inductor_compile._Planning(settings, None)
+    planning = inductor_compile._Planning(settings, PlanLog())
     return inductor_hooks.InductorPartitioner(planning).uuid()
 
 
@@ -62,7 +63,9 @@ def test_a_return_stores_its_plan_and_a_warm_start_returns_before_partitioning(
     high, higher = (
         dataclasses.replace(job.settings, search_peak_bytes=t) for t in (1 << 29, 1 << 30)
     )
-    entries = lambda: sorted(p.name for p in (tmp_path / "plans").glob("plans-*.json"))  # noqa: E731
+
+    def entries() -> list[str]:
+        return sorted(p.name for p in (tmp_path / "plans").glob("plans-*.json"))
 
     once = attempts_of(job)
     first = once(high)
@@ -74,14 +77,15 @@ def test_a_return_stores_its_plan_and_a_warm_start_returns_before_partitioning(
     assert back.plan.compiled_peak_bytes == first.plan.compiled_peak_bytes > 0
     assert back.plan.peak_target_bytes == higher.graphs_peak_bytes != first.plan.peak_target_bytes
     # the return's plan is cached under its own key, with the peak of its code
-    (stored,) = plan_cache.load(plan_cache.graph_key(job.gm, job.example_inputs, _uuid(higher)))
+    key = plan_cache.graph_key(job.gm, job.example_inputs, _uuid(higher))
+    (stored,) = plan_cache.load(key)
     assert stored.saved == first.plan.saved and stored.peak_target_bytes == 1 << 30
     assert stored.compiled_peak_bytes == first.plan.compiled_peak_bytes
     assert len(entries()) == 2
 
     # A later start (a fresh search): the return stops on the cached plan, before partitioning.
     partitioned.clear()
-    hits = plan_cache.stats["hits"]
+    hits, writes = plan_cache.stats["hits"], plan_cache.stats["writes"]
     once = attempts_of(job)
     again = once(high)
     back = once(higher)
@@ -89,6 +93,7 @@ def test_a_return_stores_its_plan_and_a_warm_start_returns_before_partitioning(
     assert back.plan.compiled_peak_bytes == again.plan.compiled_peak_bytes
     assert higher.graphs_peak_bytes not in partitioned
     assert plan_cache.stats["hits"] == hits + 2
+    assert plan_cache.stats["writes"] == writes + (high.graphs_peak_bytes in partitioned)
 
 
 def test_a_cached_plan_not_compiled_before_is_compiled(tmp_path, monkeypatch):
