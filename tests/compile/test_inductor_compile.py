@@ -14,9 +14,8 @@ import pytest
 import torch
 
 import budget
-from budget.compile import inductor_compile, inductor_hooks, plan_cache
+from budget.compile import inductor_hooks, plan_cache
 from budget.compile.inductor_compile import GraphJob, attempts_of
-from budget.core.settings import PlanLog
 
 pytestmark = pytest.mark.slow
 
@@ -37,12 +36,6 @@ def _job() -> GraphJob:
     gm, inputs = got[0]
     settings = budget.backend(peak_memory_budget="1GiB").settings
     return GraphJob(gm, inputs, settings, True, frozenset())
-
-
-def _uuid(settings) -> str:
-    """The partitioner's uuid for ``settings`` (a key of the plan cache)."""
-    planning = inductor_compile._Planning(settings, PlanLog())
-    return inductor_hooks.InductorPartitioner(planning).uuid()
 
 
 def test_a_return_stores_its_plan_and_a_warm_start_returns_before_partitioning(
@@ -77,7 +70,8 @@ def test_a_return_stores_its_plan_and_a_warm_start_returns_before_partitioning(
     assert back.plan.compiled_peak_bytes == first.plan.compiled_peak_bytes > 0
     assert back.plan.peak_target_bytes == higher.graphs_peak_bytes != first.plan.peak_target_bytes
     # the return's plan is cached under its own key, with the peak of its code
-    key = plan_cache.graph_key(job.gm, job.example_inputs, _uuid(higher))
+    # the attempt's partitioner's uuid: its settings' key (outputs held, no inputs held)
+    key = plan_cache.graph_key(job.gm, job.example_inputs, plan_cache.settings_key(higher))
     (stored,) = plan_cache.load(key)
     assert stored.saved == first.plan.saved and stored.peak_target_bytes == 1 << 30
     assert stored.compiled_peak_bytes == first.plan.compiled_peak_bytes

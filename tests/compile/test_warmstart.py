@@ -145,6 +145,20 @@ def cache_dir(tmp_path, monkeypatch):
     return tmp_path
 
 
+def test_ranks_compare_cached_plans_by_all_that_decides_a_return():
+    """Ranks agree on the plan cache by its digest; a plan compiled before is one that
+    saves, offloads and recomputes again alike (budget.compile.attempts.same_plan), so
+    plans differing in any of these have different digests."""
+    from dataclasses import replace
+
+    plan = make_plan()
+    moved = [replace(d, decision="offload") if d.name == "gelu" else d for d in plan.decisions]
+    variants = [plan, replace(plan, recomputed_again=["mul"]), replace(plan, decisions=moved)]
+    assert len({plan_cache.plans_digest([p]) for p in variants}) == 3
+    assert plan_cache.plans_digest([make_plan()]) == plan_cache.plans_digest([plan])
+    assert plan_cache.plans_digest(None) is None
+
+
 def test_an_entry_is_read_back_marked_as_cached(cache_dir):
     plan = make_plan()
     plan_cache.store("k" * 64, [plan])
