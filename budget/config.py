@@ -82,7 +82,7 @@ def validate_option(name: str, value: Any) -> Any:
         ):
             raise ValueError(
                 "fusion_distance must be a whole number of places, 1 or more (1: neighbours "
-                f"only), or None (Inductor's own rule); got {value!r}"
+                f"only), or None (Inductor's own rules); got {value!r}"
             )
         return value
     if name == "offload":

@@ -20,6 +20,14 @@ can still carry a node far from its place), through Inductor's choices handler
 (``V.set_choices_handler``, per thread), which hands every other decision to the handler
 in place. The distance is in the compile caches' keys
 (:func:`budget.compile.plan_cache.settings_key`).
+
+Inductor also moves a small reduction without fusing it: one over at most
+``unroll_reductions_threshold`` (8) elements it unrolls into pointwise code, which it
+inlines into its readers however far away they are, so what the reduction reads is held
+to its last reader (T5's relative position bias: each layer's attention gradient, summed
+over a batch of 2, read only by the embedding's backward at the graph's end). Under the
+same limit budget's compiles unroll no reduction (a threshold of 1): each runs where the
+graph has it, as its own kernel or fused with its neighbours.
 """
 
 from __future__ import annotations
@@ -29,6 +37,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..runtime import _torch_private as T
+
+# Inductor's unroll_reductions_threshold in budget's compiles: a reduction of one element is
+# a copy, unrolled as Inductor does; any longer runs as a reduction where the graph has it
+UNROLLED = 1
 
 
 def distance(node1: Any, node2: Any) -> int:
@@ -59,11 +71,14 @@ class _NearFusion:
 
 @contextlib.contextmanager
 def fusion_within(limit: int | None) -> Iterator[None]:
-    """Inductor compiles in this thread fuse no nodes more than ``limit`` places apart
-    (None: Inductor's own rule)."""
+    """Inductor compiles in this thread fuse no nodes more than ``limit`` places apart and
+    unroll no reduction (None: Inductor's own rules)."""
     if limit is None:
         yield
         return
     V = T.inductor_virtualized
-    with V.set_choices_handler(_NearFusion(V.choices, limit)):
+    with (
+        V.set_choices_handler(_NearFusion(V.choices, limit)),
+        T.inductor_config.patch(unroll_reductions_threshold=UNROLLED),
+    ):
         yield

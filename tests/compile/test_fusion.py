@@ -87,3 +87,25 @@ def test_training_compiles_under_the_configured_distance(monkeypatch):
             be = budget.backend(0.5)
         torch.compile(lambda x: lin(x).relu().sum(), backend=be)(x).backward()
         assert limits and set(limits) == {distance_set}  # each compile of each attempt
+
+
+def _batch_sum_read_late(x, w1, w):
+    t = x @ w1  # (2, 4096): a buffer the sum over the batch reads
+    s = t.sum(0)  # two elements a sum: Inductor's own rule unrolls it into its reader
+    return (w @ w).cos() + s[:64]  # read after another matmul
+
+
+def _sum_buffers(limit: int | None) -> list[str]:
+    """The generated code's allocations of the sum's output, shape (4096,)."""
+    torch._dynamo.reset()
+    x, w1, w = torch.randn(2, 64), torch.randn(64, 4096), torch.randn(64, 64)
+    with inductor_config.patch(fx_graph_cache=False), fusion_within(limit):
+        _, (code,) = run_and_get_code(torch.compile(_batch_sum_read_late), x, w1, w)
+    return re.findall(r"empty_strided_cpu\(\(4096, \)", code)
+
+
+def test_within_a_limit_no_reduction_is_unrolled_into_a_far_reader():
+    before = inductor_config.unroll_reductions_threshold
+    assert _sum_buffers(None) == []  # Inductor's rule: inlined, its input held to the reader
+    assert len(_sum_buffers(32)) == 1  # a reduction of its own, its output a buffer
+    assert inductor_config.unroll_reductions_threshold == before  # restored
