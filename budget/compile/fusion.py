@@ -21,13 +21,15 @@ can still carry a node far from its place), through Inductor's choices handler
 in place. The distance is in the compile caches' keys
 (:func:`budget.compile.plan_cache.settings_key`).
 
-Inductor also moves a small reduction without fusing it: one over at most
+Inductor also moves a small reduction without fusing it: one over fewer than
 ``unroll_reductions_threshold`` (8) elements it unrolls into pointwise code, which it
 inlines into its readers however far away they are, so what the reduction reads is held
 to its last reader (T5's relative position bias: each layer's attention gradient, summed
 over a batch of 2, read only by the embedding's backward at the graph's end). Under the
-same limit budget's compiles unroll no reduction (a threshold of 1): each runs where the
-graph has it, as its own kernel or fused with its neighbours.
+same limit budget's compiles set the threshold to 1, torch's way to unroll none (a pooling
+window is Inductor's own: its lowerings set their own threshold): each reduction runs where
+the graph has it, as its own kernel or fused with its neighbours. A threshold the user set
+is replaced there.
 """
 
 from __future__ import annotations
@@ -38,9 +40,9 @@ from typing import Any
 
 from ..runtime import _torch_private as T
 
-# Inductor's unroll_reductions_threshold in budget's compiles: a reduction of one element is
-# a copy, unrolled as Inductor does; any longer runs as a reduction where the graph has it
-UNROLLED = 1
+# Inductor's unroll_reductions_threshold in budget's compiles: 1 unrolls no reduction
+# (torch's config: "disable with = 1"); one over a single element is a copy either way
+UNROLL_THRESHOLD = 1
 
 
 def distance(node1: Any, node2: Any) -> int:
@@ -72,13 +74,13 @@ class _NearFusion:
 @contextlib.contextmanager
 def fusion_within(limit: int | None) -> Iterator[None]:
     """Inductor compiles in this thread fuse no nodes more than ``limit`` places apart and
-    unroll no reduction (None: Inductor's own rules)."""
+    unroll no small reduction into its readers (None: Inductor's own rules)."""
     if limit is None:
         yield
         return
     V = T.inductor_virtualized
     with (
         V.set_choices_handler(_NearFusion(V.choices, limit)),
-        T.inductor_config.patch(unroll_reductions_threshold=UNROLLED),
+        T.inductor_config.patch(unroll_reductions_threshold=UNROLL_THRESHOLD),
     ):
         yield

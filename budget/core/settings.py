@@ -77,7 +77,7 @@ class PlanSettings:
     from the code either way."""
     fusion_distance: int | None = 32
     """Inductor fuses no two nodes more than this many places apart in its order (1:
-    neighbours only) and unrolls no reduction into a far reader, so that a recomputation
+    neighbours only) and unrolls no small reduction into its readers, so that a recomputation
     runs where the partitioned graphs place it and the code peaks where they predict
     (:mod:`budget.compile.fusion`); None: Inductor's own rules."""
 

@@ -639,16 +639,17 @@ def test_a_peak_budget_the_graphs_accept_but_the_code_misses_is_met_as_measured(
 def test_t5s_first_plan_for_a_peak_budget_compiles_at_its_prediction(monkeypatch):
     """T5's backward sums each layer's attention gradient over the batch (2) for its shared
     position bias, and the embedding's backward reads the sums at the graph's end. Inductor's
-    own rule unrolls sums that short into their reader, which held each gradient to there:
-    the search's first plan for 1000 KiB compiled above its prediction and the graph was
-    compiled three times. budget's compiles unroll no reduction (compile/fusion.py): the first
-    plan's code peaks no higher than its prediction, one compile, and the step measures under
-    the budget."""
+    own rule unrolls sums that short into their reader, which holds each gradient to there,
+    above the search's first plan's prediction for 1000 KiB (then the graph is compiled three
+    times). budget's compiles unroll no reduction (compile/fusion.py): the first plan's code
+    peaks no higher than its prediction, one compile, and the step measures under the
+    budget."""
     from budget.core.settings import PlanLog
 
     m = _t5()
     target = 1000 * KiB
-    peaks: list[int | None] = []  # each compile's code peak, as the log is told it
+    peaks: list[int | None] = []  # each plan's code peak as the log is told it (a compile's,
+    # or a return's to a plan compiled before)
     real = PlanLog.update
 
     def counted(self, index, **told):  # type: ignore[no-untyped-def]

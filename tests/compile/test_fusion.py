@@ -1,5 +1,6 @@
 """budget.compile.fusion: Inductor fuses no nodes far apart in its order, in budget's
-compiles, and asks the choices handler in place about every other fusion."""
+compiles, asks the choices handler in place about every other fusion, and unrolls no small
+reduction into its readers."""
 
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ def test_training_compiles_under_the_configured_distance(monkeypatch):
 
 def _batch_sum_read_late(x, w1, w):
     t = x @ w1  # (2, 4096): a buffer the sum over the batch reads
-    s = t.sum(0)  # two elements a sum: Inductor's own rule unrolls it into its reader
+    s = t.sum(0)  # a sum of two elements: Inductor's own rule unrolls it into its reader
     return (w @ w).cos() + s[:64]  # read after another matmul
 
 
@@ -104,7 +105,7 @@ def _sum_buffers(limit: int | None) -> list[str]:
     return re.findall(r"empty_strided_cpu\(\(4096, \)", code)
 
 
-def test_within_a_limit_no_reduction_is_unrolled_into_a_far_reader():
+def test_within_a_limit_a_small_reduction_is_not_unrolled_into_its_reader():
     before = inductor_config.unroll_reductions_threshold
     assert _sum_buffers(None) == []  # Inductor's rule: inlined, its input held to the reader
     assert len(_sum_buffers(32)) == 1  # a reduction of its own, its output a buffer
