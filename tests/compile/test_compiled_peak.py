@@ -640,8 +640,8 @@ def test_t5s_first_plan_for_a_peak_budget_compiles_at_its_prediction(monkeypatch
     """T5's backward sums each layer's attention gradient over the batch (2) for its shared
     position bias, and the embedding's backward reads the sums at the graph's end. Inductor's
     own rule unrolls sums that short into their reader, which holds each gradient to there,
-    above the search's first plan's prediction for 1000 KiB (then the graph is compiled three
-    times). budget's compiles unroll no reduction (compile/fusion.py): the first plan's code
+    above the search's first plan's prediction for 1000 KiB (then the search compiles other
+    plans). budget's compiles unroll no reduction (compile/fusion.py): the first plan's code
     peaks no higher than its prediction, one compile, and the step measures under the
     budget."""
     from budget.core.settings import PlanLog
