@@ -212,6 +212,9 @@ def device_of(device: torch.device) -> Device:
 # --------------------------------------------------------------------------- measuring
 
 _MEASURED: dict[str, Device] = {}
+# The probes' version, kept with the figures on disk: figures an earlier probe measured are
+# measured again (version 1 ran under the caller's fake-tensor mode: nothing was timed).
+PROBE_VERSION = 2
 
 
 def host_cpu() -> Device:
@@ -253,7 +256,7 @@ def _load(path: Path | None, label: str) -> Device | None:
         return None
     try:
         data = json.loads(path.read_text())
-        if data.get("label") != label:
+        if data.get("label") != label or data.get("probe") != PROBE_VERSION:
             return None
         dev = Device(**data["device"])
         ok = dev.vector > 0 and dev.bandwidth > 0 and dev.matmul.get("float32", 0) > 0
@@ -263,7 +266,7 @@ def _load(path: Path | None, label: str) -> Device | None:
 
 
 def _store(path: Path | None, label: str, dev: Device) -> None:
-    write_cache(path, {"label": label, "device": asdict(dev)})
+    write_cache(path, {"label": label, "probe": PROBE_VERSION, "device": asdict(dev)})
 
 
 def write_cache(path: Path | None, data: object) -> None:
@@ -332,10 +335,15 @@ def measure(device: torch.device, label: str = "") -> Device:
     A CPU gets a 768^3 matmul (0.9 GFLOP) and a 64 MiB copy (larger than the last-level
     cache, so it measures memory, not cache): a fraction of a second. A GPU gets a 4096^3 matmul and a 256 MiB copy.
     """
+    from ..runtime._torch_private import _disable_current_modes
+
     start = time.perf_counter()
     n = 768 if device.type == "cpu" else 4096
     words = (64 if device.type == "cpu" else 256) * 2**20 // 4  # above any last-level cache
-    with torch.no_grad():
+    # Real tensors, whatever the caller's modes: the estimators first ask for the host's
+    # figures while a graph is partitioned, under compile's FakeTensorMode, where the
+    # probes would run on fake tensors, time nothing, and leave rates tens of times too high.
+    with _disable_current_modes(), torch.no_grad():
         mm_s = _probe_matmul(n, device)
         copy_s = _probe_copy(words, device)
     flops = 2 * n**3 / mm_s

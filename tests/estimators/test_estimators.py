@@ -517,11 +517,47 @@ def test_host_cpu_is_measured_once_and_cached(fresh_host, monkeypatch):
     # a corrupt file is measured again, not an error
     measured = []
     monkeypatch.setattr(D, "measure", lambda dev, label="": measured.append(label) or host)
-    for i, text in enumerate(("{not json", json.dumps({"label": "x"}), json.dumps([1, 2]))):
+    stored = json.loads(files[0].read_text())
+    del stored["probe"]
+    earlier_probe = json.dumps(stored)  # an earlier probe's figures: measured again
+    for i, text in enumerate(
+        ("{not json", json.dumps({"label": "x"}), json.dumps([1, 2]), earlier_probe)
+    ):
         files[0].write_text(text)
         monkeypatch.setattr(D, "_MEASURED", {})
         assert D.host_cpu() == host
         assert len(measured) == i + 1
+
+
+def _probed_tensors(monkeypatch) -> list[type]:
+    """The types of the tensors the host's probes make, each probe run once, untimed."""
+    made: list[type] = []
+
+    def once(fn, device, repeats):  # type: ignore[no-untyped-def]
+        made.append(type(fn()))
+        return 1e-3
+
+    monkeypatch.setattr(D, "_best", once)
+    return made
+
+
+def test_the_host_is_probed_on_real_tensors_under_a_fake_tensor_mode(fresh_host, monkeypatch):
+    """Partitioning runs under compile's FakeTensorMode, where the estimators first ask for
+    the host's figures: the probes time real tensors, not fake ones that compute nothing."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    made = _probed_tensors(monkeypatch)
+    with FakeTensorMode():
+        D.host_cpu()
+    assert made == [torch.Tensor, torch.Tensor]  # the matmul's, the copy's
+
+
+def test_compiling_probes_the_host_on_real_tensors(fresh_host, monkeypatch):
+    made = _probed_tensors(monkeypatch)
+    torch.manual_seed(0)
+    args = [torch.randn(64, 64, requires_grad=True) for _ in range(6)]
+    budget.plan(chain, *args, memory_budget=0.3)
+    assert made == [torch.Tensor, torch.Tensor]
 
 
 def test_disk_cache_can_be_disabled(monkeypatch, tmp_path):
