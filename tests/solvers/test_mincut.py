@@ -323,6 +323,31 @@ def test_rounded_weights_stay_valid_and_bounded(seed):
             assert got[1] <= min(fits) * (1 + 1e-12)
 
 
+def test_the_plan_is_the_same_whatever_unit_the_costs_are_in():
+    """Costs in seconds are FLOPs over a host's measured rate, which differs between runs
+    and hosts. Scaled by any rate, the costs' ratios are the same, and so is the cut among
+    equally cheap plans (the integer weights are taken relative to the largest cost; a
+    power-of-two scale of the raw costs floored them apart differently at each rate)."""
+    mincut = get_solver("mincut")
+    rates = [97.49e9, 99.05e9, 98.16e9, 1.7e11, 3.1e12]
+    for seed in range(20):
+        for n in (12, 20):
+            p = random_problem(seed, n)  # small integer costs: many equally cheap plans
+            total = int(p.storage_bytes.sum())
+            for target in (total // 4, total // 3, total // 2):
+                try:
+                    mincut.solve(p, target)
+                except InfeasibleError:
+                    continue
+                plans = {
+                    tuple(
+                        sorted(mincut.solve(dataclasses.replace(p, cost=p.cost / r), target).saved)
+                    )
+                    for r in rates
+                }
+                assert len(plans) == 1, (seed, n, target, plans)
+
+
 def test_view_groups_of_a_real_shape_are_exact():
     """mm -> view -> permute share one storage; split/getitem chains too."""
     names = ["x", "mm", "view", "perm", "split", "g0", "g1", "out"]

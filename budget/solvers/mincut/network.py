@@ -34,8 +34,9 @@ comes from a second sweep where the members split their storage's bytes (a relax
 
 Numerics. OR-Tools' max flow takes int64 capacities. Bytes are kept exact (unless the
 relevant bytes exceed 2**36, then they are divided by a power of two and floored), costs
-are kept exact when they are integers and small enough, otherwise multiplied by a power
-of two and floored, so the weights' sums multiply to at most 2**59. A query ``lam`` is a
+are kept exact when they are integers and small enough, otherwise counted in 2**-40 of the
+largest cost and floored (by a power of two more where room needs), so the weights' sums
+multiply to at most 2**59 and depend on the costs' ratios only, not their unit. A query ``lam`` is a
 rational ``p/q`` of these integer weights, capacities ``q * bytes + p * cost`` fit int64
 and the cut is exact for the integer weights. Flooring only lowers the weights, so bounds
 stay valid; plans are always re-priced in exact bytes and the problem's own costs. A
@@ -47,6 +48,7 @@ that to a breakpoint of the frontier, where the plan is within rounding of optim
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -56,6 +58,8 @@ from .parametric import ArcKind, _Model
 
 _PRODUCT_BITS = 59  # sum(bytes') * sum(cost') <= 2**59: capacities stay below 2**62
 _BYTES_BITS = 36  # bytes kept exact up to 64 GiB of (over-counted) savable storage
+_RATIO_BITS = 40  # costs that are not integers: multiples of 2**-40 of the largest
+_SNAP = 2.0**-8  # a ratio this close below a grid point (its float error: 2**-12) is on it
 _GROUP_VISITS = 4096  # search effort per shared storage when proving it exact
 
 
@@ -131,23 +135,49 @@ def _weights(p: Problem, node_bytes: np.ndarray, cost: np.ndarray) -> _Model:
     room = min((1 << _PRODUCT_BITS) // max(sum_save, 1), 1 << _PRODUCT_BITS)
     if total_cost <= room and np.all(cost == np.floor(cost)):
         cost_scale = 1.0
+        w_cost = cost.astype(np.int64)
     elif total_cost > 0:
-        cost_scale = 2.0 ** math.floor(math.log2(room / total_cost))
+        cost_scale, w_cost = _relative_weights(cost, room)
     else:
-        cost_scale = 1.0
-    w_cost = np.floor(cost * cost_scale).astype(np.int64)
+        cost_scale, w_cost = 1.0, np.zeros(len(cost), np.int64)
     return _Model(
         problem=p,
         byte_unit=1 << shift,
         cost_scale=cost_scale,
         bytes_exact=shift == 0,
-        cost_exact=bool(np.all(w_cost.astype(np.float64) == cost * cost_scale)),
+        cost_exact=_exact(cost, cost_scale, w_cost),
         exact_groups=False,
         w_save=w_save,
         w_relax=w_save,
         w_cost=w_cost,
         sum_cost=int(w_cost.sum()),
     )
+
+
+def _exact(cost: np.ndarray, scale: float, weights: np.ndarray) -> bool:
+    """Whether ``weights`` are ``cost * scale`` exactly, in rational arithmetic (a float
+    product can round onto an integer the rational one is not)."""
+    if not np.all(weights.astype(np.float64) == cost * scale):
+        return False
+    s = Fraction(scale)
+    return all(
+        Fraction(c) * s == int(w) for c, w in zip(cost.tolist(), weights.tolist(), strict=True)
+    )
+
+
+def _relative_weights(cost: np.ndarray, room: int) -> tuple[float, np.ndarray]:
+    """Integer weights for costs that are not small integers, and their scale (weights
+    per cost unit): each cost as a multiple of ``2**-_RATIO_BITS`` of the largest, floored
+    to what ``room`` allows. The weights depend on the costs' ratios alone, so costs in
+    another unit (seconds at another measured rate of the host) give the same weights, and
+    the same cut among equally cheap ones. Snapping the ratio to its grid first takes off
+    the last-bit differences of dividing by two rates; it raises a weight by at most
+    ``2**-48`` of the largest cost (not a bound's concern)."""
+    top = float(cost.max())
+    grid = 2.0**_RATIO_BITS
+    ratio = np.floor(cost / top * grid + _SNAP)  # integers up to 2**_RATIO_BITS
+    shift = 2.0 ** min(0, math.floor(math.log2(room / float(ratio.sum()))))
+    return shift * grid / top, np.floor(ratio * shift).astype(np.int64)
 
 
 def _arcs(model: _Model, relevant: np.ndarray, has_in: np.ndarray) -> None:
