@@ -271,12 +271,17 @@ def test_gpt2s_step_across_its_graph_break_is_predicted(compiler):
 
 
 @pytest.mark.slow
-def test_a_torch_set_a_little_over_the_target_is_fitted_to_it_and_llama_is_not_dominated():
+def test_a_torch_set_a_little_over_the_target_is_fitted_to_it_and_llama_is_not_dominated(
+    monkeypatch,
+):
     """At 0.2 torch's min-cut on Llama saves a few bytes over budget's target (their
     fractions span ranges whose ends differ) and, as cheap as budget's optimum, peaks
     lower. Fitted to the target (a small value recomputed instead) it is the tie-break's
-    candidate, so budget's plan peaks no higher than torch's as measured, with no more
-    backward FLOPs (FlopCounterMode), under the eager compiler."""
+    candidate (the only one here: the ordered candidates left out), so budget's plan peaks
+    no higher than torch's as measured, with no more backward FLOPs (FlopCounterMode),
+    under the eager compiler. With the ordered candidates too (the default), the plan is
+    predicted to peak no higher."""
+    from budget.compile import tie_break
     from budget.runtime._torch_private import functorch_config
     from budget.runtime.measure import backward_flops
 
@@ -286,14 +291,38 @@ def test_a_torch_set_a_little_over_the_target_is_fitted_to_it_and_llama_is_not_d
         step = torch.compile(m.step, backend=backend)
         return measure_peak(step, *m.args), backward_flops(step(*m.args))
 
-    be = budget.backend(0.2, compiler="eager")
-    ours = measured(be)
+    with monkeypatch.context() as patched:
+        patched.setattr(tie_break, "_ordered_plans", lambda *_: [])
+        be = budget.backend(0.2, compiler="eager")
+        ours = measured(be)
     with functorch_config.patch(activation_memory_budget=0.2):
         theirs = measured(TORCH_BACKEND)
     (plan,) = be.plans
     assert "fitted to the target" in plan.tie_break, plan.tie_break
     assert plan.saved_bytes <= plan.target_bytes
     assert ours[0] <= theirs[0] or ours[1] < theirs[1], (ours, theirs)
+    default = budget.backend(0.2, compiler="eager")
+    measured(default)
+    assert default.plans[0].peak_bytes <= plan.peak_bytes
+
+
+@pytest.mark.slow
+def test_among_equally_cheap_plans_bert_gets_the_one_recomputing_latest(monkeypatch):
+    """BERT's identical layers give many plans as cheap as the optimum at 0.5; the
+    solver's pick holds more at once in the backward than the cheapest plan recomputing
+    latest in the forward, which the tie-break keeps: the same FLOPs recomputed, the same
+    bytes saved, a lower predicted peak."""
+    from budget.compile import tie_break
+
+    m = make("bert")
+    with monkeypatch.context() as patched:
+        patched.setattr(tie_break, "_ordered_plans", lambda *_: [])
+        solvers = budget.plan(m.step, *m.args, memory_budget=0.5)
+    plan = budget.plan(m.step, *m.args, memory_budget=0.5)
+    assert plan.tie_break.startswith("the cheapest plan recomputing latest"), plan.tie_break
+    assert plan.recompute_flops == solvers.recompute_flops
+    assert plan.saved_bytes == solvers.saved_bytes <= plan.target_bytes
+    assert plan.peak_bytes < solvers.peak_bytes
 
 
 # about 70 s in CI: with -m full. Buffer reuse that keeps the code's peak put runs by default

@@ -1,5 +1,6 @@
 """The compiled path's peak tie-break: the budget's cheapest plan against torch's own
-saved set at the same fraction, each partitioned and predicted, the lower peak kept
+saved set at the same fraction and against the cheapest plans recomputing latest and
+earliest in the forward, each partitioned and predicted, the lowest peak kept
 (:func:`budget.planning.tie_break.lowest_peak`).
 
 torch's min-cut at a fraction below 1 often lands on a plan as cheap as the exact optimum
@@ -17,12 +18,15 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ..core.plan import Plan
 from ..core.problem import Problem
 from ..core.sizes import parse_budget
 from ..planning.planner import plan_like
 from ..planning.tie_break import lowest_peak, tie_tolerance, within_tie
 from ..runtime import _torch_private as T
+from ..solvers import InfeasibleError, get_solver
 from ..solvers.heuristics.greedy_moves import State, descend
 
 if TYPE_CHECKING:
@@ -30,29 +34,59 @@ if TYPE_CHECKING:
 
 
 def tie_break(partitions: Partitions, problem: Problem, plan: Plan) -> Plan:
-    """``plan`` (the memory budget's cheapest), or torch's plan at the same fraction where
-    that is within the tolerance and peaks lower; both predicted. Not run at b=1 (torch's
-    own plan already) or for a plan that recomputes nothing (nothing to place)."""
+    """``plan`` (the memory budget's cheapest), or the plan of the others (the cheapest
+    recomputing latest and earliest, torch's at the same fraction) within the tolerance
+    that peaks lowest; all predicted. Not run at b=1 (torch's own plan already) or for a
+    plan that recomputes nothing (nothing to place)."""
     fraction = _fraction(plan)
     if fraction is None or fraction >= 1.0 or not plan.recomputed:
         return plan
     start = time.perf_counter()
     cheapest = partitions.predicted(plan)
-    found = _torch_plan(partitions, problem, plan, fraction)
-    chosen = cheapest
     tolerance = tie_tolerance(problem)
-    if (
-        found is not None
-        and set(found[0].saved) != set(plan.saved)
-        and within_tie(plan, found[0], tolerance)  # else not worth partitioning to predict
-    ):
+    candidates = _ordered_plans(problem, plan, tolerance)
+    found = _torch_plan(partitions, problem, plan, fraction)
+    if found is not None:
         theirs, fitted = found
         named = f"torch's saved set at budget {fraction:.3g}"
-        named += ", fitted to the target" if fitted else ""
-        others = [(named, partitions.predicted(theirs))]
-        chosen = lowest_peak(cheapest, others, tolerance)
+        candidates.append((named + (", fitted to the target" if fitted else ""), theirs))
+    seen = {frozenset(plan.saved)}
+    others = []
+    for named, other in candidates:
+        # the others within the tolerance, each saved set once: partitioned to predict
+        if frozenset(other.saved) not in seen and within_tie(plan, other, tolerance):
+            seen.add(frozenset(other.saved))
+            others.append((named, partitions.predicted(other)))
+    chosen = lowest_peak(cheapest, others, tolerance)
     took = time.perf_counter() - start
     return replace(chosen, timings={**chosen.timings, "tie-break": took})
+
+
+def _ordered_plans(problem: Problem, plan: Plan, tolerance: float) -> list[tuple[str, Plan]]:
+    """Plans as cheap as ``plan`` but for the tolerance, recomputing as late and as early
+    in the forward as they can: the min-cut's on the costs raised by each node's distance
+    from the forward's end (or its start), by at most ``tolerance`` in all. A joint graph
+    of identical layers has many equally cheap plans, and which layers recompute decides
+    how much the backward holds at once; the solver's own pick among them is arbitrary.
+    None for a plan that offloads (the min-cut plans saves and recomputations only)."""
+    if plan.offloaded:
+        return []
+    solver = get_solver("mincut")
+    n = problem.n
+    step = tolerance / max(n, 1) ** 2  # n nodes, each raised by at most n steps
+    position = np.arange(n, dtype=np.float64)
+    found = []
+    for named, raise_by in (("latest", n - position), ("earliest", position)):
+        nudged = replace(problem, cost=problem.cost + step * raise_by * (problem.cost > 0))
+        try:
+            sol = solver.solve(nudged, plan.target_bytes - problem.fixed_bytes, minimize="cost")
+        except InfeasibleError:
+            continue
+        if not problem.check(sol.saved):
+            found.append(
+                (f"the cheapest plan recomputing {named}", plan_like(problem, sol.saved, plan))
+            )
+    return found
 
 
 def _fraction(plan: Plan) -> float | None:
