@@ -44,7 +44,7 @@ def tie_break(partitions: Partitions, problem: Problem, plan: Plan) -> Plan:
     start = time.perf_counter()
     cheapest = partitions.predicted(plan)
     tolerance = tie_tolerance(problem)
-    candidates = _ordered_plans(problem, plan, tolerance)
+    candidates = _ordered_plans(problem, plan, tolerance) if fraction > 0 else []
     found = _torch_plan(partitions, problem, plan, fraction)
     if found is not None:
         theirs, fitted = found
@@ -68,7 +68,8 @@ def _ordered_plans(problem: Problem, plan: Plan, tolerance: float) -> list[tuple
     from the forward's end (or its start), by at most ``tolerance`` in all. A joint graph
     of identical layers has many equally cheap plans, and which layers recompute decides
     how much the backward holds at once; the solver's own pick among them is arbitrary.
-    None for a plan that offloads (the min-cut plans saves and recomputations only)."""
+    None for a plan that offloads (the min-cut plans saves and recomputations only). Not
+    asked at b=0, whose plan is the fewest bytes first, then the cheapest."""
     if plan.offloaded:
         return []
     solver = get_solver("mincut")
@@ -77,7 +78,8 @@ def _ordered_plans(problem: Problem, plan: Plan, tolerance: float) -> list[tuple
     position = np.arange(n, dtype=np.float64)
     found = []
     for named, raise_by in (("latest", n - position), ("earliest", position)):
-        nudged = replace(problem, cost=problem.cost + step * raise_by * (problem.cost > 0))
+        raised = problem.cost + step * raise_by * (problem.cost > 0)
+        nudged = replace(problem, cost=raised, offload=None)  # saves and recomputations
         try:
             sol = solver.solve(nudged, plan.target_bytes - problem.fixed_bytes, minimize="cost")
         except InfeasibleError:
