@@ -68,8 +68,8 @@ def _ordered_plans(problem: Problem, plan: Plan, tolerance: float) -> list[tuple
     from the forward's end (or its start), by at most ``tolerance`` in all. A joint graph
     of identical layers has many equally cheap plans, and which layers recompute decides
     how much the backward holds at once; the solver's own pick among them is arbitrary.
-    None for a plan that offloads (the min-cut plans saves and recomputations only). Not
-    asked at b=0, whose plan is the fewest bytes first, then the cheapest."""
+    Nothing for a plan that offloads (the min-cut plans saves and recomputations only); the
+    caller asks none at b=0, whose plan is the fewest bytes first, then the cheapest."""
     if plan.offloaded:
         return []
     solver = get_solver("mincut")

@@ -212,8 +212,8 @@ def device_of(device: torch.device) -> Device:
 # --------------------------------------------------------------------------- measuring
 
 _MEASURED: dict[str, Device] = {}
-# The probes' version, kept with the figures on disk: figures an earlier probe measured are
-# measured again (version 1 ran under the caller's fake-tensor mode: nothing was timed).
+# The probes' version, kept with the figures on disk: a file another version wrote is
+# measured again.
 PROBE_VERSION = 2
 
 

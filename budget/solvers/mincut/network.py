@@ -36,10 +36,11 @@ Numerics. OR-Tools' max flow takes int64 capacities. Bytes are kept exact (unles
 relevant bytes exceed 2**36, then they are divided by a power of two and floored), costs
 are kept exact when they are integers and small enough, otherwise counted in 2**-40 of the
 largest cost and floored (by a power of two more where room needs), so the weights' sums
-multiply to at most 2**59 and depend on the costs' ratios only, not their unit. A query ``lam`` is a
-rational ``p/q`` of these integer weights, capacities ``q * bytes + p * cost`` fit int64
-and the cut is exact for the integer weights. Flooring only lowers the weights, so bounds
-stay valid; plans are always re-priced in exact bytes and the problem's own costs. A
+multiply to at most 2**59 and depend on the costs' ratios only, not their unit. A query
+``lam`` is a rational ``p/q`` of these integer weights, capacities ``q * bytes + p * cost``
+fit int64 and the cut is exact for the integer weights. Flooring only lowers the weights
+(but for float error: at most 2**-48 of the largest cost, ``_relative_weights``), so
+bounds stay valid; plans are always re-priced in exact bytes and the problem's own costs. A
 float ``lam`` given to :func:`lagrangian_plan` is approximated by the nearest such
 rational (denominator up to ~2**59 / total weight): exact unless ``lam`` lies closer than
 that to a breakpoint of the frontier, where the plan is within rounding of optimal.
