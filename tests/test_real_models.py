@@ -292,7 +292,7 @@ def test_a_torch_set_a_little_over_the_target_is_fitted_to_it_and_llama_is_not_d
         return measure_peak(step, *m.args), backward_flops(step(*m.args))
 
     with monkeypatch.context() as patched:
-        patched.setattr(tie_break, "_ordered_plans", lambda *_: [])
+        patched.setattr(tie_break, "ordered_saved_sets", lambda *_: [])
         be = budget.backend(0.2, compiler="eager")
         ours = measured(be)
     with functorch_config.patch(activation_memory_budget=0.2):
@@ -316,7 +316,7 @@ def test_among_equally_cheap_plans_bert_gets_the_one_recomputing_latest(monkeypa
 
     m = make("bert")
     with monkeypatch.context() as patched:
-        patched.setattr(tie_break, "_ordered_plans", lambda *_: [])
+        patched.setattr(tie_break, "ordered_saved_sets", lambda *_: [])
         solvers = budget.plan(m.step, *m.args, memory_budget=0.5)
     plan = budget.plan(m.step, *m.args, memory_budget=0.5)
     assert plan.tie_break.startswith("the cheapest plan recomputing latest"), plan.tie_break

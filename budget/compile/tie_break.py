@@ -1,7 +1,7 @@
 """The compiled path's peak tie-break: the budget's cheapest plan against torch's own
 saved set at the same fraction and against the cheapest plans recomputing latest and
-earliest in the forward, each partitioned and predicted, the lowest peak kept
-(:func:`budget.planning.tie_break.lowest_peak`).
+earliest in the forward (:func:`budget.planning.tie_break.ordered_saved_sets`), each
+partitioned and predicted, the lowest peak kept (:func:`budget.planning.tie_break.lowest_peak`).
 
 torch's min-cut at a fraction below 1 often lands on a plan as cheap as the exact optimum
 that recomputes other values; where its backward holds less at once, its peak is lower,
@@ -18,15 +18,12 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from ..core.plan import Plan
 from ..core.problem import Problem
 from ..core.sizes import parse_budget
 from ..planning.planner import plan_like
-from ..planning.tie_break import lowest_peak, tie_tolerance, within_tie
+from ..planning.tie_break import lowest_peak, ordered_saved_sets, tie_tolerance, within_tie
 from ..runtime import _torch_private as T
-from ..solvers import InfeasibleError, get_solver
 from ..solvers.heuristics.greedy_moves import State, descend
 
 if TYPE_CHECKING:
@@ -44,7 +41,8 @@ def tie_break(partitions: Partitions, problem: Problem, plan: Plan) -> Plan:
     start = time.perf_counter()
     cheapest = partitions.predicted(plan)
     tolerance = tie_tolerance(problem)
-    candidates = _ordered_plans(problem, plan, tolerance) if fraction > 0 else []
+    ordered = ordered_saved_sets(problem, plan, tolerance) if fraction > 0 else []
+    candidates = [(named, plan_like(problem, saved, plan)) for named, saved in ordered]
     found = _torch_plan(partitions, problem, plan, fraction)
     if found is not None:
         theirs, fitted = found
@@ -60,35 +58,6 @@ def tie_break(partitions: Partitions, problem: Problem, plan: Plan) -> Plan:
     chosen = lowest_peak(cheapest, others, tolerance)
     took = time.perf_counter() - start
     return replace(chosen, timings={**chosen.timings, "tie-break": took})
-
-
-def _ordered_plans(problem: Problem, plan: Plan, tolerance: float) -> list[tuple[str, Plan]]:
-    """Plans as cheap as ``plan`` but for the tolerance, recomputing as late and as early
-    in the forward as they can: the min-cut's on the costs raised by each node's distance
-    from the forward's end (or its start), by at most ``tolerance`` in all. A joint graph
-    of identical layers has many equally cheap plans, and which layers recompute decides
-    how much the backward holds at once; the solver's own pick among them is arbitrary.
-    Nothing for a plan that offloads (the min-cut plans saves and recomputations only); the
-    caller asks none at b=0, whose plan is the fewest bytes first, then the cheapest."""
-    if plan.offloaded:
-        return []
-    solver = get_solver("mincut")
-    n = problem.n
-    step = tolerance / max(n, 1) ** 2  # n nodes, each raised by at most n steps
-    position = np.arange(n, dtype=np.float64)
-    found = []
-    for named, raise_by in (("latest", n - position), ("earliest", position)):
-        raised = problem.cost + step * raise_by * (problem.cost > 0)
-        nudged = replace(problem, cost=raised, offload=None)  # saves and recomputations
-        try:
-            sol = solver.solve(nudged, plan.target_bytes - problem.fixed_bytes, minimize="cost")
-        except InfeasibleError:
-            continue
-        if not problem.check(sol.saved):
-            found.append(
-                (f"the cheapest plan recomputing {named}", plan_like(problem, sol.saved, plan))
-            )
-    return found
 
 
 def _fraction(plan: Plan) -> float | None:

@@ -3,9 +3,9 @@ previews, ``budget.eager.plan`` and ``budget.eager.sweep``.
 
 ``apply(model, *example_inputs, memory_budget=...)`` traces one training step on fake
 tensors (:mod:`budget.eager.trace`: nothing computed, no buffer changes), plans it with the
-configured solver and estimator (:mod:`budget.eager.planner`), predicts each plan's peak
-by running the step on fake tensors with the plan installed (:mod:`budget.eager.peak`)
-and installs the plan it chose (:mod:`budget.eager.install`): the chosen modules
+configured solver and estimator (:mod:`budget.eager.planner`; which plan a budget gets:
+:mod:`budget.eager.search`), predicts each plan's peak by running the step on fake tensors
+with the plan installed (:mod:`budget.eager.peak`) and installs the plan it chose (:mod:`budget.eager.install`): the chosen modules
 checkpointed with per-op policies, offloaded saves under saved-tensor hooks. Applying
 again re-plans from the original model (what was applied is undone first).
 """
@@ -31,9 +31,10 @@ from ..runtime import _torch_private as T
 from .install import applied_plan, install, unapply
 from .peak import EagerPeak, simulate
 from .plan import EagerPlan
-from .planner import plan_key, plan_predicted, plan_trace
+from .planner import plan_key, plan_trace
 from .problem import CostCache
 from .regions import ModuleSpec, excluded, noted, select_candidates
+from .search import plan_predicted
 from .step import step_of
 from .trace import trace_step
 from .traced import Trace

@@ -15,20 +15,14 @@ keeps what it saves there, and the solver re-plans the rest at the same target),
 so when the step's recompute cost does not grow. Each plan is an exact optimum for its
 set of checkpointed regions; over sets of regions the search is greedy.
 
-A peak memory budget (:func:`plan_predicted`) is met as on the compiled path: the plans of
-the memory budget and of the fractions of ``PEAK_GRID`` below it, from the largest down,
-each distinct plan's peak predicted (:mod:`budget.eager.peak`) until one fits; then
-cheaper plans under rows of the step's moments (:mod:`budget.eager.peak_rows`; without
-offload, which is searched beside). Eager checkpointing cannot recompute a value twice,
-so nothing is rescheduled: under every plan's peak, BudgetTooSmallError names the lowest.
+Which of these plans a budget gets, with its predicted peak (a peak budget's search, the
+peak tie-break), is :mod:`budget.eager.search`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import replace
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -40,19 +34,15 @@ from ..core.sizes import MemoryBudget
 from ..errors import InfeasibleError
 from ..estimators import get_estimator
 from ..planning.offload import host_link
-from ..planning.peak_grid import PeakGrid, grid_budgets, with_and_without_offload
 from ..planning.planner import budget_target, make_plan
-from ..planning.tie_break import lowest_peak, tie_tolerance
 from ..solvers import Solution, get_solver
 from ..solvers.auto import asking
 from .offload import save_choices
-from .peak_rows import RowSearch
 from .plan import EagerPlan, RegionChoice
 from .problem import CostCache, _cacheable, build_problem, held_storages, storage_key
 from .traced import Trace
 
 _EPS = 1e-12
-TIE_CANDIDATES = 4  # plans of smaller budgets the peak tie-break predicts at most
 
 
 def _forced(problem: Problem) -> list[int]:
@@ -81,15 +71,15 @@ def plan_trace(
     if offload and costs.link is None:
         costs.link = host_link(estimator, next(iter(trace.ops)))
     backend = get_solver(solver)
-    usable = _checkpointable(trace, costs, excluded)
+    usable = checkpointable(trace, costs, excluded)
 
-    plain, plain_nodes = _problem(trace, (), costs)
+    plain, plain_nodes = problem_for(trace, (), costs)
     plain_saved = _forced(plain)
     max_bytes = plain.saved_bytes(plain_saved)
     t_estimate = time.perf_counter() - start
     movable = bool(usable) or costs.link is not None  # anything a plan can take away
     if movable and costs.min_bytes is None:
-        full, _ = _problem(trace, usable, costs)
+        full, _ = problem_for(trace, usable, costs)
         low = backend.solve(full, None, minimize="bytes", time_limit=time_limit)
         costs.min_bytes = min(int(low.objective), max_bytes)
     min_bytes = costs.min_bytes if movable and costs.min_bytes is not None else max_bytes
@@ -113,7 +103,7 @@ def plan_trace(
         plan = make_plan(
             plain, plain_saved, status=status, gap=0.0, solver="none", timings=timings, **common
         )
-        return _eager_plan(plan, trace, plain, plain_nodes, (), excluded, costs)
+        return eager_plan(plan, trace, plain, plain_nodes, (), excluded, costs)
 
     checkpointed = list(usable)
     best = _solve(trace, checkpointed, costs, backend, target, time_limit)
@@ -138,139 +128,7 @@ def plan_trace(
         timings=timings,
         **common,
     )
-    return _eager_plan(plan, trace, problem, nodes, checkpointed, excluded, costs)
-
-
-def plan_predicted(
-    trace: Trace,
-    budget: MemoryBudget,
-    peak_bytes: int | None,
-    predict: Callable[[EagerPlan], EagerPlan],
-    *,
-    solver: str,
-    estimator: str,
-    time_limit: float,
-    excluded: dict[int, str] | None = None,
-    offload: bool = False,
-    costs: CostCache | None = None,
-) -> EagerPlan:
-    """The plan ``budget.apply`` makes, with its predicted peak (``predict(plan)`` gives
-    the plan with its ``peak_bytes`` and ``timeline``, once per distinct plan): under a
-    peak budget (``peak_bytes``) the grid search (:func:`_for_peak`; with offload, also
-    without: :func:`~budget.planning.peak_grid.with_and_without_offload`), else the
-    memory budget's plan with the peak tie-break (:func:`_tie_broken`); ``costs``: as in
-    :func:`plan_trace`."""
-    opts = {"solver": solver, "estimator": estimator, "time_limit": time_limit}
-    costs = CostCache(get_estimator(estimator)) if costs is None else costs
-    opts |= {"costs": costs, "offload": offload}
-    opts |= {"excluded": excluded}
-    if peak_bytes is None:
-        return _tie_broken(trace, budget, predict, opts)
-    plain = (
-        {**opts, "offload": False, "costs": opts["costs"].without_offload()} if offload else opts
-    )
-
-    def search(allow: bool) -> EagerPlan:
-        return _for_peak(trace, budget, peak_bytes, predict, opts if allow else plain)
-
-    return with_and_without_offload(search, offload, budget)
-
-
-def _for_peak(
-    trace: Trace,
-    budget: MemoryBudget,
-    peak_bytes: int,
-    predict: Callable[[EagerPlan], EagerPlan],
-    opts: dict[str, Any],
-) -> EagerPlan:
-    """The eager plan with the least recompute whose predicted peak is at most
-    ``peak_bytes``, among the plans at ``budget`` and at the fractions of ``PEAK_GRID``
-    below it and those the rows find (ties: the lower peak); ``opts``: plan_trace's.
-
-    The grid search of :mod:`budget.planning.peak_grid`, from the largest fraction down: a
-    smaller target never costs less for a given set of checkpointed modules (the set
-    itself is chosen greedily, so this is the grid's cheapest fit up to that choice). Then
-    the rows' stage (:func:`_search_rows`), which can only add cheaper plans that fit."""
-    start = time.perf_counter()
-    own = plan_trace(trace, budget, **opts)  # the memory budget's plan: its target is the cap
-
-    def make(b: MemoryBudget) -> EagerPlan | None:
-        """The plan at ``b``, None when it saves more than the memory budget allows."""
-        p = own if b is budget else plan_trace(trace, b, **opts)
-        return p if p.saved_bytes <= own.target_bytes else None
-
-    grid = PeakGrid(peak_bytes, key=plan_key, predict=predict)  # type: ignore[arg-type]
-    grid.walk(p for b in grid_budgets(budget) if (p := make(b)) is not None)
-    if grid.missed is not None:  # between the cheapest fit and the last miss above it
-        grid.refine(lambda target: make(MemoryBudget(nbytes=target)), grid.missed.target_bytes)
-    if not opts["offload"]:
-        _search_rows(trace, grid, budget, own, opts)
-    best = grid.best(
-        f"eager plans tried within memory budget {budget} (smaller candidate modules, "
-        "modules=, may reach lower)"
-    )
-    return replace(best, timings={**best.timings, "peak search": time.perf_counter() - start})
-
-
-def _search_rows(
-    trace: Trace, grid: PeakGrid, budget: MemoryBudget, first: EagerPlan, opts: dict[str, Any]
-) -> None:
-    """The rows' stage of the peak search (:mod:`budget.eager.peak_rows`), over the plans
-    that checkpoint every candidate module."""
-    costs, excluded = opts["costs"], opts["excluded"] or {}
-    usable = _checkpointable(trace, costs, dict(excluded))
-    if not usable:
-        return
-    problem, nodes = _problem(trace, usable, costs)
-    common = {"budget": budget, "target_bytes": first.target_bytes, "estimator": first.estimator}
-    common |= {"min_bytes": first.min_bytes, "max_bytes": first.max_bytes}
-
-    def make(saved: list[int]) -> EagerPlan:
-        done = {"status": "feasible", "gap": None, "solver": "cpsat rows", "timings": {}}
-        plan = make_plan(problem, saved, **done, **common)
-        return _eager_plan(plan, trace, problem, nodes, usable, excluded, costs)
-
-    rows = RowSearch(trace, problem, nodes, usable, lambda p: _indices(problem, p.saved))
-    rows.run(grid, make, first.target_bytes, key=plan_key, time_limit=opts["time_limit"])
-
-
-def _tie_broken(
-    trace: Trace,
-    budget: MemoryBudget,
-    predict: Callable[[EagerPlan], EagerPlan],
-    opts: dict[str, Any],
-) -> EagerPlan:
-    """The memory budget's plan, or, where one peaks lower, the plan of a fraction of
-    ``PEAK_GRID`` below the budget whose recompute is within the tie tolerance of the
-    cheapest's (:mod:`budget.planning.tie_break`). Walks the fractions down while their
-    plans stay within it (a smaller target never costs less), ``TIE_CANDIDATES`` distinct
-    plans at most. Not at budget 1 (the model as it is). Under the ``flops`` estimator
-    pointwise ops cost nothing, so plans that recompute them instead of saving them tie
-    with plans that save them, and peak lower."""
-    made = plan_trace(trace, budget, **opts)
-    cheapest = predict(made)
-    if budget.fraction == 1.0:
-        return cheapest  # the model as it is
-    start = time.perf_counter()
-    costs = opts["costs"]
-    tolerance = tie_tolerance(_problem(trace, _checkpointable(trace, costs, {}), costs)[0])
-    others: list[tuple[str, Plan]] = []
-    seen = {plan_key(made)}
-    for b in grid_budgets(budget)[1:]:
-        if len(others) == TIE_CANDIDATES:
-            break
-        p = plan_trace(trace, b, **opts)
-        if p.saved_bytes > made.target_bytes:
-            continue  # a size budget: the fractions above it
-        if p.total_recompute_cost > made.total_recompute_cost + tolerance:
-            break
-        if plan_key(p) not in seen:  # kept, it is the plan of the budget asked for
-            seen.add(plan_key(p))
-            mine = replace(p, budget=made.budget, target_bytes=made.target_bytes)
-            others.append((f"the plan at budget {b}", predict(mine)))
-    chosen = lowest_peak(cheapest, others, tolerance)
-    took = time.perf_counter() - start
-    return replace(chosen, timings={**chosen.timings, "tie-break": took})  # type: ignore[return-value]
+    return eager_plan(plan, trace, problem, nodes, checkpointed, excluded, costs)
 
 
 def plan_key(p: EagerPlan) -> tuple:
@@ -278,16 +136,16 @@ def plan_key(p: EagerPlan) -> tuple:
     return tuple(r.key for r in p.regions if r.checkpoint), tuple(p.saved), tuple(p.offloaded)
 
 
-def _checkpointable(trace: Trace, costs: CostCache, excluded: dict[int, str]) -> list[int]:
+def checkpointable(trace: Trace, costs: CostCache, excluded: dict[int, str]) -> list[int]:
     """The candidate regions not ``excluded`` that some plan can checkpoint; the others
     join ``excluded``, with why. Checkpointing a region where a value the backward needs
     can be neither cached nor recomputed (BatchNorm, whose running statistics must not be
     updated twice, followed by an in-place ReLU that writes its output) has no plan."""
     usable = [r for r in range(len(trace.regions)) if r not in excluded]
-    if not usable or not _stuck(_problem(trace, usable, costs)[0]):
+    if not usable or not _stuck(problem_for(trace, usable, costs)[0]):
         return usable
     for r in usable:
-        stuck = _stuck(_problem(trace, [r], costs)[0])
+        stuck = _stuck(problem_for(trace, [r], costs)[0])
         if stuck:
             excluded[r] = f"checkpointing it has no plan: {stuck}"
     return [r for r in usable if r not in excluded]
@@ -308,7 +166,7 @@ def _solve(
     target: int,
     time_limit: float,
 ) -> tuple[Problem, list[fx.Node | None], Solution] | None:
-    problem, nodes = _problem(trace, checkpointed, costs)
+    problem, nodes = problem_for(trace, checkpointed, costs)
     try:
         sol = backend.solve(problem, target, minimize="cost", time_limit=time_limit)  # type: ignore[attr-defined]
     except InfeasibleError:
@@ -316,7 +174,7 @@ def _solve(
     return problem, nodes, sol
 
 
-def _problem(
+def problem_for(
     trace: Trace, checkpointed: Sequence[int], costs: CostCache
 ) -> tuple[Problem, list[fx.Node | None]]:
     key = tuple(sorted(checkpointed))
@@ -339,7 +197,7 @@ def _region_cost(
     )
 
 
-def _eager_plan(
+def eager_plan(
     plan: Plan,
     trace: Trace,
     problem: Problem,
@@ -351,7 +209,7 @@ def _eager_plan(
     """``plan`` with its per-region choices: the policy of each op call of each
     checkpointed region, from the values the plan saves; planned with offload, the saves
     around the model's forward, each offloaded or not."""
-    saved_nodes = {nodes[d] for d in _indices(problem, plan.saved)}
+    saved_nodes = {nodes[d] for d in indices_of(problem, plan.saved)}
     held = held_storages(trace, set(checkpointed))  # kept anyway: ops cached for the rest
     by_name = {d.name: d for d in plan.decisions}
     region_by_name = {
@@ -395,6 +253,6 @@ def _eager_plan(
     return EagerPlan(**made, regions=regions, saves=saves, counted_from_model=counted)
 
 
-def _indices(problem: Problem, names: Sequence[str]) -> list[int]:
+def indices_of(problem: Problem, names: Sequence[str]) -> list[int]:
     where = {n: i for i, n in enumerate(problem.names)}
     return [where[n] for n in names if n in where]

@@ -3,8 +3,10 @@
 A memory budget bounds what a plan saves, not what is alive together: plans of equal
 recompute can peak far apart (what the backward recomputes, and next to what, decides
 it). The front end gives the cheapest plan of the budget and other plans within the same
-budget (the compiled path: torch's own saved set at the same fraction), each with its
-predicted peak; :func:`lowest_peak` keeps the one that peaks lowest among those whose
+budget, each with its predicted peak: both front ends weigh the cheapest plans recomputing
+latest and earliest in the forward (:func:`ordered_saved_sets`); the compiled path adds
+torch's own saved set at the same fraction, the eager path the plans of smaller fractions.
+:func:`lowest_peak` keeps the one that peaks lowest among those whose
 recompute is at most the cheapest's plus ``TIE_TOLERANCE`` of the cost of recomputing the
 whole forward (ties: less recompute, then fewer saved bytes). The forward's cost is about
 half the backward's, so a lower peak never costs more than about 0.25% of the backward's
@@ -16,9 +18,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+import numpy as np
+
 from ..core.plan import Plan
 from ..core.problem import Problem
 from ..core.sizes import format_bytes
+from ..errors import InfeasibleError
+from ..solvers import get_solver
 
 TIE_TOLERANCE = 0.005  # of the cost of recomputing every forward value once
 _KEPT = "the cheapest plan"  # how a note that keeps the cheapest plan begins
@@ -37,6 +43,37 @@ def within_tie(cheapest: Plan, other: Plan, tolerance: float) -> bool:
         other.saved_bytes <= cheapest.target_bytes
         and other.total_recompute_cost <= cheapest.total_recompute_cost + tolerance
     )
+
+
+def ordered_saved_sets(
+    problem: Problem, plan: Plan, tolerance: float
+) -> list[tuple[str, list[int]]]:
+    """The saved sets (indices of ``problem``) of plans as cheap as ``plan`` but for the
+    tolerance, recomputing as late and as early in the forward as they can, each named: the
+    min-cut's on the costs raised by each node's distance from the forward's end (or its
+    start), by at most ``tolerance`` in all, under ``plan``'s target. A joint graph of
+    identical layers has many equally cheap plans, and which layers recompute decides how
+    much the backward holds at once; the solver's own pick among them is arbitrary. None for
+    a plan that offloads (the min-cut plans saves and recomputations only) or recomputes
+    nothing; the caller asks none at b=0, whose plan is the fewest bytes first, then the
+    cheapest. A set the problem refuses (:meth:`Problem.check`) is left out."""
+    if plan.offloaded or not plan.recomputed:
+        return []
+    solver = get_solver("mincut")
+    n = problem.n
+    step = tolerance / max(n, 1) ** 2  # n nodes, each raised by at most n steps
+    position = np.arange(n, dtype=np.float64)
+    found = []
+    for named, raise_by in (("latest", n - position), ("earliest", position)):
+        raised = problem.cost + step * raise_by * (problem.cost > 0)
+        nudged = replace(problem, cost=raised, offload=None)  # saves and recomputations
+        try:
+            sol = solver.solve(nudged, plan.target_bytes - problem.fixed_bytes, minimize="cost")
+        except InfeasibleError:
+            continue
+        if not problem.check(sol.saved):
+            found.append((f"the cheapest plan recomputing {named}", list(sol.saved)))
+    return found
 
 
 def lowest_peak(cheapest: Plan, others: Sequence[tuple[str, Plan]], tolerance: float) -> Plan:

@@ -1,8 +1,8 @@
-"""budget.apply's peak tie-break (budget.eager.planner: plan_predicted), measured.
+"""budget.apply's peak tie-break (budget.eager.search: plan_predicted), measured.
 
 The oracle is the step itself: each plan is applied to the model and its peak measured
 (torch.profiler's memory events), and the cheapest plan of the budget is the one the
-planner makes with the tie-break switched off (TIE_CANDIDATES = 0).
+planner makes with the tie-break switched off (no candidates beside it: ``_off``).
 """
 
 from __future__ import annotations
@@ -16,14 +16,22 @@ from helpers.steps import grads_of
 from torch.utils.flop_counter import FlopCounterMode
 
 import budget
-from budget.eager import planner
+from budget.eager import search
 from budget.runtime.measure import measure_peak
 
-CANDIDATES = planner.TIE_CANDIDATES
+CANDIDATES = search.TIE_CANDIDATES
+
+
+def _off(monkeypatch) -> None:
+    """The tie-break switched off: no candidate beside the cheapest plan."""
+    monkeypatch.setattr(search, "TIE_CANDIDATES", 0)
+    monkeypatch.setattr(search, "ordered_saved_sets", lambda *_: [])
 
 
 def _applied(monkeypatch, candidates: int, b: float):
-    monkeypatch.setattr(planner, "TIE_CANDIDATES", candidates)
+    monkeypatch.undo()
+    if candidates == 0:
+        _off(monkeypatch)
     ex = small_gpt()
     plan = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=b)
     return ex, plan, measure_peak(ex.step, *ex.args)
@@ -71,12 +79,42 @@ def test_a_size_budget_weighs_only_plans_within_its_size(monkeypatch):
     are no candidates (and take none of the candidates' places)."""
     _, at_fraction, _ = _applied(monkeypatch, CANDIDATES, 0.9)
     size = f"{at_fraction.target_bytes}B"
-    monkeypatch.setattr(planner, "TIE_CANDIDATES", 0)
+    _off(monkeypatch)
     ex = small_gpt()
     cheapest = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=size)
-    monkeypatch.setattr(planner, "TIE_CANDIDATES", CANDIDATES)
+    monkeypatch.undo()
     ex = small_gpt()
     chosen = budget.apply(ex.model, *ex.args, step=ex.step, memory_budget=size)
     assert chosen.saved_bytes <= chosen.target_bytes == at_fraction.target_bytes
     assert chosen.tie_break.startswith("the plan at budget ")
     assert chosen.peak_bytes == measure_peak(ex.step, *ex.args) < cheapest.peak_bytes
+
+
+def test_among_equally_cheap_plans_bert_gets_one_recomputing_in_order_and_measures_it(
+    monkeypatch,
+):
+    """BERT's identical layers give many plans as cheap as the optimum at 0.5; the
+    solver's pick holds more at once in the backward than the cheapest plan recomputing
+    earliest in the forward (the same modules checkpointed), which the tie-break keeps:
+    within the tolerance of the recompute, no more bytes saved, and the step measures its
+    predicted peak, below the solver's pick's measured peak."""
+    from helpers.real_models import make
+
+    def applied():
+        m = make("bert")
+        m.model.config.use_cache = False
+        plan = budget.apply(m.model, *m.args, step=m.step, memory_budget=0.5)
+        return m, plan, measure_peak(m.step, *m.args)
+
+    _off(monkeypatch)
+    _, cheapest, cheapest_peak = applied()
+    monkeypatch.undo()
+    m, chosen, chosen_peak = applied()
+    assert chosen.tie_break.startswith("the cheapest plan recomputing "), chosen.tie_break
+    assert chosen.checkpointed == cheapest.checkpointed
+    assert chosen.saved_bytes <= chosen.target_bytes == cheapest.target_bytes
+    with FlopCounterMode(display=False) as counter, torch.no_grad():  # the forward, by torch
+        m.step(*m.args)
+    extra = chosen.recompute_flops - cheapest.recompute_flops
+    assert 0 <= extra <= 0.005 * counter.get_total_flops()
+    assert chosen_peak == chosen.peak_bytes < cheapest_peak == cheapest.peak_bytes
