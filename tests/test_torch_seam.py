@@ -380,19 +380,28 @@ def torch_joint():
 
 
 def test_saved_sets_are_torchs_at_every_fraction_and_the_min_cuts_are_solved_once(torch_joint):
+    """torch_saved_set gives torch's own choice at every fraction, solving each min-cut
+    (the budget-independent ones and the knapsack's, by what it lets be recomputed) and
+    estimating each node's runtime once per graph: asked again, it solves and estimates
+    nothing."""
     from torch._functorch import partitioners
 
     graph, node_info = torch_joint
-    calls = []
-    original = partitioners.solve_min_cut
+    calls, estimated = [], []
+    original, estimate = partitioners.solve_min_cut, partitioners.estimate_runtime
 
     def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
         calls.append(kwargs.get("dont_ban", args[3] if len(args) > 3 else None))
         return original(*args, **kwargs)
 
+    def counted_estimate(node):  # type: ignore[no-untyped-def]
+        estimated.append(node)
+        return estimate(node)
+
     cuts: dict = {}
     fractions = [1.0, 0.8, 0.5, 0.3, 0.1, 0.05]
     partitioners.solve_min_cut = counted
+    partitioners.estimate_runtime = counted_estimate
     try:
         with boykov_kolmogorov_cuts():
             want = [
@@ -402,16 +411,26 @@ def test_saved_sets_are_torchs_at_every_fraction_and_the_min_cuts_are_solved_onc
                 ]
                 for f in fractions
             ]
-        torchs = len(calls)
+        torchs, torch_estimates = len(calls), len(estimated)
         calls.clear()
+        estimated.clear()
         got = [[n.name for n in T.torch_saved_set(graph, node_info, f, cuts)] for f in fractions]
+        solved, first_estimates = list(calls), list(estimated)
         again = [[n.name for n in T.torch_saved_set(graph, node_info, f, cuts)] for f in fractions]
-        restored = partitioners.solve_min_cut is counted  # torch_saved_set undid its patch
+        restored = (partitioners.solve_min_cut, partitioners.estimate_runtime) == (
+            counted,
+            counted_estimate,
+        )  # torch_saved_set undid its patches
     finally:
-        partitioners.solve_min_cut = original
+        partitioners.solve_min_cut, partitioners.estimate_runtime = original, estimate
     assert got == want and again == want
-    plain = [c for c in calls if not c]  # the budget-independent cuts, without dont_ban
-    assert 1 <= len(cuts) == len(plain) <= 3 < torchs
+    plain = [c for c in solved if not c]  # the budget-independent cuts, without dont_ban
+    assert 1 <= len(plain) <= 3 < torchs
+    knapsacks = [frozenset(c) for c in solved if c]  # the knapsack's: each set once
+    assert len(knapsacks) == len(set(knapsacks))
+    assert len(calls) == len(solved)  # asked again: nothing solved
+    assert 0 < len(first_estimates) == len(set(first_estimates)) < torch_estimates
+    assert len(estimated) == len(first_estimates)  # asked again: nothing estimated
     assert restored
 
 

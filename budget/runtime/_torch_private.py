@@ -184,32 +184,39 @@ def torch_saved_set(
     graph: Any, node_info: Any, memory_budget: float, cuts: dict[Any, Any]
 ) -> list[Any]:
     """torch's saved set at ``memory_budget`` (``choose_saved_values_set``, with
-    :func:`boykov_kolmogorov_cuts`). Its min-cuts do not depend on the budget (up to three,
-    one per set of ban options), so for one joint graph each is solved once and kept in
-    ``cuts`` (the caller's, one per graph): a sweep's fractions share them."""
+    :func:`boykov_kolmogorov_cuts`). What it computes that does not depend on the budget is
+    computed once per joint graph and kept in ``cuts`` (the caller's, one per graph), so a
+    sweep's fractions share it: its min-cuts (up to three, one per set of ban options; the
+    knapsack's own, by the nodes it lets be recomputed) and each node's runtime estimate."""
     import dataclasses
 
     from torch._functorch import partitioners
 
-    original = partitioners.solve_min_cut
+    solve, estimate = partitioners.solve_min_cut, partitioners.estimate_runtime
+    runtimes = cuts.setdefault("runtimes", {})
+    mode = partitioners.config.activation_memory_budget_runtime_estimator
 
     def remembered(joint_graph: Any, info: Any, options: Any, dont_ban: Any = None) -> Any:
-        if dont_ban:  # not what choose_saved_values_set asks: solved as torch would
-            return original(joint_graph, info, options, dont_ban)
-        key = (id(joint_graph), dataclasses.astuple(options))
+        allowed = frozenset(dont_ban or ())
+        key = (id(joint_graph), dataclasses.astuple(options), allowed)
         if key not in cuts:
-            cuts[key] = original(joint_graph, info, options)
+            cuts[key] = solve(joint_graph, info, options, dont_ban)
         saved, banned = cuts[key]
         return list(saved), banned
 
-    partitioners.solve_min_cut = remembered
+    def estimated(node: Any) -> float:
+        if (mode, node) not in runtimes:
+            runtimes[mode, node] = estimate(node)
+        return runtimes[mode, node]
+
+    partitioners.solve_min_cut, partitioners.estimate_runtime = remembered, estimated
     try:
         with boykov_kolmogorov_cuts():
             return partitioners.choose_saved_values_set(
                 graph, node_info, memory_budget=memory_budget
             )
     finally:
-        partitioners.solve_min_cut = original
+        partitioners.solve_min_cut, partitioners.estimate_runtime = solve, estimate
 
 
 def frame_code() -> Any:
