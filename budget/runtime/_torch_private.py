@@ -1,17 +1,13 @@
 """The seam to PyTorch's private APIs: the only module of budget that imports them.
 
-budget reuses torch's own machinery (the joint-graph node classification, the fwd/bwd
-extraction, the min-cut that defines the b=1.0 end, RNG functionalisation, the compile
-stack it plugs into) instead of re-deriving it. Every ``torch._*`` module (``torch._C``
-internals included) and ``torch.utils._*`` module budget uses is imported here and nowhere
-else: ruff's TID251 bans them elsewhere (pyproject.toml), and tests/test_torch_seam.py
-checks that each name exported here is still the torch object it names and that no other
-module reaches for a private torch name. The tested torch range is pinned in pyproject.toml.
-
-Names whose modules ``import torch`` has loaded already (pytree, op classes, dispatch
-modes) are imported eagerly; the compile stack (functorch's partitioner, dynamo, Inductor)
-on first use (PEP 562 ``__getattr__``), so importing this module, and with it
-``budget.estimators``, loads none of it.
+budget reuses torch's own machinery (joint-graph node classification, fwd/bwd extraction,
+the b=1.0 min-cut, RNG functionalisation, the compile stack) instead of re-deriving it.
+Every ``torch._*`` and ``torch.utils._*`` module budget uses is imported here and nowhere
+else: ruff's TID251 bans them elsewhere, and tests/test_torch_seam.py checks that each
+name exported here is still the torch object it names. The torch range is pinned in
+pyproject.toml. Names ``import torch`` has loaded already are imported eagerly; the
+compile stack (partitioner, dynamo, Inductor) on first use (PEP 562 ``__getattr__``), so
+importing this module, and with it ``budget.estimators``, loads none of it.
 """
 
 from __future__ import annotations
@@ -146,8 +142,8 @@ def input_mutation_outputs(output: Any) -> dict[int, Any]:
 
 @functools.cache
 def _tangents_in_a_list() -> bool:
-    """Whether AOTAutograd's compiled backward takes its gradients as one list, freeing each
-    at its last read (torch 2.13), not as arguments held until it returns (earlier)."""
+    """Whether AOTAutograd's compiled backward takes its gradients as one list, each freed
+    at its last read (torch 2.13), or as arguments held until it returns (earlier)."""
     wrappers = importlib.import_module("torch._functorch._aot_autograd.runtime_wrappers")
     return hasattr(wrappers, "_codegen_compiled_backward")
 
@@ -159,8 +155,8 @@ def reference_counts(t: torch.Tensor) -> tuple[int, int]:
 
 def tangent_held(val: Any) -> bool:
     """Whether a compiled backward's tangent ``val`` (its fake value) lives until the
-    backward returns: a 0-dim one (the loss's gradient, ``loss.backward()`` holds it), and
-    any other (another graph's gradient, zeros for an unused output) where it is an argument."""
+    backward returns: a 0-dim one (the loss's gradient, ``loss.backward()`` holds it); any
+    other (another graph's gradient, zeros for an unused output) where it is an argument."""
     dims = getattr(val, "dim", None)
     return dims is None or dims() == 0 or not _tangents_in_a_list()
 
@@ -184,30 +180,28 @@ def torch_saved_set(
     graph: Any, node_info: Any, memory_budget: float, cuts: dict[Any, Any]
 ) -> list[Any]:
     """torch's saved set at ``memory_budget`` (``choose_saved_values_set``, with
-    :func:`boykov_kolmogorov_cuts`). What it computes that does not depend on the budget is
-    computed once per joint graph and kept in ``cuts`` (the caller's, one per graph), so a
-    sweep's fractions share it: its min-cuts (up to three, one per set of ban options; the
-    knapsack's own, by the nodes it lets be recomputed) and each node's runtime estimate."""
+    :func:`boykov_kolmogorov_cuts`). What does not depend on the budget is computed once
+    per joint graph and kept in ``cuts`` (the caller's, one per graph) for a sweep's
+    fractions: its min-cuts (one per set of ban options; the knapsack's, by the nodes it
+    lets be recomputed) and each node's runtime estimate."""
     import dataclasses
 
     from torch._functorch import partitioners
 
     solve, estimate = partitioners.solve_min_cut, partitioners.estimate_runtime
-    runtimes = cuts.setdefault("runtimes", {})
-    mode = partitioners.config.activation_memory_budget_runtime_estimator
 
     def remembered(joint_graph: Any, info: Any, options: Any, dont_ban: Any = None) -> Any:
-        allowed = frozenset(dont_ban or ())
-        key = (id(joint_graph), dataclasses.astuple(options), allowed)
+        key = (id(joint_graph), dataclasses.astuple(options), frozenset(dont_ban or ()))
         if key not in cuts:
             cuts[key] = solve(joint_graph, info, options, dont_ban)
         saved, banned = cuts[key]
         return list(saved), banned
 
     def estimated(node: Any) -> float:
-        if (mode, node) not in runtimes:
-            runtimes[mode, node] = estimate(node)
-        return runtimes[mode, node]
+        key = ("runtime", partitioners.config.activation_memory_budget_runtime_estimator, node)
+        if key not in cuts:
+            cuts[key] = estimate(node)
+        return cuts[key]
 
     partitioners.solve_min_cut, partitioners.estimate_runtime = remembered, estimated
     try:
@@ -224,8 +218,7 @@ def frame_code() -> Any:
     function after a graph break), None outside a dynamo compile."""
     from torch._guards import TracingContext
 
-    context = TracingContext.try_get()
-    codes = getattr(context, "traced_code", None) or []
+    codes = getattr(TracingContext.try_get(), "traced_code", None) or []
     return codes[0] if codes else None
 
 
