@@ -21,7 +21,7 @@ from ..core.text import (
     format_seconds,
     wrap_items,
 )
-from ..planning.tie_break import TIE_TOLERANCE, took_other
+from ..planning.tie_break import TIE_TOLERANCE
 
 if TYPE_CHECKING:
     from ..eager.plan import EagerPlan
@@ -185,7 +185,7 @@ def sweep_table(sweeps: Sequence[Sequence[Plan]], target: str = "") -> str:
                 f"budget {budget_cell(b.budget)}: {format_bytes(b.peak_bytes or 0)}, "
                 "no more recompute"
             )
-        if any(took_other(p) for p in plans):
+        if any(p.tie_broken for p in plans):
             rows.append(
                 f"  tie-break: up to {TIE_TOLERANCE:.1%} of the forward's recompute more, "
                 "for a lower peak"
@@ -198,7 +198,7 @@ def _status_cell(plan: Plan) -> str:
     """A sweep row's status: the solver's, or ``tie-break`` where the tie-break gave a
     plan of a little more recompute than the budget's cheapest (its gap is that, not a
     solver's shortfall)."""
-    if took_other(plan) and plan.status == "feasible":
+    if plan.tie_broken and plan.status == "feasible":
         return "tie-break"
     return plan.status if plan.status != "feasible" else format_status(plan).replace(", gap", "")
 

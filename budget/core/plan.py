@@ -23,6 +23,9 @@ PLAN_FORMAT_VERSION = 11
 # LivePoint.peak_bytes, no RegionChoice.backward_at (eager plans); version 10: no
 # guessed_sizes
 READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
+# how the note of a peak tie-break that keeps the budget's cheapest plan begins (the notes:
+# budget.planning.tie_break)
+TIE_KEPT_NOTE = "the cheapest plan peaks lowest"
 # "offload": saved, but kept in host memory between the forward and the backward
 Choice = Literal["save", "offload", "recompute", "input"]
 
@@ -194,6 +197,12 @@ class Plan:
         """What the backward recomputes, in the plan's cost unit, extra recomputations in,
         with the offloads' exposed transfer time."""
         return self.recompute_cost + self.again_cost + self.offload_cost
+
+    @property
+    def tie_broken(self) -> bool:
+        """Whether the peak tie-break gave this plan in place of its budget's cheapest (its
+        note names another plan, one of a little more recompute or of the same)."""
+        return bool(self.tie_break) and not self.tie_break.startswith(TIE_KEPT_NOTE)
 
     @property
     def saved(self) -> list[str]:

@@ -20,14 +20,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..core.plan import Plan
+from ..core.plan import TIE_KEPT_NOTE, Plan
 from ..core.problem import Problem
 from ..core.sizes import format_bytes
 from ..errors import InfeasibleError
 from ..solvers import get_solver
 
 TIE_TOLERANCE = 0.005  # of the cost of recomputing every forward value once
-_KEPT = "the cheapest plan"  # how a note that keeps the cheapest plan begins
+_KEPT = "the cheapest plan"  # the budget's cheapest plan, as the notes name it
 
 
 def tie_tolerance(problem: Problem) -> float:
@@ -96,7 +96,7 @@ def lowest_peak(cheapest: Plan, others: Sequence[tuple[str, Plan]], tolerance: f
     share = f"{TIE_TOLERANCE:.1%} of the forward's recompute"
     if best is cheapest:
         rest = ", ".join(f"{n}: {format_bytes(p.peak_bytes or 0)}" for n, p in within)
-        note = f"{_KEPT} peaks lowest of {len(pool)} within {share} ({rest})"
+        note = f"{TIE_KEPT_NOTE} of {len(pool)} within {share} ({rest})"
         return replace(cheapest, tie_break=note)
     note = (
         f"{name}: the lowest predicted peak of {len(pool)} plans within {share} "
@@ -109,9 +109,3 @@ def lowest_peak(cheapest: Plan, others: Sequence[tuple[str, Plan]], tolerance: f
         status = "feasible"
         gap = extra / best.total_recompute_cost if cheapest.status == "optimal" else None
     return replace(best, tie_break=note, status=status, gap=gap, timings=cheapest.timings)
-
-
-def took_other(plan: Plan) -> bool:
-    """Whether the tie-break gave ``plan`` in place of its budget's cheapest plan (its
-    ``tie_break`` note names another plan)."""
-    return bool(plan.tie_break) and not plan.tie_break.startswith(_KEPT)

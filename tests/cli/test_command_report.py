@@ -99,3 +99,33 @@ def test_a_tie_broken_row_says_tie_break_not_a_solver_gap():
     legend = [ln for ln in text.splitlines() if "tie-break:" in ln]
     assert legend == ["  tie-break: up to 0.5% of the forward's recompute more, for a lower peak"]
     assert "tie-break:" not in sweep_table([[solver, kept]], "builtin:gpt")
+
+
+def test_every_plan_the_tie_break_takes_is_called_its_own_not_a_solver_gap():
+    """Whichever candidate the tie-break takes at a little more recompute (a smaller
+    fraction's plan, torch's saved set, the cheapest plan recomputing latest: a name that
+    begins as the kept cheapest plan's note does), its sweep row says ``tie-break`` and its
+    report's solver line the share of recompute over the optimum, not a solver's gap; a
+    kept cheapest plan reads as the solver left it."""
+    cheapest = make_plan(budget=0.5, recompute_cost=1e-5, peak_bytes=12 * MiB)
+    names = [
+        "the plan at budget 0.45",
+        "torch's saved set at budget 0.5",
+        "the cheapest plan recomputing latest",
+        "the cheapest plan recomputing earliest",
+    ]
+    for name in names:
+        other = make_plan(budget=0.5, recompute_cost=1.2e-5, peak_bytes=9 * MiB)
+        took = lowest_peak(cheapest, [(name, other)], tolerance=1e-5)
+        assert took.tie_broken and took.tie_break.startswith(name), took.tie_break
+        text = sweep_table([[took]], "t")
+        rows = [ln.split() for ln in text.splitlines() if ln.strip()[:1].isdigit()]
+        assert rows[0][-1] == "tie-break", (name, rows)
+        solver = [ln for ln in solve_report([took], "t").splitlines() if "solver " in ln]
+        assert "tie-break: 16.67% of its recompute over the optimum" in solver[0], solver
+        assert "gap" not in solver[0]
+    higher = make_plan(budget=0.5, recompute_cost=1e-5, peak_bytes=13 * MiB)
+    kept = lowest_peak(cheapest, [(names[2], higher)], tolerance=1e-5)
+    assert kept.tie_break and not kept.tie_broken
+    solver = [ln for ln in solve_report([kept], "t").splitlines() if "solver " in ln]
+    assert ": optimal;" in solver[0], solver
