@@ -78,3 +78,35 @@ def test_the_tolerance_is_a_share_of_the_forwards_cost_inputs_aside():
         edges=np.array([[0, 1], [1, 2]]),
     )
     assert tie_tolerance(p) == TIE_TOLERANCE * 4.0
+
+
+def test_the_ordered_plans_are_as_cheap_as_the_optimum_and_recompute_latest_or_earliest():
+    """Six equally cheap values read from one input, room for three: every plan saving
+    three is optimal, and which three is the solver's arbitrary pick. The ordered candidates
+    are the optimum's price (the brute-force oracle's), within the target, and recompute
+    the last three values in the forward ("latest") or the first three ("earliest"); a
+    plan that offloads or recomputes nothing has none."""
+    from helpers import oracle
+    from helpers.problems import make
+
+    from budget.planning.tie_break import ordered_saved_sets
+
+    p = make(2, [{"bytes": 100, "cost": 1}] * 6, [(0, 2 + i) for i in range(6)])
+    target = 300
+    best_cost, _ = oracle.optimum(p, target)
+    plan = replace(make_plan(), target_bytes=target)  # recomputes something, offloads nothing
+    found = dict(ordered_saved_sets(p, plan, tie_tolerance(p)))
+    assert set(found) == {
+        "the cheapest plan recomputing latest",
+        "the cheapest plan recomputing earliest",
+    }
+    for saved in found.values():
+        cost, nbytes = oracle.price(p, saved)
+        assert cost == best_cost and nbytes <= target
+    recomputed = {name: sorted(set(range(2, 8)) - set(s)) for name, s in found.items()}
+    assert recomputed["the cheapest plan recomputing latest"] == [5, 6, 7]
+    assert recomputed["the cheapest plan recomputing earliest"] == [2, 3, 4]
+    offloads = replace(plan, decisions=[replace(d, decision="offload") for d in plan.decisions])
+    assert ordered_saved_sets(p, offloads, tie_tolerance(p)) == []
+    nothing = replace(plan, decisions=[replace(d, decision="save") for d in plan.decisions])
+    assert ordered_saved_sets(p, nothing, tie_tolerance(p)) == []
