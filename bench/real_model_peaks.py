@@ -9,10 +9,12 @@ Inductor generated, run on meta tensors: what a peak budget is checked on). Rati
 predicted / measured (below 1: under, and a peak budget planned on it can be missed).
 With graph breaks, the step's peak (``budget.step_peak``): the preview's (eager code's
 saves counted) and, under Inductor, training's on the compiled peaks (eager code's saves
-not seen in training).
+not seen in training). ``apply``: the step checkpointed by ``budget.apply(model, ...,
+memory_budget=b)`` and run eagerly, its plan's ``peak_bytes`` (the step run on fake tensors
+with the plan installed) beside the measured peak.
 
     TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 python bench/real_model_peaks.py
-    python bench/real_model_peaks.py --compilers eager --models t5,llama
+    python bench/real_model_peaks.py --compilers eager,apply --models t5,llama
 """
 
 from __future__ import annotations
@@ -33,7 +35,27 @@ from budget.runtime.measure import measure_peak  # noqa: E402
 KiB = 1024
 
 
+def applied_row(name: str, b: float) -> str:
+    """``budget.apply``'s predicted peak beside the measured one (eager, no graphs)."""
+    m = make(name)
+    if hasattr(getattr(m.model, "config", None), "use_cache"):
+        m.model.config.use_cache = False  # as transformers trains under checkpointing
+    try:
+        plan = budget.apply(m.model, *m.args, step=m.step, memory_budget=b)
+        measured = measure_peak(m.step, *m.args)
+    except Exception as e:
+        return f"| {name} | apply | - | - | - | - | - | - | {type(e).__name__} |"
+    predicted = plan.peak_bytes or 0
+    under = f"under by {measured - predicted} B" if predicted < measured else ""
+    return (
+        f"| {name} | apply | - | {measured / KiB:.1f} | {predicted / KiB:.1f} "
+        f"| {predicted / measured:.3f} | - | - | {under} |"
+    )
+
+
 def row(name: str, compiler: str, b: float) -> str:
+    if compiler == "apply":
+        return applied_row(name, b)
     m = make(name)
     torch._dynamo.reset()
     be = budget.backend(b, compiler=compiler)
@@ -66,7 +88,11 @@ def row(name: str, compiler: str, b: float) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--compilers", default="eager,inductor", help="comma-separated")
+    parser.add_argument(
+        "--compilers",
+        default="eager,inductor,apply",
+        help="comma-separated: the compiled path's compilers, and apply (budget.apply)",
+    )
     parser.add_argument(
         "--models",
         default=",".join(FACTORIES),
