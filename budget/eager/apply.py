@@ -5,9 +5,10 @@ previews, ``budget.eager.plan`` and ``budget.eager.sweep``.
 tensors (:mod:`budget.eager.trace`: nothing computed, no buffer changes), plans it with the
 configured solver and estimator (:mod:`budget.eager.planner`; which plan a budget gets:
 :mod:`budget.eager.search`), predicts each plan's peak by running the step on fake tensors
-with the plan installed (:mod:`budget.eager.peak`) and installs the plan it chose (:mod:`budget.eager.install`): the chosen modules
-checkpointed with per-op policies, offloaded saves under saved-tensor hooks. Applying
-again re-plans from the original model (what was applied is undone first).
+with the plan installed (:mod:`budget.eager.peak`) and installs the plan it chose
+(:mod:`budget.eager.install`): the chosen modules checkpointed with per-op policies,
+offloaded saves under saved-tensor hooks. Applying again re-plans from the original model
+(what was applied is undone first).
 """
 
 from __future__ import annotations

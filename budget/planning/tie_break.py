@@ -6,11 +6,10 @@ it). The front end gives the cheapest plan of the budget and other plans within 
 budget, each with its predicted peak: both front ends weigh the cheapest plans recomputing
 latest and earliest in the forward (:func:`ordered_saved_sets`); the compiled path adds
 torch's own saved set at the same fraction, the eager path the plans of smaller fractions.
-:func:`lowest_peak` keeps the one that peaks lowest among those whose
-recompute is at most the cheapest's plus ``TIE_TOLERANCE`` of the cost of recomputing the
-whole forward (ties: less recompute, then fewer saved bytes). The forward's cost is about
-half the backward's, so a lower peak never costs more than about 0.25% of the backward's
-work.
+:func:`lowest_peak` keeps the one that peaks lowest among those whose recompute is at most
+the cheapest's plus ``TIE_TOLERANCE`` of the cost of recomputing the whole forward (ties:
+less recompute, then fewer saved bytes). The forward's cost is about half the backward's,
+so a lower peak never costs more than about 0.25% of the backward's work.
 """
 
 from __future__ import annotations
