@@ -185,7 +185,7 @@ def sweep_table(sweeps: Sequence[Sequence[Plan]], target: str = "") -> str:
                 f"budget {budget_cell(b.budget)}: {format_bytes(b.peak_bytes or 0)}, "
                 "no more recompute"
             )
-        if any(p.tie_broken for p in plans):
+        if any(_status_cell(p) == "tie-break" for p in plans):  # the legend of that cell
             rows.append(
                 f"  tie-break: up to {TIE_TOLERANCE:.1%} of the forward's recompute more, "
                 "for a lower peak"

@@ -129,3 +129,16 @@ def test_every_plan_the_tie_break_takes_is_called_its_own_not_a_solver_gap():
     assert kept.tie_break and not kept.tie_broken
     solver = [ln for ln in solve_report([kept], "t").splitlines() if "solver " in ln]
     assert ": optimal;" in solver[0], solver
+
+
+def test_the_tie_break_legend_is_shown_only_beside_a_row_that_says_tie_break():
+    """A plan the tie-break took at the cheapest's own recompute stays ``optimal``: no row
+    says ``tie-break``, so no legend explains one."""
+    cheapest = make_plan(budget=0.5, recompute_cost=1e-5, peak_bytes=12 * MiB)
+    as_cheap = make_plan(budget=0.5, recompute_cost=1e-5, peak_bytes=9 * MiB)
+    took = lowest_peak(cheapest, [("the cheapest plan recomputing latest", as_cheap)], 1e-5)
+    assert took.tie_broken and took.status == "optimal"
+    text = sweep_table([[took]], "t")
+    rows = [ln.split() for ln in text.splitlines() if ln.strip()[:1].isdigit()]
+    assert rows[0][-1] == "optimal"
+    assert "tie-break:" not in text
