@@ -22,10 +22,11 @@ import numpy as np
 from ..core.plan import TIE_KEPT_NOTE, Plan
 from ..core.problem import Problem
 from ..core.sizes import format_bytes
-from ..errors import InfeasibleError
+from ..errors import InfeasibleError, SolverTimeout
 from ..solvers import get_solver
 
 TIE_TOLERANCE = 0.005  # of the cost of recomputing every forward value once
+EXACT_SECONDS = 10.0  # the exact solver's limit for an ordered candidate the min-cut misses
 _KEPT = "the cheapest plan"  # the budget's cheapest plan, as the notes name it
 
 
@@ -49,16 +50,16 @@ def ordered_saved_sets(
 ) -> list[tuple[str, list[int]]]:
     """The saved sets (indices of ``problem``) of plans as cheap as ``plan`` but for the
     tolerance, recomputing as late and as early in the forward as they can, each named: the
-    min-cut's on the costs raised by each node's distance from the forward's end (or its
-    start), by at most ``tolerance`` in all, under ``plan``'s target. A joint graph of
-    identical layers has many equally cheap plans, and which layers recompute decides how
-    much the backward holds at once; the solver's own pick among them is arbitrary. None for
-    a plan that offloads (the min-cut plans saves and recomputations only) or recomputes
-    nothing; the caller asks none at b=0, whose plan is the fewest bytes first, then the
-    cheapest. A set the problem refuses (:meth:`Problem.check`) is left out."""
+    cheapest plans under ``plan``'s target on the costs raised by each node's distance from
+    the forward's end (or its start), by at most ``tolerance`` in all (:func:`_cheapest`).
+    A joint graph of identical layers has many equally cheap plans, and which layers
+    recompute decides how much the backward holds at once; the solver's own pick among them
+    is arbitrary. None for a plan that offloads (the min-cut plans saves and recomputations
+    only) or recomputes nothing; the caller asks none at b=0, whose plan is the fewest
+    bytes first, then the cheapest. A set the problem refuses (:meth:`Problem.check`) or
+    that costs more than ``plan`` and the tolerance is left out."""
     if plan.offloaded or not plan.recomputed:
         return []
-    solver = get_solver("mincut")
     n = problem.n
     step = tolerance / max(n, 1) ** 2  # n nodes, each raised by at most n steps
     position = np.arange(n, dtype=np.float64)
@@ -66,13 +67,28 @@ def ordered_saved_sets(
     for named, raise_by in (("latest", n - position), ("earliest", position)):
         raised = problem.cost + step * raise_by * (problem.cost > 0)
         nudged = replace(problem, cost=raised, offload=None)  # saves and recomputations
-        try:
-            sol = solver.solve(nudged, plan.target_bytes - problem.fixed_bytes, minimize="cost")
-        except InfeasibleError:
-            continue
-        if not problem.check(sol.saved):
-            found.append((f"the cheapest plan recomputing {named}", list(sol.saved)))
+        limit = plan.target_bytes - problem.fixed_bytes
+        saved = _cheapest(problem, nudged, limit, plan.recompute_cost + tolerance)
+        if saved is not None:
+            found.append((f"the cheapest plan recomputing {named}", saved))
     return found
+
+
+def _cheapest(problem: Problem, nudged: Problem, limit: int, within: float) -> list[int] | None:
+    """The saved set of ``nudged``'s cheapest plan saving at most ``limit`` bytes: the
+    min-cut's (polynomial), or where that costs more than ``within`` on ``problem``'s own
+    costs (the min-cut is exact on its frontier's hull only, and a target inside a hull
+    edge can leave it far from the optimum), the exact solver's, in at most
+    ``EXACT_SECONDS``; None where neither gives a valid plan within ``within``."""
+    for name, seconds in (("mincut", None), ("auto", EXACT_SECONDS)):
+        options = {} if seconds is None else {"time_limit": seconds}
+        try:
+            sol = get_solver(name).solve(nudged, limit, minimize="cost", **options)
+        except (InfeasibleError, SolverTimeout):
+            continue
+        if not problem.check(sol.saved) and problem.recompute_cost(sol.saved) <= within:
+            return list(sol.saved)
+    return None
 
 
 def lowest_peak(cheapest: Plan, others: Sequence[tuple[str, Plan]], tolerance: float) -> Plan:

@@ -66,12 +66,14 @@ def test_a_plan_as_cheap_that_peaks_lower_is_kept_and_its_peak_is_measured(monke
         torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("b", [1.0, 0.5])
-def test_budget_1_and_budgets_without_a_tie_keep_the_cheapest_plan(monkeypatch, b):
+# 0.3: candidates within the tolerance, none peaking lower than the cheapest plan
+@pytest.mark.parametrize("b", [1.0, 0.3])
+def test_budget_1_and_budgets_whose_cheapest_plan_peaks_lowest_keep_it(monkeypatch, b):
     _, cheapest, _ = _applied(monkeypatch, 0, b)
     _, chosen, _ = _applied(monkeypatch, CANDIDATES, b)
     assert (chosen.saved, chosen.checkpointed) == (cheapest.saved, cheapest.checkpointed)
-    assert chosen.tie_break == ""
+    assert not chosen.tie_broken
+    assert (chosen.tie_break == "") == (b == 1.0)  # b=1: the model as it is, no tie-break
 
 
 def test_a_size_budget_weighs_only_plans_within_its_size(monkeypatch):

@@ -94,7 +94,8 @@ def test_the_ordered_plans_are_as_cheap_as_the_optimum_and_recompute_latest_or_e
     p = make(2, [{"bytes": 100, "cost": 1}] * 6, [(0, 2 + i) for i in range(6)])
     target = 300
     best_cost, _ = oracle.optimum(p, target)
-    plan = replace(make_plan(), target_bytes=target)  # recomputes something, offloads nothing
+    # the budget's cheapest plan: recomputes something, offloads nothing
+    plan = replace(make_plan(), target_bytes=target, recompute_cost=best_cost)
     found = dict(ordered_saved_sets(p, plan, tie_tolerance(p)))
     assert set(found) == {
         "the cheapest plan recomputing latest",
@@ -110,3 +111,28 @@ def test_the_ordered_plans_are_as_cheap_as_the_optimum_and_recompute_latest_or_e
     assert ordered_saved_sets(p, offloads, tie_tolerance(p)) == []
     nothing = replace(plan, decisions=[replace(d, decision="save") for d in plan.decisions])
     assert ordered_saved_sets(p, nothing, tie_tolerance(p)) == []
+
+
+def test_where_the_min_cut_misses_the_optimum_the_ordered_plans_are_the_exact_solvers():
+    """Values of 300, 200 and 200 bytes costing 3, 1.9 and 1.9, room for 400: the optimum
+    recomputes the first (cost 3), which lies above the min-cut's hull (its plan under the
+    target recomputes both others, 3.8). The ordered candidates are then the exact
+    solver's: the optimum's price (the brute-force oracle's), not the min-cut's."""
+    from helpers import oracle
+    from helpers.problems import make
+
+    from budget.planning.tie_break import ordered_saved_sets
+    from budget.solvers import get_solver
+
+    nodes = [{"bytes": 300, "cost": 3}, {"bytes": 200, "cost": 1.9}, {"bytes": 200, "cost": 1.9}]
+    p = make(1, nodes, [(0, 1), (0, 2), (0, 3)])
+    target = 400
+    best_cost, _ = oracle.optimum(p, target)
+    assert best_cost == 3.0
+    cut = get_solver("mincut").solve(p, target, minimize="cost")
+    assert oracle.price(p, cut.saved)[0] > best_cost + tie_tolerance(p)  # the min-cut's miss
+    plan = replace(make_plan(), target_bytes=target, recompute_cost=best_cost)
+    found = ordered_saved_sets(p, plan, tie_tolerance(p))
+    assert len(found) == 2
+    for _, saved in found:
+        assert oracle.price(p, saved) == (best_cost, 400)
