@@ -33,15 +33,13 @@ if TYPE_CHECKING:  # plan.py imports this module for Plan.__str__
 
 
 def format_status(plan: Plan) -> str:
-    """The solver's status: ``optimal``, ``feasible`` with its gap; for a plan the peak
-    tie-break took at a little more recompute than the optimum, that share instead (its
-    gap is the tie-break's choice, not a solver's shortfall)."""
-    if plan.status == "feasible" and plan.tie_broken:
-        more = "" if plan.gap is None else f": {plan.gap:.2%} of its recompute over the optimum"
-        return f"tie-break{more}"
-    if plan.status == "feasible":
-        return "feasible, gap ?" if plan.gap is None else f"feasible, gap {plan.gap:.2%}"
-    return plan.status
+    """``optimal``, ``feasible`` with its gap, or for a plan the tie-break took at more
+    recompute than the optimum, that share (the tie-break's choice, not a solver's gap)."""
+    if plan.status != "feasible":
+        return plan.status
+    if plan.tie_broken:
+        return "tie-break" + ("" if plan.gap is None else f": {plan.gap:.2%} over the optimum")
+    return "feasible, gap ?" if plan.gap is None else f"feasible, gap {plan.gap:.2%}"
 
 
 # --------------------------------------------------------------------------- one plan
