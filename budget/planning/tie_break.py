@@ -23,10 +23,10 @@ from ..core.plan import TIE_KEPT_NOTE, Plan
 from ..core.problem import Problem
 from ..core.sizes import format_bytes
 from ..errors import InfeasibleError, SolverTimeout
-from ..solvers import get_solver
+from ..solvers import available_solvers, get_solver
 
 TIE_TOLERANCE = 0.005  # of the cost of recomputing every forward value once
-EXACT_SECONDS = 10.0  # the exact solver's limit for an ordered candidate the min-cut misses
+EXACT_SECONDS = 10.0  # an exact solver's limit for an ordered candidate the min-cut misses
 _KEPT = "the cheapest plan"  # the budget's cheapest plan, as the notes name it
 
 
@@ -68,20 +68,26 @@ def ordered_saved_sets(
         raised = problem.cost + step * raise_by * (problem.cost > 0)
         nudged = replace(problem, cost=raised, offload=None)  # saves and recomputations
         limit = plan.target_bytes - problem.fixed_bytes
-        saved = _cheapest(problem, nudged, limit, plan.recompute_cost + tolerance)
+        saved = _cheapest(problem, nudged, limit, plan.recompute_cost + tolerance, plan.solver)
         if saved is not None:
             found.append((f"the cheapest plan recomputing {named}", saved))
     return found
 
 
-def _cheapest(problem: Problem, nudged: Problem, limit: int, within: float) -> list[int] | None:
+def _cheapest(
+    problem: Problem, nudged: Problem, limit: int, within: float, solver: str
+) -> list[int] | None:
     """The saved set of ``nudged``'s cheapest plan saving at most ``limit`` bytes: the
     min-cut's (polynomial), or where that costs more than ``within`` on ``problem``'s own
     costs (the min-cut is exact on its frontier's hull only, and a target inside a hull
-    edge can leave it far from the optimum), the exact solver's, in at most
-    ``EXACT_SECONDS``; None where neither gives a valid plan within ``within``."""
-    for name, seconds in (("mincut", None), ("auto", EXACT_SECONDS)):
-        options = {} if seconds is None else {"time_limit": seconds}
+    edge can leave it far from the optimum), ``solver``'s (the plan's own) in at most
+    ``EXACT_SECONDS`` where it is an exact one; a heuristic's plan would be no nearer the
+    optimum. None where no valid plan within ``within`` is found."""
+    names = ["mincut"]
+    if solver in available_solvers() and get_solver(solver).exact:
+        names.append(solver)
+    for name in names:
+        options = {} if name == "mincut" else {"time_limit": EXACT_SECONDS}
         try:
             sol = get_solver(name).solve(nudged, limit, minimize="cost", **options)
         except (InfeasibleError, SolverTimeout):

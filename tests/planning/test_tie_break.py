@@ -116,8 +116,8 @@ def test_the_ordered_plans_are_as_cheap_as_the_optimum_and_recompute_latest_or_e
 def test_where_the_min_cut_misses_the_optimum_the_ordered_plans_are_the_exact_solvers():
     """Values of 300, 200 and 200 bytes costing 3, 1.9 and 1.9, room for 400: the optimum
     recomputes the first (cost 3), which lies above the min-cut's hull (its plan under the
-    target recomputes both others, 3.8). The ordered candidates are then the exact
-    solver's: the optimum's price (the brute-force oracle's), not the min-cut's."""
+    target recomputes both others, 3.8). The ordered candidates are then the plan's own
+    exact solver's: the optimum's price (the brute-force oracle's), not the min-cut's."""
     from helpers import oracle
     from helpers.problems import make
 
@@ -136,3 +136,5 @@ def test_where_the_min_cut_misses_the_optimum_the_ordered_plans_are_the_exact_so
     assert len(found) == 2
     for _, saved in found:
         assert oracle.price(p, saved) == (best_cost, 400)
+    # a plan of a heuristic solver gets no exact solve: the min-cut's miss leaves nothing
+    assert ordered_saved_sets(p, replace(plan, solver="greedy"), tie_tolerance(p)) == []

@@ -326,8 +326,8 @@ def test_rounded_weights_stay_valid_and_bounded(seed):
 def test_the_plan_is_the_same_whatever_unit_the_costs_are_in():
     """Costs in seconds are FLOPs over a host's measured rate, which differs between runs
     and hosts. Scaled by any rate, the costs' ratios are the same, and so is the cut among
-    equally cheap plans (the integer weights are taken relative to the largest cost; a
-    power-of-two scale of the raw costs floored them apart differently at each rate)."""
+    equally cheap plans (the integer weights are taken relative to the largest cost, not
+    floored from a scale of the raw costs, which splits ties differently at each rate)."""
     mincut = get_solver("mincut")
     rates = [97.49e9, 99.05e9, 98.16e9, 1.7e11, 3.1e12]
     for seed in range(20):
