@@ -10,7 +10,8 @@ the saved plan made for it, or a clear error (:mod:`budget.core.plan_files`).
 
 Previews (:mod:`budget.compile.preview`) run the same pipeline with ``preview=True``: Inductor's
 whole pipeline up to and including the partitioner (its joint-graph passes change the
-graph, and so the plan), without generating code.
+graph, and so the plan), without generating code; with ``code`` too, training's compiles
+(code generated and read, kernels unbuilt), the graphs then run as they are.
 
 Inductor compiles (:mod:`budget.compile.inductor_compile`) use torch's FX graph and
 AOTAutograd caches: the partitioner's ``uuid()`` puts every setting that changes a plan
@@ -51,9 +52,9 @@ class BudgetBackend:
         self.settings = settings  # frozen: what decides the plans
         self.log = log  # what was planned, graph by graph
         self.preview = preview  # plan only: no code is generated (Inductor)
-        # record the runs of the graphs as previews do (budget solve --compile: training's
-        # plans, with the step's eager saves and run order counted on one real forward)
-        self.counting = False
+        # previews that generate Inductor's code as training does and read its peak, its
+        # kernels unbuilt (budget solve --compile)
+        self.code = False
         self._step_code: Any = None  # the code of the first frame compiled: the step's
         # previews: the frames' codes no compile but the preview's had compiled, whose
         # compiled versions the preview drops once done (a notebook previewing one step
@@ -101,7 +102,7 @@ class BudgetBackend:
         outside = held
         while True:
             mark = self.log.mark()
-            cap, preview = self.saved_caps.get(made), self.preview or self.counting
+            cap, preview = self.saved_caps.get(made), self.preview
             settings = step_budget.share(self.settings, outside, made, cap, preview)
             try:
                 job = GraphJob(gm, example_inputs, settings, not ended, held_in)
@@ -121,7 +122,7 @@ class BudgetBackend:
             self.log.rewind(mark)  # again, for the budget less its kept inputs too
             outside = held + kept
         self.log.announce(made)
-        if self.preview or self.counting:  # autograd's saves outside graphs: eager code's
+        if self.preview:  # autograd's saves outside graphs: eager code's
             plan = made if len(self.log.plans) > made else None
             return _marked(compiled, lambda: self.preview_runs.append(plan))
         if self.runs is not None and len(self.log.plans) > made:  # run more than planned for
@@ -169,6 +170,9 @@ class BudgetBackend:
         from ..runtime._torch_private import compile_fx, functorch_config
 
         partitioner = InductorPartitioner(self, job.outputs_held, job.settings, job.held_inputs)
+        if self.preview and self.code:  # the plans training makes, their code read
+            with functorch_config.patch(enable_autograd_cache=False):
+                return compile_within_peak(self.log, job._replace(code_only=True))
         if self.preview:  # a preview is the partitioner's plan: no cache may skip it
             patches = {"custom_partitioner_fn": partitioner, "fx_graph_cache": False}
             made = len(self.log.plans)

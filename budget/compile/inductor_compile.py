@@ -12,6 +12,7 @@ the code it generates (:mod:`budget.compile.compiled_peak`).
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
@@ -42,6 +43,9 @@ class GraphJob(NamedTuple):
     settings: PlanSettings
     outputs_held: bool
     held_inputs: frozenset[int]  # its inputs the user holds (dynamo_graph.held_inputs)
+    # a preview (budget.plans(..., compile=True)): each attempt's code is generated and
+    # read, its kernels never built; the graphs run as they are (on fake tensors)
+    code_only: bool = False
 
 
 @dataclass
@@ -61,7 +65,8 @@ def compile_within_peak(log: PlanLog, job: GraphJob) -> Any:
     again (``attempts``)."""
     once = attempts_of(job)
     kept = hold_b1_peak(job.settings, once, fit_compiled_peak(job.settings, once))
-    kernels.build(kept.unbuilt)
+    if not job.code_only:
+        kernels.build(kept.unbuilt)
     log.problems.extend(kept.log.problems)
     for plan in kept.log.plans:
         log.add_plan(plan)
@@ -78,14 +83,17 @@ def attempts_of(job: GraphJob) -> Callable[[PlanSettings], Attempt]:
         planning = _Planning(settings, PlanLog(predictions=predictions, compiling=compiling))
         partitioner = InductorPartitioner(planning, job.outputs_held, held_inputs=job.held_inputs)
         with kernels.deferred() as unbuilt:  # built for the attempt kept only
-            compiled = compile_cached(partitioner, job.gm, job.example_inputs)
+            compiled = compile_cached(partitioner, job.gm, job.example_inputs, job.code_only)
         return Attempt(compiled, planning.log, unbuilt)
 
     return compiling_once(compile_fresh)
 
 
 def compile_cached(
-    partitioner: InductorPartitioner, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]
+    partitioner: InductorPartitioner,
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    code_only: bool = False,
 ) -> Any:
     """Compile with torch's FX graph and AOTAutograd caches (as configured; their keys
     hold the partitioner's uuid), the plans of an AOTAutograd hit read from the plan cache.
@@ -105,7 +113,7 @@ def compile_cached(
 
     log = partitioner.planning.log
     first = len(log.plans)
-    compile_fx = _compile_reading_peak(partitioner)
+    compile_fx = _compile_reading_peak(partitioner, code_only)
     if not plan_cache.enabled():
         with functorch_config.patch(enable_autograd_cache=False):
             return compile_fx(gm, example_inputs)
@@ -165,9 +173,12 @@ def _compile_or_hit(
     return compiled
 
 
-def _compile_reading_peak(partitioner: InductorPartitioner) -> Callable[..., Any]:
+def _compile_reading_peak(
+    partitioner: InductorPartitioner, code_only: bool = False
+) -> Callable[..., Any]:
     """Inductor's ``compile_fx`` with budget's partitioner and settings, that records the
-    peak of the code it generates on the plan it made (``compiled_peak_bytes``)."""
+    peak of the code it generates on the plan it made (``compiled_peak_bytes``); with
+    ``code_only`` the compiled graphs are the partitioned ones, run as they are."""
     from ..runtime._torch_private import compile_fx, functorch_config
 
     settings, log = partitioner.settings, partitioner.planning.log
@@ -183,7 +194,7 @@ def _compile_reading_peak(partitioner: InductorPartitioner) -> Callable[..., Any
         near = fusion_within(settings.fusion_distance)  # compile/fusion.py
         # the backward compiled now, not at the first backward: the compiled peak needs both
         with functorch_config.patch(force_non_lazy_backward_lowering=True), reusing(), near:
-            inner = backward_keeps_layouts(capture)
+            inner = backward_keeps_layouts(reading_only(capture) if code_only else capture)
             compiled = compile_fx(gm, example_inputs, inner_compile=inner, config_patches=patches)
         if len(log.plans) == first + 1:
             peak = capture.peak(
@@ -195,3 +206,18 @@ def _compile_reading_peak(partitioner: InductorPartitioner) -> Callable[..., Any
         return compiled
 
     return compile_and_read_peak
+
+
+def reading_only(inner_compile: Callable[..., Any]) -> Callable[..., Any]:
+    """An Inductor ``inner_compile`` that has ``inner_compile`` generate a graph's code
+    (to be read) and returns the graph as it was handed over, to run as it is."""
+    from .inductor_hooks import run_uncompiled
+
+    def compile_graph(
+        gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any
+    ) -> Any:
+        runnable = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # Inductor edits gm
+        inner_compile(gm, example_inputs, **kwargs)
+        return run_uncompiled(runnable, example_inputs)
+
+    return compile_graph

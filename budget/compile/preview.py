@@ -4,7 +4,9 @@ The step is traced by dynamo and AOTAutograd on fake tensors (no real compute, n
 buffer updates, nothing moved), through the same pipeline and partitioner the backend
 uses with the same ``compiler`` (Inductor's passes change the joint graph, so a preview
 for ``compiler="inductor"``, the default, runs them too, and generates no code), so a
-preview is the plan training would get. Graph breaks give one plan per graph.
+preview is the plan training would get. Graph breaks give one plan per graph. With
+``compile=True`` Inductor generates each graph's code too (its kernels unbuilt), so that
+a peak budget is held by the code's peak as training holds it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from ..planning.peak_grid import grid_budgets
 from . import step_budget
 from .backend import BudgetBackend
 from .backend import backend as make_backend
-from .step_run import DATA_DEPENDENT, run_for_real, run_on_examples, run_on_fake
+from .step_run import DATA_DEPENDENT, run_on_examples, run_on_fake
 
 
 def _trace(
@@ -34,12 +36,14 @@ def _trace(
     sweep: Sequence[float | str | MemoryBudget] | None = None,
     progress: Callable[[int, int, int | None], None] | None = None,
     with_peak_budget: bool = True,
+    code: bool = False,
     **backend_options: Any,
 ) -> BudgetBackend:
     """Plan ``fn`` as training would, on fake tensors; where code outside the compiled
     graphs depends on tensor values, again on the example inputs themselves (the forward
     then runs for real, and the modules ``fn`` reaches get their buffers and the
-    generators their states back: :mod:`budget.runtime.restore`)."""
+    generators their states back: :mod:`budget.runtime.restore`). ``code``: Inductor
+    generates each graph's code and training's checks run on its peak (``compile=True``)."""
 
     made: list[BudgetBackend] = []  # each backend the step was planned with, last last
 
@@ -47,7 +51,7 @@ def _trace(
         be = make_backend(**backend_options)
         if not with_peak_budget:  # sweeps and problems: the peak is shown, never a bound
             be.settings = dataclasses.replace(be.settings, peak_bytes=None)
-        be.preview = True
+        be.preview, be.code = True, code
         be.saved_caps, be.eager_before = caps, eager
         be.log.progress = progress
         if sweep is not None:
@@ -197,36 +201,6 @@ def _joint_division(
     )
 
 
-def compiled_plans(
-    fn: Callable[..., Any],
-    example_args: tuple[Any, ...],
-    example_kwargs: dict[str, Any],
-    progress: Callable[[int, int, int | None], None] | None = None,
-    **backend_options: Any,
-) -> list[Plan]:
-    """The plans training makes (``budget solve --compile``): ``fn`` compiled by the
-    backend with ``backend_options`` (Inductor generates its code, so each plan carries
-    its code's peak), its forward run once on the example inputs, the modules and
-    optimizers it reaches and the generators restored after; what eager code saves and the
-    order graphs run in are counted as in a preview, so the plans' ``step_peak`` is the
-    step's. A step budget (a peak, a size) is divided across the graphs as a preview
-    divides it (:func:`_divided`)."""
-    made: list[BudgetBackend] = []
-
-    def run(caps: dict[int, int], eager: dict[int, int]) -> tuple[BudgetBackend, str]:
-        be = make_backend(**backend_options)
-        be.counting, be.saved_caps, be.eager_before = True, caps, eager
-        be.log.progress = progress
-        made.append(be)
-        run_for_real(be, fn, example_args, example_kwargs)
-        return be, ""
-
-    joint = functools.partial(
-        _joint_division, fn, example_args, example_kwargs, backend_options, progress
-    )
-    return _divided(run, lambda: made[-1], joint)[0].plans
-
-
 def plans(
     fn: Callable[..., Any],
     *example_args: Any,
@@ -250,10 +224,10 @@ def plans(
 
     With ``plan`` (a plan file, a Plan or a list of Plans) nothing is solved: the saved
     plans are applied as the backend would apply them, which checks they still fit the
-    step (:class:`budget.PlanMismatchError` when they do not). With ``compile=True`` the
-    step is not previewed on fake tensors but compiled as training compiles it and its
-    forward run once on the example inputs (:func:`compiled_plans`): Inductor generates
-    its code, and a peak budget is checked on that code, as in training.
+    step (:class:`budget.PlanMismatchError` when they do not). With ``compile=True`` (Inductor)
+    each graph is compiled as training compiles it, still on fake tensors: Inductor
+    generates the code of each plan it tries, a peak budget is checked on that code's peak
+    as in training, and the plans carry it (``compiled_peak_bytes``); no kernel is built.
     ``progress(graph, done, total)`` is called as each graph's planning starts (0 of 1)
     and ends (1 of 1), in between as a peak search partitions each plan (``total`` None:
     how many it tries depends on what fits), and, where a step budget is divided across
@@ -271,9 +245,13 @@ def plans(
         peak_search=peak_search,
         offload=offload,
     )
-    if compile:
-        return compiled_plans(fn, example_args, example_kwargs, progress, **options)
-    return _trace(fn, example_args, example_kwargs, progress=progress, **options).plans
+    if compile and compiler != "inductor":
+        raise ValueError(
+            f"compile=True reads the code Inductor generates: it needs compiler='inductor', "
+            f"not {compiler!r}"
+        )
+    found = _trace(fn, example_args, example_kwargs, progress=progress, code=compile, **options)
+    return found.plans
 
 
 def problems(

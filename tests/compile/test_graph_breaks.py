@@ -392,16 +392,14 @@ def test_the_steps_peak_across_graph_breaks_and_eager_code_is_predicted(b):
 
 
 def test_under_inductor_the_compiled_steps_peak_is_predicted():
-    """Inductor: training's plans, compiled, with eager code's saves counted on one real
-    forward (``budget solve --compile``): the step's peak on the code's peaks within 2%
-    of the measured one."""
-    from budget.compile.preview import compiled_plans
-
+    """Inductor: training's plans, their code generated, with eager code's saves counted
+    (``budget solve --compile``): the step's peak on the code's peaks within 2% of the
+    measured one."""
     torch.manual_seed(0)
     model, x = BreakBetween(), torch.randn(256, 128)
     stats = [t.clone() for t in model.state_dict().values()]
     b = 0.3
-    plans = compiled_plans(model, (x,), {}, memory_budget=b)
+    plans = budget.plans(model, x, memory_budget=b, compile=True)
     assert all(torch.equal(a, b) for a, b in zip(stats, model.state_dict().values(), strict=True))
     assert all(p.compiled_peak_bytes is not None for p in plans)
     assert plans[0].eager_saved_bytes == 2 * 256 * 128 * 4

@@ -100,3 +100,35 @@ def test_a_cached_plan_not_compiled_before_is_compiled(tmp_path, monkeypatch):
     warm = attempts_of(job)(target)
     assert len(warm.log.plans) == 1 and warm.plan.saved == cold.plan.saved
     assert warm.plan.compiled_peak_bytes == cold.plan.compiled_peak_bytes > 0
+
+
+def test_a_compiled_preview_generates_each_plans_code_and_builds_no_kernel(monkeypatch):
+    """``budget.plans(..., compile=True)``: Inductor generates the code of the plans a peak
+    budget tries (their peak read), on fake tensors, and no kernel is built (a build
+    would call ``_Deferred.start``); the plan is training's, which it then applies."""
+    from budget.compile.kernels import _Deferred
+
+    def built(self):  # type: ignore[no-untyped-def]
+        raise AssertionError(f"a {self.kind} kernel was built")
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 8))
+    x = torch.randn(128, 32)
+    scale = 1.5 + torch.rand(()).item()  # code no earlier compile generated
+
+    def step(x):
+        return (model(x) * scale).square().sum()
+
+    torch._dynamo.reset()
+    (b1,) = budget.plans(step, x, memory_budget=1.0)
+    monkeypatch.setattr(_Deferred, "start", built)
+    torch._dynamo.reset()
+    (plan,) = budget.plans(step, x, peak_memory_budget=f"{b1.peak_bytes - 1}B", compile=True)
+    assert plan.compiled_peak_bytes is not None and plan.compiled_peak_bytes < b1.peak_bytes
+    monkeypatch.undo()
+    torch._dynamo.reset()
+    be = budget.backend(plan=[plan])
+    torch.compile(step, backend=be)(x).backward()
+    assert be.plans[0].saved_bytes == plan.saved_bytes
+    with pytest.raises(ValueError, match="compile=True .* needs compiler='inductor', not 'eager'"):
+        budget.plans(step, x, compile=True, compiler="eager")
