@@ -13,11 +13,11 @@ peak, BudgetTooSmallError names the lowest.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
+from itertools import chain, islice
 from typing import Any
 
-from ..core.plan import Plan
 from ..core.sizes import MemoryBudget
 from ..estimators import get_estimator
 from ..planning.peak_grid import PeakGrid, grid_budgets, with_and_without_offload
@@ -147,27 +147,38 @@ def _tie_broken(
     start = time.perf_counter()
     costs = opts["costs"]
     tolerance = tie_tolerance(problem_for(trace, checkpointable(trace, costs, {}), costs)[0])
-    others: list[tuple[str, Plan]] = []
-    seen = {plan_key(made)}
+    seen = {plan_key(made)}  # kept, it is the plan of the budget asked for
+
+    def fresh(plans: Iterable[tuple[str, EagerPlan]]) -> Iterator[tuple[str, EagerPlan]]:
+        for named, p in plans:
+            if plan_key(p) not in seen:
+                seen.add(plan_key(p))
+                yield named, p
+
+    grid = islice(fresh(_grid_plans(trace, budget, made, tolerance, opts)), TIE_CANDIDATES)
+    ordered = _ordered(trace, made, tolerance, costs) if budget.fraction != 0.0 else []
+    others = [(named, predict(p)) for named, p in chain(grid, fresh(ordered))]
+    chosen = lowest_peak(cheapest, others, tolerance)
+    took = time.perf_counter() - start
+    return replace(chosen, timings={**chosen.timings, "tie-break": took})  # type: ignore[return-value]
+
+
+def _grid_plans(
+    trace: Trace, budget: MemoryBudget, made: EagerPlan, tolerance: float, opts: dict[str, Any]
+) -> Iterator[tuple[str, EagerPlan]]:
+    """The plans of the grid's fractions below ``budget`` within ``made``'s target, from
+    the largest down, while their recompute stays within the tolerance (a smaller target
+    never costs less), with ``made``'s budget figures."""
     for b in grid_budgets(budget)[1:]:
-        if len(others) == TIE_CANDIDATES:
-            break
         p = plan_trace(trace, b, **opts)
         if p.saved_bytes > made.target_bytes:
             continue  # a size budget: the fractions above it
         if p.total_recompute_cost > made.total_recompute_cost + tolerance:
-            break
-        if plan_key(p) not in seen:  # kept, it is the plan of the budget asked for
-            seen.add(plan_key(p))
-            mine = replace(p, budget=made.budget, target_bytes=made.target_bytes)
-            others.append((f"the plan at budget {b}", predict(mine)))
-    for named, p in _ordered(trace, made, tolerance, costs) if budget.fraction != 0.0 else []:
-        if plan_key(p) not in seen:
-            seen.add(plan_key(p))
-            others.append((named, predict(p)))
-    chosen = lowest_peak(cheapest, others, tolerance)
-    took = time.perf_counter() - start
-    return replace(chosen, timings={**chosen.timings, "tie-break": took})  # type: ignore[return-value]
+            return
+        yield (
+            f"the plan at budget {b}",
+            replace(p, budget=made.budget, target_bytes=made.target_bytes),
+        )
 
 
 def _ordered(
