@@ -9,7 +9,8 @@ the predicted peak at most 2% over the step's measured peak and at most 0.5% und
 and ``budget solve FILE.py:FACTORY`` on each model.
 
 CI runs a default subset (eight models with the eager compiler at one budget, Inductor on
-GPT-2, the CLI on GPT-2; budget.apply on every default model); the whole grid, with more
+GPT-2, a compiled preview on BERT, the CLI on GPT-2; budget.apply on every default model);
+the whole grid, with more
 models (helpers/more_models.py), is marked ``full``:
 
     python -m pytest -q -m full tests/test_real_models.py
@@ -192,6 +193,23 @@ def test_inductor_default(name):
 @pytest.mark.parametrize("name", ALL)
 def test_full_grid(name, b, compiler):
     _check(name, b, compiler)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _grid(["bert"]))
+def test_a_compiled_preview_plans_as_training_does(name):
+    """``budget.plans(..., compile=True)``, on fake tensors with Inductor's code generated
+    and no kernel built, gives each graph training's plan: its graph, saved bytes and the
+    peak of its code."""
+    m = make(name)
+    torch._dynamo.reset()
+    previewed = budget.plans(m.step, *m.args, memory_budget=0.5, compile=True)
+    torch._dynamo.reset()
+    be = budget.backend(0.5)
+    torch.compile(m.step, backend=be)(*m.args)
+    assert all(p.compiled_peak_bytes is not None for p in previewed), name
+    told = [(p.graph_hash, p.saved_bytes, p.compiled_peak_bytes) for p in previewed]
+    assert told == [(p.graph_hash, p.saved_bytes, p.compiled_peak_bytes) for p in be.plans]
 
 
 @pytest.mark.full
