@@ -10,8 +10,7 @@ and ``budget solve FILE.py:FACTORY`` on each model.
 
 CI runs a default subset (eight models with the eager compiler at one budget, Inductor on
 GPT-2, a compiled preview on BERT, the CLI on GPT-2; budget.apply on every default model);
-the whole grid, with more
-models (helpers/more_models.py), is marked ``full``:
+the whole grid, with more models (helpers/more_models.py), is marked ``full``:
 
     python -m pytest -q -m full tests/test_real_models.py
 """
