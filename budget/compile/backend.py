@@ -171,8 +171,7 @@ class BudgetBackend:
 
         partitioner = InductorPartitioner(self, job.outputs_held, job.settings, job.held_inputs)
         if self.preview and self.code:  # the plans training makes, their code read
-            with functorch_config.patch(enable_autograd_cache=False):
-                return compile_within_peak(self.log, job._replace(code_only=True))
+            return compile_within_peak(self.log, job._replace(code_only=True))
         if self.preview:  # a preview is the partitioner's plan: no cache may skip it
             patches = {"custom_partitioner_fn": partitioner, "fx_graph_cache": False}
             made = len(self.log.plans)

@@ -107,14 +107,17 @@ def compile_cached(
     The FX graph cache stays on in every case: it caches code generated from the
     partitioned graphs, after planning. An attempt stopped as a plan compiled before
     (``attempts``) stores its plans too, and a cached plan compiled before stops the
-    attempt before partitioning (every rank alike: after the ranks agree).
+    attempt before partitioning (every rank alike: after the ranks agree). A compiled
+    preview (``code_only``) uses neither AOTAutograd's cache (a hit would hand it code to
+    run on fake tensors) nor the plan cache (its keys would hold the fake inputs); the code
+    it generates goes to the FX graph cache, where training finds it.
     """
     from ..runtime._torch_private import functorch_config
 
     log = partitioner.planning.log
     first = len(log.plans)
     compile_fx = _compile_reading_peak(partitioner, code_only)
-    if not plan_cache.enabled():
+    if code_only or not plan_cache.enabled():  # a preview's plans are keyed on fake inputs
         with functorch_config.patch(enable_autograd_cache=False):
             return compile_fx(gm, example_inputs)
     key = plan_cache.graph_key(gm, example_inputs, partitioner.uuid())

@@ -63,7 +63,6 @@ import torch
 from .._version import __version__
 from ..core.plan import Plan
 from ..core.settings import PlanSettings
-from ..runtime import _torch_private as T
 from .offload import side_stream
 
 FORMAT = 1
@@ -134,12 +133,12 @@ def settings_key(settings: PlanSettings) -> str:
 
 def _tensor_meta(t: torch.Tensor, storages: dict[tuple[str, int], int], i: int) -> list[Any]:
     shared = i  # the first input sharing this tensor's storage (itself when none does)
-    try:  # fake tensors (a preview's) have no address: taken as not shared
-        ptr = 0 if isinstance(t, T.FakeTensor) else t.untyped_storage().data_ptr()
+    try:
+        ptr = t.untyped_storage().data_ptr()
         if ptr:
             shared = storages.setdefault((str(t.device), ptr), i)
     except (RuntimeError, NotImplementedError, TypeError):
-        pass
+        pass  # fake tensors have no address: taken as not shared
     strided = t.layout == torch.strided
     return [
         type(t).__name__,

@@ -102,10 +102,11 @@ def test_a_cached_plan_not_compiled_before_is_compiled(tmp_path, monkeypatch):
     assert warm.plan.compiled_peak_bytes == cold.plan.compiled_peak_bytes > 0
 
 
-def test_a_compiled_preview_generates_each_plans_code_and_builds_no_kernel(monkeypatch):
+def test_a_compiled_preview_generates_each_plans_code_and_builds_no_kernel(monkeypatch, tmp_path):
     """``budget.plans(..., compile=True)``: Inductor generates the code of the plans a peak
     budget tries (their peak read), on fake tensors, and no kernel is built (a build
-    would call ``_Deferred.start``); the plan is training's, which it then applies."""
+    would call ``_Deferred.start``) nor plan cached (its key would hold fake inputs); the
+    plan is training's, which it then applies."""
     from budget.compile.kernels import _Deferred
 
     def built(self):  # type: ignore[no-untyped-def]
@@ -122,9 +123,11 @@ def test_a_compiled_preview_generates_each_plans_code_and_builds_no_kernel(monke
     torch._dynamo.reset()
     (b1,) = budget.plans(step, x, memory_budget=1.0)
     monkeypatch.setattr(_Deferred, "start", built)
+    monkeypatch.setenv("BUDGET_CACHE_DIR", str(tmp_path))
     torch._dynamo.reset()
     (plan,) = budget.plans(step, x, peak_memory_budget=f"{b1.peak_bytes - 1}B", compile=True)
     assert plan.compiled_peak_bytes is not None and plan.compiled_peak_bytes < b1.peak_bytes
+    assert not list(tmp_path.rglob("plans-*.json"))
     monkeypatch.undo()
     torch._dynamo.reset()
     be = budget.backend(plan=[plan])
