@@ -267,6 +267,13 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
         help="what to print to stdout",
     )
     sweep.add_argument("--plot", metavar="FILE.png", help="also draw the frontier to a PNG")
+    sweep.add_argument(
+        "--compile",
+        action="store_true",
+        help="plan each budget as Inductor training does, with the peak of the code it "
+        "generates (the step compiled once per budget, on fake tensors, no kernel built: "
+        "slower)",
+    )
     _add_eager(sweep)
 
 

@@ -266,6 +266,7 @@ def _sweep(args: argparse.Namespace) -> int:
     from .report import sweep_csv, sweep_json, sweep_table
 
     check_options(args)
+    _check_compile_flag(args)
     modules = parse_modules_arg(args) if args.eager or args.modules is not None else None
     budgets = parse_budgets(args.budgets)
     if args.plot:

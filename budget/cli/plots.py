@@ -2,7 +2,8 @@
 
 ``budget sweep --plot FILE.png`` draws saved activation memory (x) against recompute
 cost (y, in the plans' own cost unit), one line per graph, each point labelled with its
-budget, and beside it the predicted peak of the step against the same cost.
+budget, and beside it the peak of the step against the same cost (predicted from the
+graphs, or with ``--compile`` that of the code Inductor generated).
 ``budget solve --timeline FILE.png`` draws the live bytes after each node of the step,
 forward, backward and recomputation marked, with the predicted peak, the peak the plan
 was searched for (when it was made for a peak budget) and the peak of the code Inductor
@@ -44,8 +45,8 @@ def draw_sweep(
     ``scale`` is ``(divisor, unit label)`` for the cost axis (chosen from the plans when
     not given; pass one when several sweeps share the axes).
     """
-    if x == "peak":
-        plans = [p for p in plans if p.peak_bytes is not None]
+    if x == "peak":  # the code's peak where compiled, else the graphs' prediction
+        plans = [p for p in plans if p.own_peak_bytes is not None]
     if not plans:
         return
     divisor, unit_label = scale or cost_scale(
@@ -53,7 +54,7 @@ def draw_sweep(
     )
     labels: dict[tuple[float, float], list[str]] = {}
     for p in plans:  # plans with the same bytes and cost share a point and a label
-        nbytes = p.peak_bytes if x == "peak" else p.saved_bytes
+        nbytes = p.own_peak_bytes if x == "peak" else p.saved_bytes
         point = ((nbytes or 0) / 2**20, p.total_recompute_cost / divisor)
         labels.setdefault(point, []).append(budget_cell(p.budget))
     points = sorted(labels, key=lambda xy: (xy[0], -xy[1]))
@@ -69,9 +70,9 @@ def draw_sweep(
     for xy in points:
         text = ", ".join(labels[xy])
         ax.annotate(text, xy, textcoords="offset points", xytext=(4, 4), fontsize=7)
-    ax.set_xlabel(
-        "predicted peak of the step (MiB)" if x == "peak" else "saved activation memory (MiB)"
-    )
+    code = any(p.compiled_peak_bytes is not None for p in plans)
+    peak = "peak of the step's compiled code" if code else "predicted peak of the step"
+    ax.set_xlabel(f"{peak} (MiB)" if x == "peak" else "saved activation memory (MiB)")
     ax.set_ylabel(f"recompute cost ({unit_label})")
     ax.grid(True, alpha=0.3)
 
@@ -92,7 +93,7 @@ def save_sweep_plot(
     everything = [p for plans in [*sweeps, *without_offload] for p in plans]
     if not everything:
         raise ValueError("nothing to plot: the sweep has no plans")
-    with_peak = any(p.peak_bytes is not None for p in everything)
+    with_peak = any(p.own_peak_bytes is not None for p in everything)
     fig = Figure(figsize=(12 if with_peak else 7, 4.5), layout="constrained")
     axes = fig.subplots(1, 2 if with_peak else 1, squeeze=False)[0]
     several = len(sweeps) > 1

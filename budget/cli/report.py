@@ -149,49 +149,67 @@ def sweep_table(sweeps: Sequence[Sequence[Plan]], target: str = "") -> str:
             f"estimator {first.estimator}"
             + (f", compiler {first.compiler}" if first.compiler else "")
         )
-        unit = first.cost_unit
-        scale = cost_scale([p.total_recompute_cost for p in plans], unit)
-        flop_scale = cost_scale([p.recompute_flops + p.again_flops for p in plans], "flop")
-        with_flops = unit != "flop"
-        with_peak = any(p.peak_bytes is not None for p in plans)
-        with_host = any(p.offloaded_bytes for p in plans)
         better = dominating_peaks(plans)
-        head = f"  {'budget':>9} {'target':>10} {'saved':>10}"
-        head += f" {'offloaded':>10}" if with_host else ""
-        head += f" {'peak':>10}" if with_peak else ""
-        head += f" {'recompute':>11}"
-        head += f" {'FLOPs':>12}" if with_flops else ""
-        head += "  status"
-        rows = [head]
-        for i, p in enumerate(plans):
-            row = (
-                f"  {budget_cell(p.budget):>9} {format_bytes(p.target_bytes):>10} "
-                f"{format_bytes(p.saved_bytes):>10}"
-            )
-            if with_host:
-                row += f" {format_bytes(p.offloaded_bytes):>10}"
-            if with_peak:
-                peak = "-" if p.peak_bytes is None else format_bytes(p.peak_bytes)
-                row += f" {peak + ('!' if i in better else ''):>10}"
-            row += f" {format_cost(p.total_recompute_cost, unit, scale):>11}"
-            if with_flops:
-                flops = p.recompute_flops + p.again_flops
-                row += f" {format_cost(flops, 'flop', flop_scale):>12}"
-            rows.append(f"{row}  {_status_cell(p)}")
-        for i, j in better.items():
-            a, b = plans[i], plans[j]
-            rows.append(
-                f"  ! budget {budget_cell(a.budget)}: {format_bytes(a.peak_bytes or 0)} peak; "
-                f"budget {budget_cell(b.budget)}: {format_bytes(b.peak_bytes or 0)}, "
-                "no more recompute"
-            )
-        if any(_status_cell(p) == "tie-break" for p in plans):  # the legend of that cell
-            rows.append(
-                f"  tie-break: up to {TIE_TOLERANCE:.1%} of the forward's recompute more, "
-                "for a lower peak"
-            )
-        parts.append("\n".join(rows))
+        parts.append("\n".join([*_sweep_rows(plans, better), *_sweep_notes(plans, better)]))
     return "\n\n".join(parts)
+
+
+def _sweep_rows(plans: Sequence[Plan], better: Mapping[int, int]) -> list[str]:
+    """One graph's header and a row per budget; the step's peak (the code's where known)
+    is flagged ``!`` where a plan of no more recompute peaks lower (``better``)."""
+    unit = plans[0].cost_unit
+    scale = cost_scale([p.total_recompute_cost for p in plans], unit)
+    flop_scale = cost_scale([p.recompute_flops + p.again_flops for p in plans], "flop")
+    with_flops = unit != "flop"
+    with_peak = any(p.peak_bytes is not None for p in plans)
+    with_code = any(p.compiled_peak_bytes is not None for p in plans)
+    with_host = any(p.offloaded_bytes for p in plans)
+    head = f"  {'budget':>9} {'target':>10} {'saved':>10}"
+    head += f" {'offloaded':>10}" if with_host else ""
+    head += f" {'peak':>10}" if with_peak else ""
+    head += f" {'compiled':>10}" if with_code else ""
+    head += f" {'recompute':>11}"
+    head += f" {'FLOPs':>12}" if with_flops else ""
+    rows = [head + "  status"]
+    for i, p in enumerate(plans):
+        row = (
+            f"  {budget_cell(p.budget):>9} {format_bytes(p.target_bytes):>10} "
+            f"{format_bytes(p.saved_bytes):>10}"
+        )
+        if with_host:
+            row += f" {format_bytes(p.offloaded_bytes):>10}"
+        code = p.compiled_peak_bytes
+        for shown, nbytes, steps in (
+            (with_peak, p.peak_bytes, code is None),
+            (with_code, code, code is not None),
+        ):
+            if shown:
+                mark = "!" if i in better and steps else ""
+                row += f" {('-' if nbytes is None else format_bytes(nbytes)) + mark:>10}"
+        row += f" {format_cost(p.total_recompute_cost, unit, scale):>11}"
+        if with_flops:
+            flops = p.recompute_flops + p.again_flops
+            row += f" {format_cost(flops, 'flop', flop_scale):>12}"
+        rows.append(f"{row}  {_status_cell(p)}")
+    return rows
+
+
+def _sweep_notes(plans: Sequence[Plan], better: Mapping[int, int]) -> list[str]:
+    """What a graph's ``!`` and ``tie-break`` cells mean, where it has them."""
+    notes = []
+    for i, j in better.items():
+        a, b = plans[i], plans[j]
+        notes.append(
+            f"  ! budget {budget_cell(a.budget)}: {format_bytes(a.own_peak_bytes or 0)} "
+            f"peak; budget {budget_cell(b.budget)}: {format_bytes(b.own_peak_bytes or 0)}, "
+            "no more recompute"
+        )
+    if any(_status_cell(p) == "tie-break" for p in plans):
+        notes.append(
+            f"  tie-break: up to {TIE_TOLERANCE:.1%} of the forward's recompute more, "
+            "for a lower peak"
+        )
+    return notes
 
 
 def _status_cell(plan: Plan) -> str:
@@ -204,22 +222,24 @@ def _status_cell(plan: Plan) -> str:
 
 
 def dominating_peaks(plans: Sequence[Plan]) -> dict[int, int]:
-    """Plans whose predicted peak is above that of a plan with no more recompute: index ->
-    the index of the lowest-peak such plan (a sweep flags them: the user pays recompute
-    for nothing, or worse)."""
+    """Plans whose peak (``Plan.own_peak_bytes``) is above that of a plan with no more
+    recompute: index -> the index of the lowest-peak such plan (a sweep flags them: the
+    user pays recompute for nothing, or worse)."""
     out: dict[int, int] = {}
+    peaks = [p.own_peak_bytes for p in plans]
     for i, p in enumerate(plans):
-        if p.peak_bytes is None:
+        mine = peaks[i]
+        if mine is None:
             continue
         rivals = [
             j
             for j, q in enumerate(plans)
-            if q.peak_bytes is not None
-            and q.peak_bytes < p.peak_bytes
+            if (theirs := peaks[j]) is not None
+            and theirs < mine
             and q.total_recompute_cost <= p.total_recompute_cost
         ]
         if rivals:
-            out[i] = min(rivals, key=lambda j: (plans[j].peak_bytes, plans[j].total_recompute_cost))
+            out[i] = min(rivals, key=lambda j: (peaks[j], plans[j].total_recompute_cost))
     return out
 
 
@@ -230,6 +250,7 @@ SWEEP_CSV_COLUMNS = (
     "target_bytes",
     "saved_bytes",
     "peak_bytes",
+    "compiled_peak_bytes",
     "min_bytes",
     "max_bytes",
     "recompute_cost",
@@ -259,6 +280,7 @@ def sweep_csv(sweeps: Sequence[Sequence[Plan]]) -> str:
                     p.target_bytes,
                     p.saved_bytes,
                     "" if p.peak_bytes is None else p.peak_bytes,
+                    "" if p.compiled_peak_bytes is None else p.compiled_peak_bytes,
                     p.min_bytes,
                     p.max_bytes,
                     repr(p.recompute_cost),

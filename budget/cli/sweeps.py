@@ -35,7 +35,7 @@ def sweep_runs(
     target = load_target(args.target, size_options(args))
 
     def compiled(offload: bool, progress: Any) -> list[list[Any]]:
-        options = {**planning_options(args), "offload": offload}
+        options = {**planning_options(args), "offload": offload, "compile": args.compile}
         found = budget.sweep(
             target.step, *target.args, budgets=budgets, progress=progress, **options
         )

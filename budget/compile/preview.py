@@ -245,11 +245,8 @@ def plans(
         peak_search=peak_search,
         offload=offload,
     )
-    if compile and compiler != "inductor":
-        raise ValueError(
-            f"compile=True reads the code Inductor generates: it needs compiler='inductor', "
-            f"not {compiler!r}"
-        )
+    if compile:
+        _needs_inductor(compiler)
     found = _trace(fn, example_args, example_kwargs, progress=progress, code=compile, **options)
     return found.plans
 
@@ -285,6 +282,7 @@ def sweep(
     compiler: str = "inductor",
     progress: Callable[[int, int, int | None], None] | None = None,
     offload: bool | None = None,
+    compile: bool = False,
     **example_kwargs: Any,
 ) -> list[Plan] | list[list[Plan]]:
     """Plans for many budgets from one trace: ``[plan per budget]`` for a step with one
@@ -296,23 +294,49 @@ def sweep(
     each of its ``total`` budgets is planned (``graph`` counts from 0), e.g. to drive a
     progress bar; nothing is printed. Every plan carries its predicted peak; a peak
     budget (``budget.config.peak_memory_budget``) does not apply to sweeps.
+
+    With ``compile=True`` (Inductor) each budget's plans are those training makes at that
+    budget, with the peak of their code (``compiled_peak_bytes``), as :func:`plans`
+    previews them with ``compile=True``: the step traced and compiled once per budget
+    (slower; ``progress`` is told each budget done as graph 0's).
     """
-    be = _trace(
-        fn,
-        example_args,
-        example_kwargs,
-        sweep=budgets,
-        progress=progress,
-        with_peak_budget=False,
-        memory_budget=budgets[0] if budgets else None,
-        solver=solver,
-        estimator=estimator,
-        time_limit=time_limit,
-        compiler=compiler,
-        offload=offload,
+    options: dict[str, Any] = dict(
+        solver=solver, estimator=estimator, time_limit=time_limit, compiler=compiler
     )
-    sweeps = be.log.sweeps
+    options |= {"offload": offload, "with_peak_budget": False}
+    if compile:
+        _needs_inductor(compiler)
+        if not budgets:
+            raise ValueError("budgets must name at least one budget")
+        found = []
+        for done, b in enumerate(budgets):
+            if progress is not None:
+                progress(0, done, len(budgets))
+            be = _trace(fn, example_args, example_kwargs, code=True, memory_budget=b, **options)
+            found.append(be.plans)
+        if progress is not None:
+            progress(0, len(budgets), len(budgets))
+        sweeps = [list(graph) for graph in zip(*found, strict=True)]
+    else:
+        be = _trace(
+            fn,
+            example_args,
+            example_kwargs,
+            sweep=budgets,
+            progress=progress,
+            memory_budget=budgets[0] if budgets else None,
+            **options,
+        )
+        sweeps = be.log.sweeps
     return sweeps[0] if len(sweeps) == 1 else sweeps
+
+
+def _needs_inductor(compiler: str) -> None:
+    if compiler != "inductor":
+        raise ValueError(
+            f"compile=True reads the code Inductor generates: it needs compiler='inductor', "
+            f"not {compiler!r}"
+        )
 
 
 def plan(

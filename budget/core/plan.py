@@ -183,11 +183,17 @@ class Plan:
         return self.held_bytes + self.kept_input_bytes + self.saved_bytes
 
     @property
+    def own_peak_bytes(self) -> int | None:
+        """This graph's peak as far as known: the code Inductor generated's where known
+        (``compiled_peak_bytes``), else the graphs' prediction (``peak_bytes``)."""
+        return self.peak_bytes if self.compiled_peak_bytes is None else self.compiled_peak_bytes
+
+    @property
     def step_peak_bytes(self) -> int | None:
         """The step's predicted peak while this graph runs: what the step holds outside it
-        (``held_bytes``, and its inputs its backward keeps) plus its own peak (the code
-        Inductor generated where known, else the graphs'); None where either is unknown."""
-        own = self.compiled_peak_bytes if self.compiled_peak_bytes is not None else self.peak_bytes
+        (``held_bytes``, and its inputs its backward keeps) plus its own peak
+        (``own_peak_bytes``); None where either is unknown."""
+        own = self.own_peak_bytes
         if own is None or self.held_bytes is None:
             return None
         return self.held_bytes + self.kept_input_bytes + own

@@ -332,6 +332,31 @@ def test_sweep_table_json_and_plot(tmp_path, capsys):
     monotone([p.to_dict() for p in plans])
 
 
+def test_sweep_compile_shows_the_code_peak_of_the_plan_training_makes_at_each_budget(capsys):
+    """``budget sweep --compile``: each budget's row is the plan Inductor training makes at
+    that budget, with its code's peak (``compiled_peak_bytes``), and progress reaches every
+    budget; with ``--eager`` it is a usage error."""
+    from budget.models import get_builtin
+
+    argv = ["sweep", *MLP, "--budgets", "0,1", "--compile", "--format", "csv"]
+    code, out, _ = run(argv, capsys)
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert code == 0 and [float(r["budget"]) for r in rows] == [0.0, 1.0]
+    ex = get_builtin("mlp", batch=8, d_in=16, d=32, layers=2)
+    for r in rows:
+        torch._dynamo.reset()
+        be = budget.backend(float(r["budget"]))
+        torch.compile(ex.step, backend=be)(*ex.args)
+        (trained,) = be.plans
+        assert int(r["saved_bytes"]) == trained.saved_bytes
+        assert int(r["compiled_peak_bytes"]) == trained.compiled_peak_bytes
+    calls = []
+    budget.sweep(ex.step, *ex.args, budgets=[0], compile=True, progress=lambda *a: calls.append(a))
+    assert calls == [(0, 0, 1), (0, 1, 1)]
+    code, _, err = run(["sweep", *MLP, "--compile", "--eager"], capsys)
+    assert code == 2 and "--compile" in err
+
+
 def test_sweep_progress_reaches_every_budget():
     from budget.models import get_builtin
 

@@ -83,6 +83,32 @@ def test_sweep_flags_plans_whose_peak_a_cheaper_plan_beats():
     assert [int(r["peak_bytes"]) for r in rows] == [20 * MiB, 8 * MiB, 12 * MiB]
 
 
+def test_a_compiled_sweep_flags_by_the_codes_peak():
+    """With the code's peaks (``budget sweep --compile``) the table has a ``compiled``
+    column, and a plan is flagged where a plan of no more recompute peaks lower in its
+    code, whatever the graphs predicted: here b=0.5's code is the lowest though its graphs
+    predict it above b=1's."""
+    plans = [
+        make_plan(
+            budget=0.0, recompute_cost=9e-3, peak_bytes=20 * MiB, compiled_peak_bytes=11 * MiB
+        ),
+        make_plan(
+            budget=0.5, recompute_cost=3e-3, peak_bytes=14 * MiB, compiled_peak_bytes=9 * MiB
+        ),
+        make_plan(
+            budget=1.0, recompute_cost=0.0, peak_bytes=12 * MiB, compiled_peak_bytes=10 * MiB
+        ),
+    ]
+    assert dominating_peaks(plans) == {0: 1}
+    text = sweep_table([plans], "builtin:gpt")
+    head = next(ln for ln in text.splitlines() if "budget " in ln and "status" in ln)
+    assert head.split()[3:5] == ["peak", "compiled"]
+    assert "20.00 MiB " in text and "11.00 MiB!" in text  # the code's peak is flagged
+    assert "! budget 0: 11.00 MiB peak; budget 0.5: 9.00 MiB, no more recompute" in text
+    rows = list(csv.DictReader(io.StringIO(sweep_csv([plans]))))
+    assert [int(r["compiled_peak_bytes"]) for r in rows] == [11 * MiB, 9 * MiB, 10 * MiB]
+
+
 def test_a_tie_broken_row_says_tie_break_not_a_solver_gap():
     """A plan the peak tie-break took for a little more recompute than the budget's
     cheapest is marked ``tie-break`` (with a legend), not ``feasible 100%``: its gap is
