@@ -8,12 +8,19 @@
    kept plan's compiled and predicted peaks, the target it was planned for, how many
    compiles the check took, and the wall time of the first step; or the refusal.
 
+3. Previews of the same: ``budget.plan`` (the graphs' prediction) and
+   ``budget.plan(..., compile=True)`` (Inductor's code generated on fake tensors, no
+   kernel built, the peak checked on it as training checks it) beside the first training
+   step, each timed cold: whether the compiled preview's plan is training's (saved bytes,
+   code peak), and its time as a ratio to the first step's.
+
 Every first step is timed cold (a fresh Inductor cache, on disk and in memory: no compile
 uses kernels another built) beside torch's own first step of the same step, as a
 ratio: at the same fraction for the GPTs, torch's default (b=1) for T5's peak budgets,
 which torch cannot plan for.
 
     python bench/compiled_peak.py > /tmp/compiled_peak.md
+    python bench/compiled_peak.py --parts previews
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch._inductor.utils import fresh_cache
@@ -127,15 +135,80 @@ def t5_budgets() -> None:
         )
 
 
+def cold(fn, *args, **kwargs) -> tuple[float, Any]:
+    """``fn(*args, **kwargs)`` with a fresh Inductor cache and dynamo reset: its seconds
+    and result."""
+    torch._dynamo.reset()
+    with fresh_cache():
+        start = time.perf_counter()
+        out = fn(*args, **kwargs)
+        return time.perf_counter() - start, out
+
+
+def trained(ex, **options) -> Any:
+    """The plans of ``ex``'s first step compiled with ``budget.backend(**options)``."""
+    be = budget.backend(**options)
+    torch.compile(ex.step, backend=be)(*ex.args).backward()
+    return be.plans
+
+
+def previews() -> None:
+    print()
+    print(
+        "| step | budget | preview s | compiled preview s | first step s | compiled preview "
+        "/ first step | saved, code peak as training's | predicted MiB | code MiB |"
+    )
+    print("|---|---|---:|---:|---:|---:|---|---:|---:|")
+    gpt = get_builtin("gpt", layers=4, d=128)
+    t5 = make("t5")
+    for name, ex, options in (
+        ("gpt 4L d=128", gpt, {"memory_budget": 0.5}),
+        ("gpt 4L d=128", gpt, {"peak_memory_budget": "20MiB"}),
+        ("t5", t5, {"peak_memory_budget": f"{1000 * KiB}B"}),
+    ):
+        value = next(iter(options.values()))
+        try:
+            plain, _ = cold(budget.plan, ex.step, *ex.args, **options)
+            took, plan = cold(budget.plan, ex.step, *ex.args, compile=True, **options)
+            first, (kept,) = cold(trained, ex, **options)
+        except Exception as e:  # noqa: BLE001 - the refusal is the row
+            inner = root_error(e)
+            print(f"| {name} | {value} | {type(inner).__name__}: {inner} |||||||")
+            continue
+        same = (plan.saved_bytes, plan.compiled_peak_bytes) == (
+            kept.saved_bytes,
+            kept.compiled_peak_bytes,
+        )
+        print(
+            f"| {name} | {value} | {plain:.1f} | {took:.1f} | {first:.1f} "
+            f"| {took / first:.2f} | {same} | {(plan.peak_bytes or 0) / MiB:.2f} "
+            f"| {(plan.compiled_peak_bytes or 0) / MiB:.2f} |",
+            flush=True,
+        )
+
+
+PARTS = {"overhead": overhead, "t5": t5_budgets, "previews": previews}
+
+
 def main() -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help="comma-separated: " + ", ".join(PARTS)
+    )
+    parts = parser.parse_args().parts.split(",")
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        parser.error(f"unknown part(s) {unknown}: choose from {', '.join(PARTS)}")
     print(
         f"budget {budget.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads\n"
     )
     # Inductor's one-time set-up (imports, the compiler's checks) before any timed compile
     warm = torch.compile(lambda x: (x.sin() @ x).cos().sum())
     first_step(warm, (torch.randn(8, 8, requires_grad=True),))
-    overhead()
-    t5_budgets()
+    for part in parts:
+        PARTS[part]()
     return 0
 
 
