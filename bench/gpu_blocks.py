@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from gpu_context import (  # noqa: E402
     mib,
     sci,
 )
-from gpu_measure import grads_of  # noqa: E402
+from gpu_measure import fresh, grads_of  # noqa: E402
 
 import budget  # noqa: E402
 from budget.models import Example, get_builtin  # noqa: E402
@@ -100,6 +101,27 @@ def block_peak(c: Check) -> None:
             o.grad_err is not None and o.grad_err <= TOLERANCE["bf16"],
             f"{sci(o.grad_err)}",
         )
+        if k == 0.8 and c.compiler == "inductor" and c.clock.fits(2):
+            compiled_preview(c, step, args, be.plans, target)
+
+
+def compiled_preview(c: Check, step: Any, args: tuple, kept: list[Any], target: int) -> None:
+    """``budget.plans(..., compile=True)`` of the step under the same peak budget: on fake
+    tensors, Inductor's code generated (Triton's on CUDA) and no kernel built; its plans
+    are those training kept (saved bytes, code peak)."""
+    start = time.perf_counter()
+    with fresh(c.device):
+        previewed = budget.plans(
+            step, *args, compiler=c.compiler, peak_memory_budget=f"{target}B", compile=True
+        )
+    took = time.perf_counter() - start
+    told = [(p.saved_bytes, p.compiled_peak_bytes) for p in previewed]
+    trained = [(p.saved_bytes, p.compiled_peak_bytes) for p in kept]
+    c.report.check(
+        "peak 0.8x: compile=True previews training's plans",
+        told == trained,
+        f"preview {told}, training {trained}; {took:.0f} s",
+    )
 
 
 def block_reuse(c: Check) -> None:

@@ -59,3 +59,34 @@ def test_the_gpu_checks_code_runs_at_toy_sizes_and_what_is_deterministic_holds(t
     assert "reuse off b=1: saved = predicted" in names
     assert "reuse b=1: neutral reuse's peak <= reuse off's" in names
     assert "eager offload: kept = predicted" in names
+
+
+def test_the_gpu_checks_compiled_preview_check_runs_under_inductor(tmp_path):
+    """The peak block's compiled-preview check (Inductor only, so not in the toy run
+    above, which uses the eager compiler) on a small MLP on the CPU: its check passes."""
+    from types import SimpleNamespace
+
+    import torch
+
+    import budget
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        from gpu_blocks import compiled_preview
+    finally:
+        sys.path.remove(str(BENCH))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 4))
+    x = torch.randn(32, 16)
+
+    def step(x):
+        return model(x).square().sum()
+
+    be = budget.backend(peak_memory_budget="1GiB")
+    torch.compile(step, backend=be)(x).backward()
+    checks = []
+    report = SimpleNamespace(check=lambda *a: checks.append(a))
+    c = SimpleNamespace(device=torch.device("cpu"), compiler="inductor", report=report)
+    compiled_preview(c, step, (x,), be.plans, 2**30)
+    ((name, ok, detail),) = checks
+    assert name == "peak 0.8x: compile=True previews training's plans" and ok, detail
