@@ -182,9 +182,8 @@ def _add_solve_budgets(solve: argparse.ArgumentParser, default_budget: float) ->
         "--compile",
         action="store_true",
         help="compile the step's graphs with Inductor as training does (on fake tensors, "
-        "no kernel built): the plan then carries the peak of the generated code (CPU "
-        "code only), and a --peak is checked on it, as in training (slower: Inductor's "
-        "code generation)",
+        "no kernel built): the plan then carries the peak of the generated code, and a "
+        "--peak is checked on it, as in training (slower: Inductor's code generation)",
     )
 
 
