@@ -306,17 +306,7 @@ def sweep(
     options |= {"offload": offload, "with_peak_budget": False}
     if compile:
         _needs_inductor(compiler)
-        if not budgets:
-            raise ValueError("budgets must name at least one budget")
-        found = []
-        for done, b in enumerate(budgets):
-            if progress is not None:
-                progress(0, done, len(budgets))
-            be = _trace(fn, example_args, example_kwargs, code=True, memory_budget=b, **options)
-            found.append(be.plans)
-        if progress is not None:
-            progress(0, len(budgets), len(budgets))
-        sweeps = [list(graph) for graph in zip(*found, strict=True)]
+        sweeps = _compiled_sweep(fn, example_args, example_kwargs, budgets, progress, options)
     else:
         be = _trace(
             fn,
@@ -329,6 +319,28 @@ def sweep(
         )
         sweeps = be.log.sweeps
     return sweeps[0] if len(sweeps) == 1 else sweeps
+
+
+def _compiled_sweep(
+    fn: Callable[..., Any],
+    example_args: tuple[Any, ...],
+    example_kwargs: dict[str, Any],
+    budgets: Sequence[float | str],
+    progress: Callable[[int, int, int | None], None] | None,
+    options: dict[str, Any],
+) -> list[list[Plan]]:
+    """Each budget's plans as a compiled preview makes them (one trace each), per graph."""
+    if not budgets:
+        raise ValueError("budgets must name at least one budget")
+    found = []
+    for done, b in enumerate(budgets):
+        if progress is not None:
+            progress(0, done, len(budgets))
+        be = _trace(fn, example_args, example_kwargs, code=True, memory_budget=b, **options)
+        found.append(be.plans)
+    if progress is not None:
+        progress(0, len(budgets), len(budgets))
+    return [list(graph) for graph in zip(*found, strict=True)]
 
 
 def _needs_inductor(compiler: str) -> None:
