@@ -15,7 +15,7 @@ from torch.utils.checkpoint import (
 )
 
 import budget
-from budget.core.sizes import parse_budget
+from budget.core.sizes import format_bytes, parse_budget
 
 
 @pytest.fixture
@@ -37,6 +37,22 @@ def chain_args():
 )
 def test_sizes_parse(text, nbytes):
     assert parse_budget(text).nbytes == nbytes
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "text"),
+    [
+        (999, "999 B"),
+        (1000, "0.98 KiB"),
+        (36 * MiB, "36.00 MiB"),
+        (1012 * 1024, "0.99 MiB"),  # not '1012.00 KiB': a table's 10 columns hold every size
+        (999 * 1024, "999.00 KiB"),
+        (1000 * MiB, "0.98 GiB"),
+    ],
+)
+def test_sizes_print_in_at_most_ten_characters_and_parse_back_near(nbytes, text):
+    assert format_bytes(nbytes) == text and len(text) <= 10
+    assert abs(parse_budget(text).nbytes - nbytes) <= 0.005 * parse_budget(text).nbytes + 1
 
 
 @pytest.mark.parametrize(

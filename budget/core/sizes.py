@@ -94,9 +94,11 @@ def parse_peak_budget(value: object) -> int:
 
 
 def format_bytes(n: float) -> str:
-    """Human-readable binary size: '36.0 MiB'."""
+    """Human-readable binary size: '36.00 MiB'. A unit is used from 1000 of the one below
+    it ('0.99 MiB', not '1012.00 KiB'), so that a size up to 1000 GiB fits a table's
+    10-character column."""
     n = float(n)
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= scale:
+        if abs(n) >= scale * 1000 / 1024:
             return f"{n / scale:.2f} {unit}"
     return f"{int(n)} B"
