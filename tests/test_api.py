@@ -47,6 +47,7 @@ def test_sizes_parse(text, nbytes):
         (36 * MiB, "36.00 MiB"),
         (1012 * 1024, "0.99 MiB"),  # not '1012.00 KiB': a table's 10 columns hold every size
         (999 * 1024, "999.00 KiB"),
+        (1024 * 1000 - 1, "0.98 MiB"),  # 999.999 KiB would print as 1000.00
         (1000 * MiB, "0.98 GiB"),
     ],
 )

@@ -186,9 +186,9 @@ def _print_solve(
     unknown = [i for i, p in enumerate(plans) if p.compiled_peak_bytes is None]
     if args.compile and unknown:
         print(
-            f"\nthe peak of the generated code is unknown for graph(s) {unknown} (not CPU "
-            "Python wrapper code, or a compile cache skipped it): their peak is predicted "
-            "from the graphs"
+            f"\nthe peak of the generated code is unknown for graph(s) {unknown} (C++ wrapper "
+            "code, or code the meta run could not run): their peak is predicted from the "
+            "graphs"
         )
     if args.plan:
         print(f"\napplied the saved plan {args.plan}: it fits {description}")

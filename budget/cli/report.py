@@ -39,7 +39,8 @@ def solve_report(
 ) -> str:
     """What ``budget solve`` prints: the target, a report per graph, step totals when the
     step has several graphs, and the command's own ``timings`` (load, trace, ...).
-    ``compiled``: the plans are a compile's (``--compile``), not a preview's. ``size``: a
+    ``compiled``: the plans are a compiled preview's (``--compile``: training's compiles,
+    their code's peaks), not a plain preview's. ``size``: a
     memory budget given as a size, the step's, whose share each graph's budget line shows."""
     parts = ["\n".join(wrap_items("budget solve", target.split(), sep=""))]
     for i, plan in enumerate(plans):

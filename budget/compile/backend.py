@@ -51,7 +51,7 @@ class BudgetBackend:
     def __init__(self, settings: PlanSettings, log: PlanLog, preview: bool = False) -> None:
         self.settings = settings  # frozen: what decides the plans
         self.log = log  # what was planned, graph by graph
-        self.preview = preview  # plan only: no code is generated (Inductor)
+        self.preview = preview  # plan only: nothing is trained, no kernel built
         # previews that generate Inductor's code as training does and read its peak, its
         # kernels unbuilt (budget solve --compile)
         self.code = False
@@ -169,10 +169,11 @@ class BudgetBackend:
     def _inductor(self, job: GraphJob) -> Any:
         from ..runtime._torch_private import compile_fx, functorch_config
 
-        partitioner = InductorPartitioner(self, job.outputs_held, job.settings, job.held_inputs)
         if self.preview and self.code:  # the plans training makes, their code read
             return compile_within_peak(self.log, job._replace(code_only=True))
         if self.preview:  # a preview is the partitioner's plan: no cache may skip it
+            held = job.held_inputs
+            partitioner = InductorPartitioner(self, job.outputs_held, job.settings, held)
             patches = {"custom_partitioner_fn": partitioner, "fx_graph_cache": False}
             made = len(self.log.plans)
             with functorch_config.patch(enable_autograd_cache=False):

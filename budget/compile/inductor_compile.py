@@ -1,9 +1,9 @@
 """One graph compiled with Inductor: its attempts, torch's compile caches, its code's peak.
 
 :func:`compile_within_peak` is what :class:`budget.compile.backend.BudgetBackend` does
-with a graph under Inductor (previews aside): it compiles one attempt after another
-(:mod:`budget.compile.peak_check`) until a plan's code holds the budget, each plan once
-(:mod:`budget.compile.attempts`), and keeps one. :func:`compile_cached` is one attempt:
+with a graph under Inductor (previews aside, but compiled ones: ``GraphJob.code_only``): it
+compiles one attempt after another (:mod:`budget.compile.peak_check`) until a plan's code
+holds the budget, each plan once (:mod:`budget.compile.attempts`), and keeps one. :func:`compile_cached` is one attempt:
 Inductor's compile with budget's partitioner, through torch's FX graph and AOTAutograd
 caches and budget's plan cache (:mod:`budget.compile.plan_cache`), reading the peak of
 the code it generates (:mod:`budget.compile.compiled_peak`).
@@ -62,7 +62,8 @@ def compile_within_peak(log: PlanLog, job: GraphJob) -> Any:
     under a memory budget alone, b=1's code peak (``peak_check.hold_b1_peak``). Each attempt
     plans into a log of its own, sharing ``PlanLog.predictions``; the kept attempt's plans
     go to ``log`` (``backend.plans``, ``on_plan``). A plan compiled before is not compiled
-    again (``attempts``)."""
+    again (``attempts``). Only the kept attempt's kernels are built, none for a compiled
+    preview (``code_only``)."""
     once = attempts_of(job)
     kept = hold_b1_peak(job.settings, once, fit_compiled_peak(job.settings, once))
     if not job.code_only:

@@ -337,6 +337,11 @@ def _compiled_sweep(
         if progress is not None:
             progress(0, done, len(budgets))
         be = _trace(fn, example_args, example_kwargs, code=True, memory_budget=b, **options)
+        if found and len(be.plans) != len(found[0]):
+            raise PreviewError(
+                f"the step compiled into {len(found[0])} graph(s) at budget {budgets[0]} and "
+                f"{len(be.plans)} at budget {b}: a sweep needs the same graphs at every budget"
+            )
         found.append(be.plans)
     if progress is not None:
         progress(0, len(budgets), len(budgets))

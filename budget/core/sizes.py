@@ -99,6 +99,6 @@ def format_bytes(n: float) -> str:
     10-character column."""
     n = float(n)
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= scale * 1000 / 1024:
+        if abs(n) >= scale * 999.995 / 1024:  # what would print as 1000.00 of the unit below
             return f"{n / scale:.2f} {unit}"
     return f"{int(n)} B"

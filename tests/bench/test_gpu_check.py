@@ -82,11 +82,14 @@ def test_the_gpu_checks_compiled_preview_check_runs_under_inductor(tmp_path):
     def step(x):
         return model(x).square().sum()
 
-    be = budget.backend(peak_memory_budget="1GiB")
+    (b1,) = budget.plans(step, x, memory_budget=1.0)
+    target = b1.peak_bytes - 1  # binding: the check's search compiles more than one plan
+    torch._dynamo.reset()
+    be = budget.backend(peak_memory_budget=f"{target}B")
     torch.compile(step, backend=be)(x).backward()
     checks = []
     report = SimpleNamespace(check=lambda *a: checks.append(a))
     c = SimpleNamespace(device=torch.device("cpu"), compiler="inductor", report=report)
-    compiled_preview(c, step, (x,), be.plans, 2**30)
+    compiled_preview(c, step, (x,), be.plans, target)
     ((name, ok, detail),) = checks
     assert name == "peak 0.8x: compile=True previews training's plans" and ok, detail

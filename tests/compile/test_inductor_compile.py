@@ -106,7 +106,7 @@ def test_a_compiled_preview_generates_each_plans_code_and_builds_no_kernel(monke
     """``budget.plans(..., compile=True)``: Inductor generates the code of the plans a peak
     budget tries (their peak read), on fake tensors, and no kernel is built (a build
     would call ``_Deferred.start``) nor plan cached (its key would hold fake inputs); the
-    plan is training's, which it then applies."""
+    plan and its code's peak are training's."""
     from budget.compile.kernels import _Deferred
 
     def built(self):  # type: ignore[no-untyped-def]
@@ -130,8 +130,12 @@ def test_a_compiled_preview_generates_each_plans_code_and_builds_no_kernel(monke
     assert not list(tmp_path.rglob("plans-*.json"))
     monkeypatch.undo()
     torch._dynamo.reset()
-    be = budget.backend(plan=[plan])
+    be = budget.backend(peak_memory_budget=f"{b1.peak_bytes - 1}B")
     torch.compile(step, backend=be)(x).backward()
-    assert be.plans[0].saved_bytes == plan.saved_bytes
+    (kept,) = be.plans
+    assert (kept.saved_bytes, kept.compiled_peak_bytes) == (
+        plan.saved_bytes,
+        plan.compiled_peak_bytes,
+    )
     with pytest.raises(ValueError, match="compile=True .* needs compiler='inductor', not 'eager'"):
         budget.plans(step, x, compile=True, compiler="eager")
