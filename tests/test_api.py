@@ -319,8 +319,9 @@ def test_sweep_plans_many_budgets_from_one_trace(chain_args):
     # each equals what a single preview gives
     single = budget.plan(chain, *chain_args, memory_budget=0.3)
     assert (single.saved, single.recomputed) == (plans[3].saved, plans[3].recomputed)
-    with pytest.raises(ValueError, match="at least one budget"):
-        budget.sweep(chain, *chain_args, budgets=[])
+    for compile in (False, True):
+        with pytest.raises(ValueError, match="at least one budget"):
+            budget.sweep(chain, *chain_args, budgets=[], compile=compile)
 
 
 def test_time_limit_never_gives_a_plan_over_budget():

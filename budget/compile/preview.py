@@ -56,8 +56,6 @@ def _trace(
         be.log.progress = progress
         if sweep is not None:
             budgets = tuple(parse_budget(b) for b in sweep)
-            if not budgets:
-                raise ValueError("budgets must name at least one budget")
             be.settings = dataclasses.replace(be.settings, sweep=budgets)
         made.append(be)
         return be
@@ -304,6 +302,8 @@ def sweep(
         solver=solver, estimator=estimator, time_limit=time_limit, compiler=compiler
     )
     options |= {"offload": offload, "with_peak_budget": False}
+    if not budgets:
+        raise ValueError("budgets must name at least one budget")
     if compile:
         _needs_inductor(compiler)
         sweeps = _compiled_sweep(fn, example_args, example_kwargs, budgets, progress, options)
@@ -314,7 +314,7 @@ def sweep(
             example_kwargs,
             sweep=budgets,
             progress=progress,
-            memory_budget=budgets[0] if budgets else None,
+            memory_budget=budgets[0],
             **options,
         )
         sweeps = be.log.sweeps
@@ -330,8 +330,6 @@ def _compiled_sweep(
     options: dict[str, Any],
 ) -> list[list[Plan]]:
     """Each budget's plans as a compiled preview makes them (one trace each), per graph."""
-    if not budgets:
-        raise ValueError("budgets must name at least one budget")
     found = []
     for done, b in enumerate(budgets):
         if progress is not None:
