@@ -1,10 +1,14 @@
 """The progress bar of ``budget sweep`` and ``budget solve``: tqdm on stderr, fed by the
 planning callback (budgets planned; a peak search's plans partitioned, or an eager plan's
-peaks predicted, with no total)."""
+peaks predicted, with no total). Its clock ticks each second between updates: a compile
+(``--compile``) can spend a minute generating one plan's code with nothing to count."""
 
 from __future__ import annotations
 
 import sys
+import threading
+
+TICK_S = 1.0  # how often the bar's elapsed time is redrawn between updates
 
 
 class ProgressBar:
@@ -26,8 +30,23 @@ class ProgressBar:
             leave=False,
             disable=True if quiet else None,
         )
+        self._lock = threading.Lock()  # an update is drawn whole, never half by a tick
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+        if not self.bar.disable:
+            self._ticker = threading.Thread(target=self._tick, name="budget-progress", daemon=True)
+            self._ticker.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(TICK_S):
+            with self._lock:
+                self.bar.refresh()
 
     def update(self, graph: int, done: int, total: int | None) -> None:
+        with self._lock:
+            self._update(graph, done, total)
+
+    def _update(self, graph: int, done: int, total: int | None) -> None:
         if graph != self.graph:
             self.graph = graph
             self.bar.reset(total=total)
@@ -44,6 +63,9 @@ class ProgressBar:
         self.bar.refresh()
 
     def close(self) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
         self.bar.close()
 
     def __enter__(self) -> ProgressBar:

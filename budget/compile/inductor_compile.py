@@ -63,31 +63,67 @@ def compile_within_peak(log: PlanLog, job: GraphJob) -> Any:
     plans into a log of its own, sharing ``PlanLog.predictions``; the kept attempt's plans
     go to ``log`` (``backend.plans``, ``on_plan``). A plan compiled before is not compiled
     again (``attempts``). Only the kept attempt's kernels are built, none for a compiled
-    preview (``code_only``)."""
-    once = attempts_of(job)
+    preview (``code_only``). ``log.progress`` hears of the graph as its first attempt
+    starts (0 of 1) and once one is kept (1 of 1); in between, of every plan a peak
+    search partitions, counted over all the attempts (no total)."""
+    progress = log.plan_progress()
+    if progress is not None:
+        progress(0, 1)
+    once = attempts_of(job, progress)
     kept = hold_b1_peak(job.settings, once, fit_compiled_peak(job.settings, once))
     if not job.code_only:
         kernels.build(kept.unbuilt)
     log.problems.extend(kept.log.problems)
     for plan in kept.log.plans:
         log.add_plan(plan)
+    if progress is not None:
+        progress(1, 1)
     return kept.compiled
 
 
-def attempts_of(job: GraphJob) -> Callable[[PlanSettings], Attempt]:
+def attempts_of(
+    job: GraphJob, progress: Callable[[int, int | None], None] | None = None
+) -> Callable[[PlanSettings], Attempt]:
     """A compile of ``job``'s graph for other settings, one attempt each, that compiles
     each plan once (``attempts``); the attempts share what partitioning told
-    (``PlanLog.predictions``)."""
+    (``PlanLog.predictions``), and tell ``progress(done, None)`` of each plan their peak
+    searches partition (``done``: how many in all the attempts so far)."""
     predictions: dict[tuple, Any] = {}
+    searched = _SearchCount(progress)
 
     def compile_fresh(settings: PlanSettings, compiling: Callable[..., None]) -> Attempt:
-        planning = _Planning(settings, PlanLog(predictions=predictions, compiling=compiling))
+        told = searched.attempt()
+        log = PlanLog(predictions=predictions, compiling=compiling, progress=told)
+        planning = _Planning(settings, log)
         partitioner = InductorPartitioner(planning, job.outputs_held, held_inputs=job.held_inputs)
         with kernels.deferred() as unbuilt:  # built for the attempt kept only
             compiled = compile_cached(partitioner, job.gm, job.example_inputs, job.code_only)
         return Attempt(compiled, planning.log, unbuilt)
 
     return compiling_once(compile_fresh)
+
+
+@dataclass
+class _SearchCount:
+    """The plans a graph's peak searches partitioned, over all its attempts (each attempt's
+    search counts from 1 again), told to ``progress`` as ``(done, None)``. The graph's start
+    and end (0 and 1 of 1) are told once, by :func:`compile_within_peak`, not per attempt."""
+
+    progress: Callable[[int, int | None], None] | None
+    done: int = 0
+
+    def attempt(self) -> Callable[[int, int, int | None], None] | None:
+        """An attempt's ``PlanLog.progress``."""
+        if self.progress is None:
+            return None
+        report, before = self.progress, self.done
+
+        def told(_graph: int, done: int, total: int | None) -> None:
+            if total is None:  # a plan partitioned (the attempt's log has one graph)
+                self.done = before + done
+                report(self.done, None)
+
+        return told
 
 
 def compile_cached(

@@ -419,6 +419,34 @@ def test_progress_bar_on_a_terminal(monkeypatch, capsys):
     assert re.search(r"graph 1: peak search: [1-9]\d* plans partitioned", fake.getvalue())
 
 
+def test_progress_bar_clock_ticks_between_updates_and_stops_on_close(monkeypatch):
+    """A compile can spend a minute on one plan's code with nothing to count: the bar is
+    redrawn (its elapsed time) between updates, until it is closed."""
+    import time
+
+    from budget.cli import progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    fake = Tty()
+    monkeypatch.setattr(sys, "stderr", fake)
+    monkeypatch.setattr(progress, "TICK_S", 0.001)
+    bar = progress.ProgressBar(1, quiet=False)
+    bar.update(0, 0, 1)
+    drawn = len(fake.getvalue())
+    deadline = time.monotonic() + 10
+    while len(fake.getvalue()) == drawn and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(fake.getvalue()) > drawn  # redrawn with no update
+    bar.close()
+    assert bar._ticker is not None and not bar._ticker.is_alive()
+    quiet = progress.ProgressBar(1, quiet=True)
+    assert quiet._ticker is None
+    quiet.close()
+
+
 def test_solve_shows_the_predicted_peak_and_meets_a_peak_budget(tmp_path, capsys):
     png = tmp_path / "timeline.png"
     code, out, _ = run(["solve", *MLP, "--compiler", "eager", "--timeline", str(png)], capsys)

@@ -16,6 +16,7 @@ import torch
 import budget
 from budget.compile import inductor_hooks, plan_cache
 from budget.compile.inductor_compile import GraphJob, attempts_of
+from budget.errors import BudgetTooSmallError
 
 pytestmark = pytest.mark.slow
 
@@ -102,6 +103,20 @@ def test_a_cached_plan_not_compiled_before_is_compiled(tmp_path, monkeypatch):
     assert warm.plan.compiled_peak_bytes == cold.plan.compiled_peak_bytes > 0
 
 
+def test_progress_counts_the_plans_partitioned_over_every_attempt():
+    """Each attempt's peak search counts its partitioned plans from 1; the graph's progress
+    counts them over all its attempts (a count back at 1 each attempt would look stuck)."""
+    job = _job()
+    told = []
+    once = attempts_of(job, lambda done, total: told.append((done, total)))
+    once(dataclasses.replace(job.settings, search_peak_bytes=1 << 29))
+    first = len(told)
+    with pytest.raises(BudgetTooSmallError):  # a target under every plan: a longer search
+        once(dataclasses.replace(job.settings, search_peak_bytes=1))
+    assert 0 < first < len(told)
+    assert told == [(k, None) for k in range(1, len(told) + 1)]
+
+
 def test_a_compiled_preview_generates_each_plans_code_and_builds_no_kernel(monkeypatch, tmp_path):
     """``budget.plans(..., compile=True)``: Inductor generates the code of the plans a peak
     budget tries (their peak read), on fake tensors, and no kernel is built (a build
@@ -125,8 +140,18 @@ def test_a_compiled_preview_generates_each_plans_code_and_builds_no_kernel(monke
     monkeypatch.setattr(_Deferred, "start", built)
     monkeypatch.setenv("BUDGET_CACHE_DIR", str(tmp_path))
     torch._dynamo.reset()
-    (plan,) = budget.plans(step, x, peak_memory_budget=f"{b1.peak_bytes - 1}B", compile=True)
+    told = []
+    (plan,) = budget.plans(
+        step,
+        x,
+        peak_memory_budget=f"{b1.peak_bytes - 1}B",
+        compile=True,
+        progress=lambda *a: told.append(a),
+    )
     assert plan.compiled_peak_bytes is not None and plan.compiled_peak_bytes < b1.peak_bytes
+    ticks = told[1:-1]
+    assert told[0] == (0, 0, 1) and told[-1] == (0, 1, 1) and ticks
+    assert ticks == [(0, k, None) for k in range(1, len(ticks) + 1)]
     assert not list(tmp_path.rglob("plans-*.json"))
     monkeypatch.undo()
     torch._dynamo.reset()
