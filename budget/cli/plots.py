@@ -18,7 +18,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.plan import Plan
+from ..core.plan import Plan, sweep_peaks
 from ..core.text import budget_cell, cost_scale
 
 INSTALL_HINT = "pip install budget-remat[plot]"
@@ -40,22 +40,25 @@ def draw_sweep(
     x: str = "saved",
 ) -> None:
     """Draw one graph's sweep on a matplotlib Axes: saved MiB (``x="saved"``) or the
-    predicted peak MiB (``x="peak"``) against recompute cost.
+    peak MiB (``x="peak"``: the code's where compiled, else predicted) against recompute
+    cost.
 
     ``scale`` is ``(divisor, unit label)`` for the cost axis (chosen from the plans when
     not given; pass one when several sweeps share the axes).
     """
-    if x == "peak":  # the code's peak where compiled, else the graphs' prediction
-        plans = [p for p in plans if p.own_peak_bytes is not None]
-    if not plans:
+    # the x of each plan: its saved bytes, or its peak (the code's where compiled, else the
+    # graphs' prediction: one kind for the whole curve), plans without one left out
+    xs = [p.saved_bytes for p in plans] if x == "saved" else sweep_peaks(plans)
+    drawn = [(p, nbytes) for p, nbytes in zip(plans, xs, strict=True) if nbytes is not None]
+    if not drawn:
         return
+    plans = [p for p, _ in drawn]
     divisor, unit_label = scale or cost_scale(
         [p.total_recompute_cost for p in plans], plans[0].cost_unit
     )
     labels: dict[tuple[float, float], list[str]] = {}
-    for p in plans:  # plans with the same bytes and cost share a point and a label
-        nbytes = p.own_peak_bytes if x == "peak" else p.saved_bytes
-        point = ((nbytes or 0) / 2**20, p.total_recompute_cost / divisor)
+    for p, nbytes in drawn:  # plans with the same bytes and cost share a point and a label
+        point = (nbytes / 2**20, p.total_recompute_cost / divisor)
         labels.setdefault(point, []).append(budget_cell(p.budget))
     points = sorted(labels, key=lambda xy: (xy[0], -xy[1]))
     ax.plot(

@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ..core.plan import Plan, step_peak
+from ..core.plan import Plan, step_peak, sweep_peaks
 from ..core.report import format_status, plan_report
 from ..core.sizes import format_bytes
 from ..core.text import (
@@ -156,8 +156,9 @@ def sweep_table(sweeps: Sequence[Sequence[Plan]], target: str = "") -> str:
 
 
 def _sweep_rows(plans: Sequence[Plan], better: Mapping[int, int]) -> list[str]:
-    """One graph's header and a row per budget; the step's peak (the code's where known)
-    is flagged ``!`` where a plan of no more recompute peaks lower (``better``)."""
+    """One graph's header and a row per budget; the peak the rows are compared on (the
+    code's where compiled: ``sweep_peaks``) is flagged ``!`` where a plan of no more
+    recompute peaks lower (``better``)."""
     unit = plans[0].cost_unit
     scale = cost_scale([p.total_recompute_cost for p in plans], unit)
     flop_scale = cost_scale([p.recompute_flops + p.again_flops for p in plans], "flop")
@@ -179,13 +180,12 @@ def _sweep_rows(plans: Sequence[Plan], better: Mapping[int, int]) -> list[str]:
         )
         if with_host:
             row += f" {format_bytes(p.offloaded_bytes):>10}"
-        code = p.compiled_peak_bytes
-        for shown, nbytes, steps in (
-            (with_peak, p.peak_bytes, code is None),
-            (with_code, code, code is not None),
+        for shown, nbytes, compared in (
+            (with_peak, p.peak_bytes, not with_code),
+            (with_code, p.compiled_peak_bytes, with_code),
         ):
             if shown:
-                mark = "!" if i in better and steps else ""
+                mark = "!" if i in better and compared else ""
                 row += f" {('-' if nbytes is None else format_bytes(nbytes)) + mark:>10}"
         row += f" {format_cost(p.total_recompute_cost, unit, scale):>11}"
         if with_flops:
@@ -197,12 +197,12 @@ def _sweep_rows(plans: Sequence[Plan], better: Mapping[int, int]) -> list[str]:
 
 def _sweep_notes(plans: Sequence[Plan], better: Mapping[int, int]) -> list[str]:
     """What a graph's ``!`` and ``tie-break`` cells mean, where it has them."""
-    notes = []
+    notes, peaks = [], sweep_peaks(plans)
     for i, j in better.items():
         a, b = plans[i], plans[j]
         notes.append(
-            f"  ! budget {budget_cell(a.budget)}: {format_bytes(a.own_peak_bytes or 0)} "
-            f"peak; budget {budget_cell(b.budget)}: {format_bytes(b.own_peak_bytes or 0)}, "
+            f"  ! budget {budget_cell(a.budget)}: {format_bytes(peaks[i] or 0)} "
+            f"peak; budget {budget_cell(b.budget)}: {format_bytes(peaks[j] or 0)}, "
             "no more recompute"
         )
     if any(_status_cell(p) == "tie-break" for p in plans):
@@ -223,11 +223,11 @@ def _status_cell(plan: Plan) -> str:
 
 
 def dominating_peaks(plans: Sequence[Plan]) -> dict[int, int]:
-    """Plans whose peak (``Plan.own_peak_bytes``) is above that of a plan with no more
-    recompute: index -> the index of the lowest-peak such plan (a sweep flags them: the
-    user pays recompute for nothing, or worse)."""
+    """Plans whose peak (``sweep_peaks``: all the code's, or all the graphs') is above that
+    of a plan with no more recompute: index -> the index of the lowest-peak such plan (a
+    sweep flags them: the user pays recompute for nothing, or worse)."""
     out: dict[int, int] = {}
-    peaks = [p.own_peak_bytes for p in plans]
+    peaks = sweep_peaks(plans)
     for i, p in enumerate(plans):
         mine = peaks[i]
         if mine is None:

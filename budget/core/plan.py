@@ -280,3 +280,12 @@ def step_peak(plans: Sequence[Plan]) -> tuple[int, int] | None:
         return None
     at = max(range(len(peaks)), key=lambda i: peaks[i] or 0)
     return peaks[at] or 0, at
+
+
+def sweep_peaks(plans: Sequence[Plan]) -> list[int | None]:
+    """One graph's plans at several budgets, each plan's peak on one kind for them all:
+    the code's (``compiled_peak_bytes``) where any was compiled, None for one whose code's
+    peak is unknown; else the graphs' prediction. A sweep compares its rows on these, never
+    one row's code against another's prediction."""
+    code = any(p.compiled_peak_bytes is not None for p in plans)
+    return [p.compiled_peak_bytes if code else p.peak_bytes for p in plans]

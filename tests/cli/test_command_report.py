@@ -6,6 +6,7 @@ import csv
 import io
 import json
 
+import pytest
 from helpers.plans import MiB, make_plan
 
 from budget.cli.report import dominating_peaks, solve_report, sweep_csv, sweep_json, sweep_table
@@ -107,6 +108,32 @@ def test_a_compiled_sweep_flags_by_the_codes_peak():
     assert "! budget 0: 11.00 MiB peak; budget 0.5: 9.00 MiB, no more recompute" in text
     rows = list(csv.DictReader(io.StringIO(sweep_csv([plans]))))
     assert [int(r["compiled_peak_bytes"]) for r in rows] == [11 * MiB, 9 * MiB, 10 * MiB]
+
+
+def test_a_compiled_sweep_never_compares_a_prediction_with_code():
+    """A compiled sweep's row whose code's peak is unknown (the meta run could not run it)
+    is compared with no other: its graphs' prediction sits above any code's peak, so
+    b=0.5 would be flagged against b=1's code though it may peak lower in its own code.
+    The plot draws the code's peaks only."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from budget.cli.plots import draw_sweep
+
+    plans = [
+        make_plan(budget=0.5, recompute_cost=3e-3, peak_bytes=14 * MiB),
+        make_plan(
+            budget=1.0, recompute_cost=0.0, peak_bytes=16 * MiB, compiled_peak_bytes=10 * MiB
+        ),
+    ]
+    assert dominating_peaks(plans) == {}
+    text = sweep_table([plans], "builtin:gpt")
+    assert "!" not in text
+    ax = Figure().subplots()
+    draw_sweep(ax, plans, x="peak")
+    (line,) = ax.get_lines()
+    assert list(line.get_xdata()) == [10.0]
+    assert ax.get_xlabel() == "peak of the step's compiled code (MiB)"
 
 
 def test_a_tie_broken_row_says_tie_break_not_a_solver_gap():
