@@ -100,6 +100,12 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         "in --estimator, e.g. flops:h100, to preview on a CPU)",
     )
     p.add_argument(
+        "--vs-torch",
+        action="store_true",
+        help="beside each plan, torch's own partitioner's plan of the same graph at the same "
+        "budget (activation_memory_budget): what it saves, recomputes and peaks at",
+    )
+    p.add_argument(
         "--compiler",
         choices=COMPILERS,
         default="inductor",
@@ -328,6 +334,7 @@ def planning_options(args: argparse.Namespace) -> dict[str, object]:
         "time_limit": args.time_limit,
         "compiler": args.compiler,
         "offload": args.offload,
+        "vs_torch": args.vs_torch,
     }
 
 

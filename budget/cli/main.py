@@ -123,6 +123,11 @@ def _check_compile_flag(args: argparse.Namespace) -> None:
             "--compile generates Inductor's code: it cannot be used with --eager, --modules "
             "or --compiler eager"
         )
+    if args.vs_torch and (args.eager or getattr(args, "peak", None) or getattr(args, "plan", None)):
+        raise UsageError(
+            "--vs-torch sets torch's partitioner's plan at the same memory budget beside "
+            "budget's: it cannot be used with --eager, --peak or --plan"
+        )
 
 
 def _check_solve_args(args: argparse.Namespace) -> tuple[Any, str | None]:

@@ -100,7 +100,10 @@ def save_sweep_plot(
     fig = Figure(figsize=(12 if with_peak else 7, 4.5), layout="constrained")
     axes = fig.subplots(1, 2 if with_peak else 1, squeeze=False)[0]
     several = len(sweeps) > 1
-    scale = cost_scale([p.total_recompute_cost for p in everything], everything[0].cost_unit)
+    costs = [p.total_recompute_cost for p in everything]
+    costs += [p.torch_plan.recompute_cost for p in everything if p.torch_plan is not None]
+    scale = cost_scale(costs, everything[0].cost_unit)
+    vs = any(p.torch_plan is not None for p in everything)  # torch's plans beside
     curves = [(sweeps, "with offload" if without_offload else "")]
     if without_offload:
         curves.append((without_offload, "recompute only"))
@@ -108,13 +111,33 @@ def save_sweep_plot(
         for group, kind in curves:
             for i, plans in enumerate(group):
                 name = f"graph {i + 1} ({plans[0].graph_hash})" if several and plans else ""
-                label = ", ".join(t for t in (name, kind) if t) or None
+                label = ", ".join(t for t in ("budget" if vs else "", name, kind) if t) or None
                 draw_sweep(ax, plans, label, scale, x=x)
-        if several or without_offload:
+        for i, plans in enumerate(sweeps):
+            _draw_torch(ax, plans, scale, x, several and i + 1)
+        if several or without_offload or vs:
             ax.legend(fontsize=8)
     if title:
         fig.suptitle(title, fontsize=9)
     fig.savefig(os.fspath(path), format="png", dpi=120)
+
+
+def _draw_torch(
+    ax: Any, plans: Sequence[Plan], scale: tuple[float, str], x: str, graph: int | bool
+) -> None:
+    """torch's plans at the sweep's budgets (``vs_torch``) as crosses: saved MiB, or their
+    graphs' predicted peak where the sweep's peaks are predictions too (a compiled sweep's
+    are its code's: no like to set them beside)."""
+    if x == "peak" and any(p.compiled_peak_bytes is not None for p in plans):
+        return
+    points = []
+    for theirs in (p.torch_plan for p in plans):
+        nbytes = None if theirs is None else getattr(theirs, f"{x}_bytes")
+        if theirs is not None and nbytes is not None:
+            points.append((nbytes / 2**20, theirs.recompute_cost / scale[0]))
+    if points:
+        name = "torch's partitioner" + (f", graph {graph}" if graph else "")
+        ax.plot(*zip(*sorted(points), strict=True), marker="x", linestyle="none", label=name)
 
 
 PHASE_COLOURS = {"forward": "tab:blue", "backward": "tab:orange", "recompute": "tab:red"}

@@ -151,8 +151,34 @@ def sweep_table(sweeps: Sequence[Sequence[Plan]], target: str = "") -> str:
             + (f", compiler {first.compiler}" if first.compiler else "")
         )
         better = dominating_peaks(plans)
-        parts.append("\n".join([*_sweep_rows(plans, better), *_sweep_notes(plans, better)]))
+        rows = [*_sweep_rows(plans, better), *_sweep_notes(plans, better), *_torch_rows(plans)]
+        parts.append("\n".join(rows))
     return "\n\n".join(parts)
+
+
+def _torch_rows(plans: Sequence[Plan]) -> list[str]:
+    """torch's own plan at each budget (``vs_torch``): what it saves, its graphs' predicted
+    peak and its recompute, as a multiple of budget's; none where no plan carries one."""
+    if all(p.torch_plan is None for p in plans):
+        return []
+    unit = plans[0].cost_unit
+    costs = [p.total_recompute_cost for p in plans]
+    costs += [p.torch_plan.recompute_cost for p in plans if p.torch_plan is not None]
+    scale = cost_scale(costs, unit)
+    head = f"  {'budget':>9} {'saved':>10} {'peak':>10} {'recompute':>11}  vs budget's"
+    rows = ["", "  torch's partitioner at the same budgets (activation_memory_budget):", head]
+    for p in plans:
+        theirs = p.torch_plan
+        if theirs is None:
+            continue
+        peak = "refused" if theirs.refused else format_bytes(theirs.peak_bytes or 0)
+        ratio = theirs.recompute_cost / p.total_recompute_cost if p.total_recompute_cost else None
+        times = "" if ratio is None else f"{ratio:.2f}x"
+        rows.append(
+            f"  {budget_cell(p.budget):>9} {format_bytes(theirs.saved_bytes):>10} {peak:>10} "
+            f"{format_cost(theirs.recompute_cost, unit, scale):>11}  {times}".rstrip()
+        )
+    return rows
 
 
 def _sweep_rows(plans: Sequence[Plan], better: Mapping[int, int]) -> list[str]:
@@ -263,6 +289,11 @@ SWEEP_CSV_COLUMNS = (
     "gap",
     "solver",
     "estimator",
+    # torch's own plan at the budget (sweeps with vs_torch; empty otherwise)
+    "torch_saved_bytes",
+    "torch_peak_bytes",
+    "torch_recompute_cost",
+    "torch_recompute_flops",
 )
 
 
@@ -293,9 +324,18 @@ def sweep_csv(sweeps: Sequence[Sequence[Plan]]) -> str:
                     "" if p.gap is None else repr(p.gap),
                     p.solver,
                     p.estimator,
+                    *_torch_cells(p),
                 ]
             )
     return buf.getvalue().rstrip("\n")
+
+
+def _torch_cells(plan: Plan) -> list[object]:
+    theirs = plan.torch_plan
+    if theirs is None:
+        return ["", "", "", ""]
+    peak = "" if theirs.peak_bytes is None else theirs.peak_bytes
+    return [theirs.saved_bytes, peak, repr(theirs.recompute_cost), repr(theirs.recompute_flops)]
 
 
 def sweep_json(sweeps: Sequence[Sequence[Plan]], target: str = "") -> str:

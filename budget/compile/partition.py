@@ -39,6 +39,7 @@ from .peak_plan import plan_for_peak
 from .rng_states import rng_states_bound
 from .split import Partitions, b1_saved_set
 from .tie_break import tie_break
+from .torch_plan import torch_plan
 
 _log = logging.getLogger(__name__)
 
@@ -201,6 +202,14 @@ def _partition(
     return _finish(partitions, plan, log)
 
 
+def _vs_torch(partitions: Partitions, problem: Problem, plan: Plan) -> Plan:
+    """``plan`` with torch's plan at its fraction beside it, where a preview asks
+    (``PlanSettings.vs_torch``: :mod:`budget.compile.torch_plan`)."""
+    if not partitions.settings.vs_torch:
+        return plan
+    return replace(plan, torch_plan=torch_plan(partitions, problem, plan))
+
+
 def _partitioned_progress(log: PlanLog, settings: PlanSettings) -> Callable[[int], None] | None:
     """Each plan a peak search partitions, told to ``log.progress`` as it goes, with no
     total: how many it tries depends on what fits."""
@@ -230,7 +239,7 @@ def _solve(
             progress=log.sweep_progress(),
         )
         # each with the tie-break a single budget gets, so a sweep's row is that plan
-        sweep = [tie_break(partitions, problem, p) for p in sweep]
+        sweep = [_vs_torch(partitions, problem, tie_break(partitions, problem, p)) for p in sweep]
         # the first is applied (and predicted) by _finish, which puts it in place here
         log.sweeps.append([sweep[0], *(partitions.predicted(p) for p in sweep[1:])])
         return sweep[0]
@@ -254,7 +263,7 @@ def _solve(
             time_limit=settings.time_limit,
             timings=timings,
         )
-        plan = tie_break(partitions, problem, plan)
+        plan = _vs_torch(partitions, problem, tie_break(partitions, problem, plan))
     partitions.on_partitioned = None  # the search is over: what follows is not told
     if progress is not None:
         progress(1, 1)

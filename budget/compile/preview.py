@@ -16,15 +16,16 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..core.plan import Plan, step_peak
+from ..core.plan import Plan
 from ..core.plan_files import PlanSource
 from ..core.problem import Problem
 from ..core.sizes import MemoryBudget, parse_budget
-from ..errors import BudgetTooSmallError, PreviewError, StepBudgetError
+from ..errors import PreviewError
 from ..planning.peak_grid import grid_budgets
 from . import step_budget
 from .backend import BudgetBackend
 from .backend import backend as make_backend
+from .divided import divided
 from .step_run import DATA_DEPENDENT, run_on_examples, run_on_fake
 
 
@@ -37,6 +38,7 @@ def _trace(
     progress: Callable[[int, int, int | None], None] | None = None,
     with_peak_budget: bool = True,
     code: bool = False,
+    vs_torch: bool = False,
     **backend_options: Any,
 ) -> BudgetBackend:
     """Plan ``fn`` as training would, on fake tensors; where code outside the compiled
@@ -51,6 +53,12 @@ def _trace(
         be = make_backend(**backend_options)
         if not with_peak_budget:  # sweeps and problems: the peak is shown, never a bound
             be.settings = dataclasses.replace(be.settings, peak_bytes=None)
+        if vs_torch and (be.settings.peak_bytes is not None or be.settings.book is not None):
+            raise ValueError(
+                "vs_torch=True sets torch's plan at the same memory budget beside budget's: "
+                "it needs a memory budget, not a peak budget (torch has none) or a saved plan"
+            )
+        be.settings = dataclasses.replace(be.settings, vs_torch=vs_torch)
         be.preview, be.code = True, code
         be.saved_caps, be.eager_before = caps, eager
         be.log.progress = progress
@@ -75,7 +83,7 @@ def _trace(
     joint = functools.partial(
         _joint_division, fn, example_args, example_kwargs, backend_options, progress
     )
-    be, ran_on = _divided(run, lambda: made[-1], joint)
+    be, ran_on = divided(run, lambda: made[-1], joint)
     if not be.plans and not be.preview_runs:
         raise PreviewError(
             "torch.compile made no graph of this step: dynamo ran all of it eagerly (it "
@@ -96,76 +104,6 @@ def _trace(
 
 FAKE = "fake tensors"
 EXAMPLES = "the example inputs"
-DIVIDE_ROUNDS = 4  # previews of a step budget: the step planned at most this often
-
-
-Run = Callable[[dict[int, int], dict[int, int]], tuple[BudgetBackend, str]]
-
-
-def _divided(
-    run: Run,
-    last: Callable[[], BudgetBackend],
-    joint: Callable[[BudgetBackend], tuple[dict[int, int] | None, dict[int, int]] | None],
-) -> tuple[BudgetBackend, str]:
-    """``run(caps, eager)`` (``last()``: the backend it planned with) with no caps, and
-    where a later graph cannot fit a step budget (a peak, a size) beside what the graphs
-    before it keep, or the step's predicted peak or what it keeps, eager code's saves
-    counted (known once it has run), is over it: again at the joint division
-    ``joint(backend)`` gives (caps on what the graphs save, or None where it found none;
-    what the step keeps before each graph beyond the graphs before it), then, where
-    that does not hold, with the graphs before the refused one capped in proportion to
-    what they save (:func:`budget.compile.step_budget.divide`) and eager code's saves
-    held as in the joint division, up to ``DIVIDE_ROUNDS`` runs in all (the joint
-    division's own preview aside).
-    Where nothing holds, the first refusal stands: it names what planning graph by graph
-    reached."""
-    try:
-        done = run({}, {})
-        first = _over(last())
-        if first is None:
-            return done
-    except StepBudgetError as e:
-        first = e
-    planned = last()
-    division = joint(planned)
-    eager = division[1] if division is not None else {}
-    if division is not None and division[0] is not None:
-        try:
-            done = run(division[0], eager)
-            if _over(last()) is None:
-                return done
-        except BudgetTooSmallError:
-            pass  # a graph's search found no plan within its cap: divide in proportion
-    caps, e, plans = {}, first, planned.plans
-    for _ in range(DIVIDE_ROUNDS - 2):
-        new = step_budget.divide(caps, plans, e)
-        if new is None or new == caps or (caps and e.graph <= max(caps)):
-            break
-        caps = new
-        try:
-            done = run(caps, eager)
-            over = _over(last())
-            if over is None:
-                return done
-            e, plans = over, last().plans
-        except StepBudgetError as err:
-            e, plans = err, last().plans
-        except BudgetTooSmallError:
-            break
-    raise first from None
-
-
-def _over(be: BudgetBackend) -> StepBudgetError | None:
-    """The error for a step whose graphs' runs save more than a size memory budget, or
-    whose predicted peak, eager code's saves counted, is over its peak budget (None:
-    within them, or no budget)."""
-    size = step_budget.size_over(be.settings, be.plans, be.preview_runs, be.preview_eager)
-    if size is not None or be.settings.peak_bytes is None:
-        return size
-    found = step_peak(be.plans)
-    if found is None or found[0] <= be.settings.peak_bytes:
-        return None
-    return step_budget.over_budget(be.settings, found[0] - be.settings.peak_bytes, found[1], True)
 
 
 def _joint_division(
@@ -213,6 +151,7 @@ def plans(
     offload: bool | None = None,
     compile: bool = False,
     progress: Callable[[int, int, int | None], None] | None = None,
+    vs_torch: bool = False,
     **example_kwargs: Any,
 ) -> list[Plan]:
     """The plans for every graph of ``fn(*example_args, **example_kwargs)``, in order,
@@ -230,7 +169,8 @@ def plans(
     and ends (1 of 1), in between as a peak search partitions each plan (``total`` None:
     how many it tries depends on what fits), and, where a step budget is divided across
     graphs, as each budget of the division's sweep is planned (e.g. to drive a progress
-    bar).
+    bar). With ``vs_torch=True`` each plan of a memory budget carries torch's own plan of
+    its graph at the same fraction (``Plan.torch_plan``), priced and predicted alike.
     """
     options = dict(
         memory_budget=memory_budget,
@@ -245,7 +185,15 @@ def plans(
     )
     if compile:
         _needs_inductor(compiler)
-    found = _trace(fn, example_args, example_kwargs, progress=progress, code=compile, **options)
+    found = _trace(
+        fn,
+        example_args,
+        example_kwargs,
+        progress=progress,
+        code=compile,
+        vs_torch=vs_torch,
+        **options,
+    )
     return found.plans
 
 
@@ -281,6 +229,7 @@ def sweep(
     progress: Callable[[int, int, int | None], None] | None = None,
     offload: bool | None = None,
     compile: bool = False,
+    vs_torch: bool = False,
     **example_kwargs: Any,
 ) -> list[Plan] | list[list[Plan]]:
     """Plans for many budgets from one trace: ``[plan per budget]`` for a step with one
@@ -296,12 +245,13 @@ def sweep(
     With ``compile=True`` (Inductor) each budget's plans are those training makes at that
     budget, with the peak of their code (``compiled_peak_bytes``), as :func:`plans`
     previews them with ``compile=True``: the step traced and compiled once per budget
-    (slower; ``progress`` is told each budget done as graph 0's).
+    (slower; ``progress`` is told each budget done as graph 0's). ``vs_torch``: each plan
+    carries torch's own plan at its budget, as with :func:`plans`.
     """
     options: dict[str, Any] = dict(
         solver=solver, estimator=estimator, time_limit=time_limit, compiler=compiler
     )
-    options |= {"offload": offload, "with_peak_budget": False}
+    options |= {"offload": offload, "with_peak_budget": False, "vs_torch": vs_torch}
     if not budgets:
         raise ValueError("budgets must name at least one budget")
     if compile:
@@ -366,10 +316,11 @@ def plan(
     peak_search: str | None = None,
     offload: bool | None = None,
     compile: bool = False,
+    vs_torch: bool = False,
     **example_kwargs: Any,
 ) -> Plan | list[Plan]:
     """The plan for ``fn``'s training step; a list of plans when it has graph breaks
-    (``compile``: as :func:`plans`)."""
+    (``compile``, ``vs_torch``: as :func:`plans`)."""
     found = plans(
         fn,
         *example_args,
@@ -378,6 +329,7 @@ def plan(
         peak_search=peak_search,
         offload=offload,
         compile=compile,
+        vs_torch=vs_torch,
         solver=solver,
         estimator=estimator,
         time_limit=time_limit,

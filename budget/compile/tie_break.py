@@ -20,11 +20,10 @@ from typing import TYPE_CHECKING
 
 from ..core.plan import Plan
 from ..core.problem import Problem
-from ..core.sizes import parse_budget
 from ..planning.planner import plan_like
 from ..planning.tie_break import lowest_peak, ordered_saved_sets, tie_tolerance, within_tie
-from ..runtime import _torch_private as T
 from ..solvers.heuristics.greedy_moves import State, descend
+from .torch_plan import fraction_of, torch_saved
 
 if TYPE_CHECKING:
     from .split import Partitions
@@ -35,7 +34,7 @@ def tie_break(partitions: Partitions, problem: Problem, plan: Plan) -> Plan:
     recomputing latest and earliest, torch's at the same fraction) within the tolerance
     that peaks lowest; all predicted. Not run at b=1 (torch's own plan already) or for a
     plan that recomputes nothing (nothing to place)."""
-    fraction = _fraction(plan)
+    fraction = fraction_of(plan)
     if fraction is None or fraction >= 1.0 or not plan.recomputed:
         return plan
     start = time.perf_counter()
@@ -60,15 +59,6 @@ def tie_break(partitions: Partitions, problem: Problem, plan: Plan) -> Plan:
     return replace(chosen, timings={**chosen.timings, "tie-break": took})
 
 
-def _fraction(plan: Plan) -> float | None:
-    """The plan's budget as a fraction of its range (a size budget: where it falls)."""
-    budget = parse_budget(plan.budget)
-    if budget.fraction is not None:
-        return budget.fraction
-    span = plan.max_bytes - plan.min_bytes
-    return None if span <= 0 else (plan.target_bytes - plan.min_bytes) / span
-
-
 def _torch_plan(
     partitions: Partitions, problem: Problem, plan: Plan, fraction: float
 ) -> tuple[Plan, bool] | None:
@@ -77,12 +67,7 @@ def _torch_plan(
     own range, whose ends are a few bytes from budget's, so its set can save a little over
     the target; then it is fitted to the target as the greedy solver would (:func:`_within`).
     None where no valid plan is left."""
-    chosen = T.torch_saved_set(
-        partitions.joint_module.graph, partitions.node_info, fraction, partitions.min_cuts
-    )
-    index = {n: i for i, n in enumerate(partitions.nodes)}
-    torchs = [index[n] for n in chosen if n in index and not problem.is_input[index[n]]]
-    torchs = problem.prune_unused(torchs)
+    torchs = torch_saved(partitions, problem, fraction)
     saved = _within(problem, torchs, plan.target_bytes)
     if saved is None or problem.check(saved):
         return None

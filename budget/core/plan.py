@@ -14,15 +14,15 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-PLAN_FORMAT_VERSION = 11
+PLAN_FORMAT_VERSION = 12
 # version 1: no peak_bytes, no timeline; version 2: no recomputed_again, again_cost/flops
 # version 3: no eager_saved_bytes; version 4: no compiled_peak_bytes; version 5: no
 # reference_peak_bytes; version 6: no tie_break, previewed_on, held_bytes; version 7: no
 # offload (offload_cost, offloaded_bytes, offload_transfer, the "offload" decision);
 # version 8: no reference_compiled_peak_bytes, training_check; version 9: no
 # LivePoint.peak_bytes, no RegionChoice.backward_at (eager plans); version 10: no
-# guessed_sizes
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
+# guessed_sizes; version 11: no torch_plan
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
 # how the note of a peak tie-break that keeps the budget's cheapest plan begins (the notes:
 # budget.planning.tie_break)
 TIE_KEPT_NOTE = "the cheapest plan peaks lowest"
@@ -52,6 +52,24 @@ class LivePoint:
     # the most alive while it ran, where more (eager plans: a kernel's own workspace, and
     # what was made since the point before), else None
     peak_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class TorchPlan:
+    """torch's own partitioner's plan of the same graph at the same fraction: the saved set
+    ``activation_memory_budget`` would make it choose (its ``choose_saved_values_set``),
+    priced and predicted as budget's plans are, for a preview to set beside budget's."""
+
+    fraction: float  # torch's activation_memory_budget (a size budget: where it falls)
+    saved_bytes: int
+    recompute_cost: float  # in the plan's cost unit
+    recompute_flops: float
+    # the graphs' predicted peak, as budget's ``peak_bytes`` (no extra recomputation:
+    # torch's partitioner schedules none); None where budget refuses the set
+    peak_bytes: int | None
+    # why budget refuses torch's set (a random op recomputed with a fresh sample, ...);
+    # [] where it is a valid plan
+    refused: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -171,6 +189,9 @@ class Plan:
     offloaded_bytes: int = 0
     # the host link's time for one way of those copies (the offloads, or the reloads)
     offload_transfer: float = 0.0
+    # previews that ask for it (``vs_torch``): torch's own plan of this graph at the same
+    # fraction, to compare with; None otherwise (training, peak budgets, plan files)
+    torch_plan: TorchPlan | None = None
     version: int = PLAN_FORMAT_VERSION
 
     @property
@@ -261,7 +282,10 @@ class Plan:
         try:
             decisions = [Decision(**d) for d in data.get("decisions", [])]
             timeline = [LivePoint(**p) for p in data.get("timeline", [])]
+            theirs = data.get("torch_plan")
+            torch_plan = None if theirs is None else TorchPlan(**theirs)
             fields = {**data, "decisions": decisions, "timeline": timeline}
+            fields["torch_plan"] = torch_plan
             return cls(**{**fields, "version": PLAN_FORMAT_VERSION})
         except TypeError as e:
             raise ValueError(f"not a budget plan: {e}") from None

@@ -25,6 +25,7 @@ from .text import (
     with_unit,
     wrap_items,
 )
+from .versus import torch_lines
 
 NO_MODULE = "(no module)"
 
@@ -61,7 +62,7 @@ def plan_header(plan: Plan, *, index: int = 0, count: int = 1) -> str:
     lines += _offload_lines(plan) + _outside_lines(plan) + _guessed_lines(plan)
     lines += _peak_lines(plan)
     lines.append(f"  recompute  {_cost_line(plan)}")
-    lines += _again_lines(plan)
+    lines += _again_lines(plan) + torch_lines(plan)
     if plan.graph_break:
         lines.append(f"  ends at    a graph break: {plan.graph_break}")
     if plan.previewed_on == "the example inputs":
@@ -238,9 +239,8 @@ def _again_allocates(plan: Plan) -> bool:
 
 
 def _provenance(plan: Plan) -> str:
-    parts = [f"compiler {plan.compiler}"] if plan.compiler else []
-    parts.append(f"torch {plan.torch_version}")
-    return ", " + ", ".join(parts)
+    compiler = [f"compiler {plan.compiler}"] if plan.compiler else []
+    return ", " + ", ".join([*compiler, f"torch {plan.torch_version}"])
 
 
 def _cost_line(plan: Plan) -> str:

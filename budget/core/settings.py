@@ -61,6 +61,9 @@ class PlanSettings:
     """Saved plans to apply instead of solving (``budget.backend(plan=...)``)."""
     sweep: tuple[MemoryBudget, ...] = ()
     """Previews only: plan each of these budgets too (the first is the one applied)."""
+    vs_torch: bool = False
+    """Previews only: each plan of a memory budget carries torch's own plan of its graph at
+    the same fraction (``Plan.torch_plan``: :mod:`budget.compile.torch_plan`)."""
     offload: bool = False
     """Whether the solver may keep saved values in host memory (budget.core.offload):
     offloaded, copied back for the backward. Off by default."""

@@ -419,6 +419,24 @@ def test_progress_bar_on_a_terminal(monkeypatch, capsys):
     assert re.search(r"graph 1: peak search: [1-9]\d* plans partitioned", fake.getvalue())
 
 
+def test_vs_torch_sets_torchs_plan_beside_budgets_and_needs_a_memory_budget(capsys):
+    """``--vs-torch``: solve reports torch's plan at the budget, sweep a table and CSV
+    columns of them (what torch saves there is torch's: tests/compile/test_torch_plan.py);
+    with --peak, --plan or --eager it is a usage error."""
+    code, out, _ = run(["solve", *MLP, "--budget", "0.5", "--vs-torch"], capsys)
+    assert code == 0 and "  vs torch   activation_memory_budget=0.5: saves" in out
+    argv = ["sweep", *MLP, "--budgets", "0,1", "--vs-torch", "--format", "csv"]
+    code, out, _ = run(argv, capsys)
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert code == 0 and all(r["torch_saved_bytes"] for r in rows)
+    assert rows[-1]["torch_saved_bytes"] == rows[-1]["saved_bytes"]  # b=1: torch's own plan
+    code, out, _ = run(["sweep", *MLP, "--budgets", "0,1", "--vs-torch"], capsys)
+    assert "torch's partitioner at the same budgets" in out
+    for extra in (["--peak", "1MiB"], ["--eager"]):
+        code, _, err = run(["solve", *MLP, "--vs-torch", *extra], capsys)
+        assert code == 2 and "--vs-torch" in err, extra
+
+
 def test_progress_bar_clock_ticks_between_updates_and_stops_on_close(monkeypatch):
     """A compile can spend a minute on one plan's code with nothing to count: the bar is
     redrawn (its elapsed time) between updates, until it is closed."""

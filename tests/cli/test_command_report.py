@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 
@@ -10,7 +11,7 @@ import pytest
 from helpers.plans import MiB, make_plan
 
 from budget.cli.report import dominating_peaks, solve_report, sweep_csv, sweep_json, sweep_table
-from budget.core.plan import Plan
+from budget.core.plan import Plan, TorchPlan
 from budget.planning.tie_break import lowest_peak
 
 
@@ -134,6 +135,50 @@ def test_a_compiled_sweep_never_compares_a_prediction_with_code():
     (line,) = ax.get_lines()
     assert list(line.get_xdata()) == [10.0]
     assert ax.get_xlabel() == "peak of the step's compiled code (MiB)"
+
+
+def test_torchs_plans_are_set_beside_budgets_in_the_report_table_csv_and_plot(tmp_path):
+    """``vs_torch``: the plan's report says what torch's plan at its fraction saves,
+    recomputes (as a multiple of budget's) and peaks at (the difference); a sweep adds a
+    table of torch's plans, CSV columns, and crosses on the plot. A set budget refuses is
+    named, with no peak."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from budget.cli.plots import _draw_torch, draw_sweep, save_sweep_plot
+
+    def theirs(fraction, cost, peak, refused=()):  # type: ignore[no-untyped-def]
+        return TorchPlan(fraction, 4 * MiB, cost, 5e9, peak, list(refused))
+
+    plans = [
+        make_plan(budget=0.0, recompute_cost=8e-3, peak_bytes=20 * MiB),
+        make_plan(budget=0.5, recompute_cost=2e-3, peak_bytes=16 * MiB),
+    ]
+    plans[0] = dataclasses.replace(plans[0], torch_plan=theirs(0.0, 8e-3, None, ["rand: random"]))
+    plans[1] = dataclasses.replace(plans[1], torch_plan=theirs(0.5, 5e-3, 17 * MiB))
+    text = str(plans[1])
+    assert "  vs torch   activation_memory_budget=0.5: saves 4.00 MiB, recomputes 5.000 ms" in text
+    assert "(2.50x budget's)" in text and "predicted peak 17.00 MiB (+1.00 MiB)" in text
+    assert "budget refuses it: rand: random" in str(plans[0])
+    table = sweep_table([plans], "builtin:gpt")
+    rows = table.split("torch's partitioner at the same budgets")[1].splitlines()[2:]
+    assert [r.split() for r in rows] == [
+        ["0", "4.00", "MiB", "refused", "8.000", "ms", "1.00x"],
+        ["0.5", "4.00", "MiB", "17.00", "MiB", "5.000", "ms", "2.50x"],
+    ]
+    assert max(len(line) for line in table.splitlines()) <= 80
+    cells = list(csv.DictReader(io.StringIO(sweep_csv([plans]))))
+    assert [c["torch_peak_bytes"] for c in cells] == ["", str(17 * MiB)]
+    assert [float(c["torch_recompute_cost"]) for c in cells] == [8e-3, 5e-3]
+    plain = list(csv.DictReader(io.StringIO(sweep_csv([[make_plan()]]))))
+    assert plain[0]["torch_saved_bytes"] == ""
+    save_sweep_plot([plans], tmp_path / "vs.png")
+    assert (tmp_path / "vs.png").read_bytes()[:4] == b"\x89PNG"
+    ax = Figure().subplots()
+    draw_sweep(ax, plans, x="peak")
+    _draw_torch(ax, plans, (1e-3, "ms"), "peak", False)
+    (crosses,) = [ln for ln in ax.get_lines() if ln.get_label() == "torch's partitioner"]
+    assert list(crosses.get_xdata()) == [17.0]  # the refused plan has no peak to draw
 
 
 def test_a_tie_broken_row_says_tie_break_not_a_solver_gap():

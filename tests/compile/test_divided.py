@@ -1,4 +1,4 @@
-"""budget.compile.preview's division of a step peak budget (``_divided``), on hand-made
+"""budget.compile.divided: a preview's division of a step peak budget, on hand-made
 runs: each run plans the step with the caps given, or refuses as a graph would. The
 joint division is given by hand (``joint``), or none (the proportional one alone)."""
 
@@ -9,13 +9,13 @@ from types import SimpleNamespace
 import pytest
 from helpers.plans import KiB, make_plan
 
-from budget.compile.preview import _divided
+from budget.compile.divided import divided
 from budget.core.sizes import parse_budget
 from budget.errors import BudgetTooSmallError, StepBudgetError
 
 
 def _backend(plans: list, peak: int | None, **more: object) -> SimpleNamespace:
-    """What _divided reads of a backend: its plans, settings and runs (each graph once)."""
+    """What divided reads of a backend: its plans, settings and runs (each graph once)."""
     settings = SimpleNamespace(peak_bytes=peak, budget=parse_budget(1.0), sweep=())
     runs = list(range(len(plans)))
     return SimpleNamespace(
@@ -66,7 +66,7 @@ def _no_joint(_: object) -> None:
 
 def test_a_refused_later_graph_is_given_room_by_capping_the_ones_before_it():
     runs = Runs([300 * KiB, 100 * KiB, 50 * KiB], room={2: 360 * KiB})
-    be, _ = _divided(runs, runs.last, _no_joint)
+    be, _ = divided(runs, runs.last, _no_joint)
     assert runs.caps == [{}, {0: 270 * KiB, 1: 90 * KiB}]
     assert [p.saved_bytes for p in be.plans] == [270 * KiB, 90 * KiB, 50 * KiB]
 
@@ -74,7 +74,7 @@ def test_a_refused_later_graph_is_given_room_by_capping_the_ones_before_it():
 def test_where_a_capped_graph_cannot_fit_its_cap_the_first_refusal_stands():
     runs = Runs([300 * KiB, 100 * KiB], room={1: 100 * KiB}, floor=150 * KiB)
     with pytest.raises(StepBudgetError, match="refused") as e:
-        _divided(runs, runs.last, _no_joint)
+        divided(runs, runs.last, _no_joint)
     assert e.value.graph == 1 and e.value.short_bytes == 200 * KiB  # the first, uncapped
     assert len(runs.caps) == 2
 
@@ -82,7 +82,7 @@ def test_where_a_capped_graph_cannot_fit_its_cap_the_first_refusal_stands():
 def test_a_refusal_of_the_first_graph_is_its_own():
     runs = Runs([300 * KiB], room={}, floor=400 * KiB)
     with pytest.raises(BudgetTooSmallError, match="graph 1 cannot save"):
-        _divided(runs, runs.last, _no_joint)
+        divided(runs, runs.last, _no_joint)
     assert runs.caps == [{}]
 
 
@@ -91,7 +91,7 @@ def test_the_division_stops_where_the_caps_stop_changing():
     after one run."""
     runs = Runs([0, 100 * KiB], room={1: -1})
     with pytest.raises(StepBudgetError):
-        _divided(runs, runs.last, _no_joint)
+        divided(runs, runs.last, _no_joint)
     assert runs.caps == [{}]
 
 
@@ -100,11 +100,11 @@ def test_the_joint_division_comes_first_and_the_proportional_one_where_it_does_n
     tried before any proportional ones; where the step is refused on them, the
     proportional division of the first refusal follows."""
     runs = Runs([300 * KiB, 100 * KiB, 50 * KiB], room={2: 360 * KiB})
-    be, _ = _divided(runs, runs.last, lambda _: ({0: 260 * KiB}, {}))
+    be, _ = divided(runs, runs.last, lambda _: ({0: 260 * KiB}, {}))
     assert runs.caps == [{}, {0: 260 * KiB}]
     assert [p.saved_bytes for p in be.plans] == [260 * KiB, 100 * KiB, 50 * KiB]
     runs = Runs([300 * KiB, 100 * KiB, 50 * KiB], room={2: 360 * KiB})
-    be, _ = _divided(runs, runs.last, lambda _: ({1: 90 * KiB}, {}))
+    be, _ = divided(runs, runs.last, lambda _: ({1: 90 * KiB}, {}))
     assert runs.caps[1] == {1: 90 * KiB}  # 390 KiB kept: refused again
     assert runs.caps[2:] == [{0: 270 * KiB, 1: 90 * KiB}]  # the first refusal's shares
     assert [p.saved_bytes for p in be.plans] == [270 * KiB, 90 * KiB, 50 * KiB]
@@ -115,11 +115,11 @@ def test_the_proportional_division_holds_eager_codes_saves_as_the_joint_one_does
     are refused, or it found none, the proportional runs hold the saves it found."""
     saves = {2: 10 * KiB}
     runs = Runs([300 * KiB, 100 * KiB, 50 * KiB], room={2: 360 * KiB})
-    _divided(runs, runs.last, lambda _: ({1: 90 * KiB}, saves))
+    divided(runs, runs.last, lambda _: ({1: 90 * KiB}, saves))
     assert runs.caps == [{}, {1: 90 * KiB}, {0: 270 * KiB, 1: 90 * KiB}]
     assert runs.eager == [{}, saves, saves]
     runs = Runs([300 * KiB, 100 * KiB, 50 * KiB], room={2: 360 * KiB})
-    _divided(runs, runs.last, lambda _: (None, saves))  # no caps: the proportional ones
+    divided(runs, runs.last, lambda _: (None, saves))  # no caps: the proportional ones
     assert runs.caps == [{}, {0: 270 * KiB, 1: 90 * KiB}]
     assert runs.eager == [{}, saves]
 
@@ -139,9 +139,9 @@ def test_a_step_planned_within_its_budget_until_eager_codes_saves_are_counted_is
         made.append(_backend(plans, 1000 * KiB, caps=caps, eager=eager))
         return made[-1], "fake tensors"
 
-    be, _ = _divided(run, lambda: made[-1], lambda _: ({0: 200 * KiB}, {1: 100 * KiB}))
+    be, _ = divided(run, lambda: made[-1], lambda _: ({0: 200 * KiB}, {1: 100 * KiB}))
     assert [(b.caps, b.eager) for b in made] == [({}, {}), ({0: 200 * KiB}, {1: 100 * KiB})]
     assert be is made[-1]
     made.clear()  # without it, the graph before gives up the 1 KiB the step is over
-    be, _ = _divided(run, lambda: made[-1], _no_joint)
+    be, _ = divided(run, lambda: made[-1], _no_joint)
     assert [b.caps for b in made] == [{}, {0: 299 * KiB}]

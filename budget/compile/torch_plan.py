@@ -1,0 +1,71 @@
+"""torch's own plan beside budget's: what ``activation_memory_budget`` makes torch's
+partitioner choose for the same graph, priced and predicted as budget's plans are.
+
+A preview asked for it (``vs_torch``) gets, on each plan of a memory budget, torch's saved
+set at the same fraction (torch's ``choose_saved_values_set``, through
+:func:`budget.runtime._torch_private.torch_saved_set`: its knapsack and min-cuts as
+torch runs them), with the bytes it saves, the recompute it costs on budget's estimator,
+and the peak its graphs are predicted to reach, partitioned as torch partitions (no value
+recomputed a second time). A set budget refuses (a random op recomputed, a value that
+cannot be recomputed) is priced but not partitioned, the reasons named. Training never
+computes it: a comparison, not a plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from ..core.plan import Plan, TorchPlan
+from ..core.problem import Problem
+from ..core.sizes import parse_budget
+from ..planning.planner import plan_like
+from ..runtime import _torch_private as T
+from .peak_plan import ONCE
+
+if TYPE_CHECKING:
+    from .split import Partitions
+
+
+def torch_plan(partitions: Partitions, problem: Problem, plan: Plan) -> TorchPlan | None:
+    """torch's plan of ``plan``'s graph at ``plan``'s fraction (a size budget: where it
+    falls in the graph's range); None where the plan has no fraction (an empty range)."""
+    fraction = fraction_of(plan)
+    if fraction is None:
+        return None
+    saved = torch_saved(partitions, problem, fraction)
+    nbytes = problem.saved_bytes(saved) + problem.fixed_bytes  # layout copies, generator states
+    refused = problem.check(saved)
+    peak = None
+    if not refused:  # partitioned as torch partitions it: nothing recomputed twice
+        like = replace(plan, target_bytes=max(plan.target_bytes, nbytes))  # torch's range
+        peak = partitions.predicted(plan_like(problem, saved, like), ONCE).peak_bytes
+    return TorchPlan(
+        fraction=fraction,
+        saved_bytes=nbytes,
+        recompute_cost=problem.recompute_cost(saved),
+        recompute_flops=float(problem.flops[problem.recompute_closure(saved)].sum()),
+        peak_bytes=peak,
+        refused=refused,
+    )
+
+
+def torch_saved(partitions: Partitions, problem: Problem, fraction: float) -> list[int]:
+    """torch's saved set at ``fraction`` as indices of ``problem`` (inputs aside, values no
+    one reads pruned)."""
+    chosen = T.torch_saved_set(
+        partitions.joint_module.graph, partitions.node_info, fraction, partitions.min_cuts
+    )
+    index = {n: i for i, n in enumerate(partitions.nodes)}
+    return problem.prune_unused(
+        index[n] for n in chosen if n in index and not problem.is_input[index[n]]
+    )
+
+
+def fraction_of(plan: Plan) -> float | None:
+    """The plan's budget as a fraction of its range (a size budget: where it falls)."""
+    budget = parse_budget(plan.budget)
+    if budget.fraction is not None:
+        return budget.fraction
+    span = plan.max_bytes - plan.min_bytes
+    return None if span <= 0 else (plan.target_bytes - plan.min_bytes) / span

@@ -1,0 +1,59 @@
+"""torch's own plan beside budget's, as text: the ``vs torch`` lines of a plan's report.
+
+A preview asked for it (``vs_torch``) carries torch's plan of the same graph at the same
+fraction (``Plan.torch_plan``); these lines say what it saves, what it recomputes and how
+high its graphs peak, each set against budget's plan: its recompute as a multiple of
+budget's, its peak as a difference. Pure formatting, like :mod:`budget.core.report`.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from typing import TYPE_CHECKING
+
+from .sizes import format_bytes
+from .text import WIDTH, with_unit
+
+if TYPE_CHECKING:
+    from .plan import Plan
+
+
+def torch_lines(plan: Plan) -> list[str]:
+    """The report's ``vs torch`` lines; none where the plan carries no torch plan."""
+    theirs = plan.torch_plan
+    if theirs is None:
+        return []
+    text = (
+        f"activation_memory_budget={theirs.fraction:.3g}: saves "
+        f"{_kept(format_bytes(theirs.saved_bytes))}, recomputes "
+        f"{_kept(with_unit(theirs.recompute_cost, plan.cost_unit))}"
+        + _times(theirs.recompute_cost, plan.recompute_cost)
+    )
+    if plan.cost_unit != "flop":
+        text += f", {_kept(with_unit(theirs.recompute_flops, 'flop'))}"
+    if theirs.refused:
+        more = len(theirs.refused) - 1
+        text += f"; budget refuses it: {theirs.refused[0]}" + (
+            f" (and {more} more)" if more else ""
+        )
+    elif theirs.peak_bytes is not None and plan.peak_bytes is not None:
+        gap = theirs.peak_bytes - plan.peak_bytes
+        peak, diff = (_kept(format_bytes(n)) for n in (theirs.peak_bytes, abs(gap)))
+        text += f", predicted peak {peak} ({'+' if gap >= 0 else '-'}{diff})"
+    lead, indent = "  vs torch   ", " " * 13
+    lines = textwrap.wrap(text, WIDTH, initial_indent=lead, subsequent_indent=indent)
+    return [line.replace(_NBSP, " ") for line in lines]
+
+
+_NBSP = "\u00a0"  # joins a quantity to its unit, so that no line breaks between them
+
+
+def _kept(quantity: str) -> str:
+    return quantity.replace(" ", _NBSP)
+
+
+def _times(theirs: float, ours: float) -> str:
+    """torch's recompute as a multiple of budget's, where that says something."""
+    if ours > 0:
+        return f" ({theirs / ours:.2f}x{_NBSP}budget's)"
+    return "" if theirs == 0 else " (budget's: none)"
