@@ -78,7 +78,7 @@ def _solve(args: argparse.Namespace) -> int:
     import budget
 
     check_options(args)
-    _check_compile_flag(args)
+    _check_preview_flags(args)
     if args.eager or args.modules is not None:
         return _solve_eager(args)
     memory_budget, peak = _check_solve_args(args)
@@ -117,7 +117,7 @@ def _solve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_compile_flag(args: argparse.Namespace) -> None:
+def _check_preview_flags(args: argparse.Namespace) -> None:
     if args.compile and (args.eager or args.modules is not None or args.compiler != "inductor"):
         raise UsageError(
             "--compile generates Inductor's code: it cannot be used with --eager, --modules "
@@ -271,7 +271,7 @@ def _sweep(args: argparse.Namespace) -> int:
     from .report import sweep_csv, sweep_json, sweep_table
 
     check_options(args)
-    _check_compile_flag(args)
+    _check_preview_flags(args)
     modules = parse_modules_arg(args) if args.eager or args.modules is not None else None
     budgets = parse_budgets(args.budgets)
     if args.plot:

@@ -114,7 +114,7 @@ def save_sweep_plot(
                 label = ", ".join(t for t in ("budget" if vs else "", name, kind) if t) or None
                 draw_sweep(ax, plans, label, scale, x=x)
         for i, plans in enumerate(sweeps):
-            _draw_torch(ax, plans, scale, x, several and i + 1)
+            _draw_torch(ax, plans, scale, x, i + 1 if several else None)
         if several or without_offload or vs:
             ax.legend(fontsize=8)
     if title:
@@ -123,7 +123,7 @@ def save_sweep_plot(
 
 
 def _draw_torch(
-    ax: Any, plans: Sequence[Plan], scale: tuple[float, str], x: str, graph: int | bool
+    ax: Any, plans: Sequence[Plan], scale: tuple[float, str], x: str, graph: int | None
 ) -> None:
     """torch's plans at the sweep's budgets (``vs_torch``) as crosses: saved MiB, or their
     graphs' predicted peak where the sweep's peaks are predictions too (a compiled sweep's
@@ -136,7 +136,7 @@ def _draw_torch(
         if theirs is not None and nbytes is not None:
             points.append((nbytes / 2**20, theirs.recompute_cost / scale[0]))
     if points:
-        name = "torch's partitioner" + (f", graph {graph}" if graph else "")
+        name = "torch's partitioner" + ("" if graph is None else f", graph {graph}")
         ax.plot(*zip(*sorted(points), strict=True), marker="x", linestyle="none", label=name)
 
 

@@ -158,20 +158,22 @@ def sweep_table(sweeps: Sequence[Sequence[Plan]], target: str = "") -> str:
 
 def _torch_rows(plans: Sequence[Plan]) -> list[str]:
     """torch's own plan at each budget (``vs_torch``): what it saves, its graphs' predicted
-    peak and its recompute, as a multiple of budget's; none where no plan carries one."""
+    peak (a prediction under a compiled sweep too: torch's code is not generated) and its
+    recompute, as a multiple of budget's; none where no plan carries one."""
     if all(p.torch_plan is None for p in plans):
         return []
     unit = plans[0].cost_unit
     costs = [p.total_recompute_cost for p in plans]
     costs += [p.torch_plan.recompute_cost for p in plans if p.torch_plan is not None]
     scale = cost_scale(costs, unit)
-    head = f"  {'budget':>9} {'saved':>10} {'peak':>10} {'recompute':>11}  vs budget's"
+    head = f"  {'budget':>9} {'saved':>10} {'predicted':>10} {'recompute':>11}  vs budget's"
     rows = ["", "  torch's partitioner at the same budgets (activation_memory_budget):", head]
     for p in plans:
         theirs = p.torch_plan
         if theirs is None:
             continue
-        peak = "refused" if theirs.refused else format_bytes(theirs.peak_bytes or 0)
+        peak = "refused" if theirs.refused else theirs.peak_bytes
+        peak = format_bytes(peak) if isinstance(peak, int) else (peak or "-")
         ratio = theirs.recompute_cost / p.total_recompute_cost if p.total_recompute_cost else None
         times = "" if ratio is None else f"{ratio:.2f}x"
         rows.append(

@@ -282,7 +282,9 @@ def hold_b1_peak(
         peak = held.plan.compiled_peak_bytes if held and held.plan is not None else None
         if held is not None and peak is not None and peak < plan.compiled_peak_bytes:
             kept = held
-    kept.log.update(0, reference_compiled_peak_bytes=b1)
+    # a plan planned again for b=1's peak is a peak search's (its budget a grid fraction):
+    # torch's plan beside it stays the one at the memory budget asked (previews, vs_torch)
+    kept.log.update(0, reference_compiled_peak_bytes=b1, torch_plan=plan.torch_plan)
     return kept
 
 

@@ -34,19 +34,28 @@ def torch_plan(partitions: Partitions, problem: Problem, plan: Plan) -> TorchPla
     if fraction is None:
         return None
     saved = torch_saved(partitions, problem, fraction)
-    nbytes = problem.saved_bytes(saved) + problem.fixed_bytes  # layout copies, generator states
+    bound = problem.saved_bytes(saved) + problem.fixed_bytes  # layout copies, generator states
     refused = problem.check(saved)
-    peak = None
-    if not refused:  # partitioned as torch partitions it: nothing recomputed twice
-        like = replace(plan, target_bytes=max(plan.target_bytes, nbytes))  # torch's range
-        peak = partitions.predicted(plan_like(problem, saved, like), ONCE).peak_bytes
+    if refused:  # priced on the planner's bounds, not partitioned: a plan of it is invalid
+        recomputed = problem.recompute_closure(saved)
+        return TorchPlan(
+            fraction=fraction,
+            saved_bytes=bound,
+            recompute_cost=problem.recompute_cost(saved),
+            recompute_flops=float(problem.flops[recomputed].sum()),
+            peak_bytes=None,
+            refused=refused,
+        )
+    # partitioned as torch partitions it (nothing recomputed twice); torch's range ends a
+    # few bytes from budget's, so its set may save a little over budget's target
+    like = replace(plan, target_bytes=max(plan.target_bytes, bound))
+    theirs = partitions.predicted(plan_like(problem, saved, like), ONCE)
     return TorchPlan(
         fraction=fraction,
-        saved_bytes=nbytes,
-        recompute_cost=problem.recompute_cost(saved),
-        recompute_flops=float(problem.flops[problem.recompute_closure(saved)].sum()),
-        peak_bytes=peak,
-        refused=refused,
+        saved_bytes=theirs.saved_bytes,  # the copies and states partitioning found
+        recompute_cost=theirs.recompute_cost,
+        recompute_flops=theirs.recompute_flops,
+        peak_bytes=theirs.peak_bytes,
     )
 
 

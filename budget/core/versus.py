@@ -27,7 +27,7 @@ def torch_lines(plan: Plan) -> list[str]:
         f"activation_memory_budget={theirs.fraction:.3g}: saves "
         f"{_kept(format_bytes(theirs.saved_bytes))}, recomputes "
         f"{_kept(with_unit(theirs.recompute_cost, plan.cost_unit))}"
-        + _times(theirs.recompute_cost, plan.recompute_cost)
+        + _times(theirs.recompute_cost, plan.total_recompute_cost)
     )
     if plan.cost_unit != "flop":
         text += f", {_kept(with_unit(theirs.recompute_flops, 'flop'))}"
@@ -53,7 +53,8 @@ def _kept(quantity: str) -> str:
 
 
 def _times(theirs: float, ours: float) -> str:
-    """torch's recompute as a multiple of budget's, where that says something."""
+    """torch's recompute as a multiple of budget's (all of it: values recomputed again,
+    offloads' exposed copies), where that says something."""
     if ours > 0:
         return f" ({theirs / ours:.2f}x{_NBSP}budget's)"
     return "" if theirs == 0 else " (budget's: none)"

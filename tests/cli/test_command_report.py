@@ -152,19 +152,20 @@ def test_torchs_plans_are_set_beside_budgets_in_the_report_table_csv_and_plot(tm
 
     plans = [
         make_plan(budget=0.0, recompute_cost=8e-3, peak_bytes=20 * MiB),
-        make_plan(budget=0.5, recompute_cost=2e-3, peak_bytes=16 * MiB),
+        # 0.5 ms of it recomputed again: the ratio is to all of budget's recompute
+        make_plan(budget=0.5, recompute_cost=2e-3, again_cost=5e-4, peak_bytes=16 * MiB),
     ]
     plans[0] = dataclasses.replace(plans[0], torch_plan=theirs(0.0, 8e-3, None, ["rand: random"]))
     plans[1] = dataclasses.replace(plans[1], torch_plan=theirs(0.5, 5e-3, 17 * MiB))
     text = str(plans[1])
     assert "  vs torch   activation_memory_budget=0.5: saves 4.00 MiB, recomputes 5.000 ms" in text
-    assert "(2.50x budget's)" in text and "predicted peak 17.00 MiB (+1.00 MiB)" in text
+    assert "(2.00x budget's)" in text and "predicted peak 17.00 MiB (+1.00 MiB)" in text
     assert "budget refuses it: rand: random" in str(plans[0])
     table = sweep_table([plans], "builtin:gpt")
     rows = table.split("torch's partitioner at the same budgets")[1].splitlines()[2:]
     assert [r.split() for r in rows] == [
         ["0", "4.00", "MiB", "refused", "8.000", "ms", "1.00x"],
-        ["0.5", "4.00", "MiB", "17.00", "MiB", "5.000", "ms", "2.50x"],
+        ["0.5", "4.00", "MiB", "17.00", "MiB", "5.000", "ms", "2.00x"],
     ]
     assert max(len(line) for line in table.splitlines()) <= 80
     cells = list(csv.DictReader(io.StringIO(sweep_csv([plans]))))
@@ -176,7 +177,7 @@ def test_torchs_plans_are_set_beside_budgets_in_the_report_table_csv_and_plot(tm
     assert (tmp_path / "vs.png").read_bytes()[:4] == b"\x89PNG"
     ax = Figure().subplots()
     draw_sweep(ax, plans, x="peak")
-    _draw_torch(ax, plans, (1e-3, "ms"), "peak", False)
+    _draw_torch(ax, plans, (1e-3, "ms"), "peak", None)
     (crosses,) = [ln for ln in ax.get_lines() if ln.get_label() == "torch's partitioner"]
     assert list(crosses.get_xdata()) == [17.0]  # the refused plan has no peak to draw
 

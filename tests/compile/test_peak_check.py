@@ -20,7 +20,7 @@ from budget.compile.peak_check import (
     hold_b1_peak,
     training_check,
 )
-from budget.core.plan import Decision
+from budget.core.plan import Decision, TorchPlan
 from budget.core.settings import PlanLog, PlanSettings
 from budget.core.sizes import MemoryBudget
 from budget.errors import BudgetTooSmallError
@@ -306,9 +306,10 @@ class FractionCompiles:
         b0_predicted: int = 100,
         convolution: bool = True,
         b0_cost: float = 5.0,
+        torch_plan: TorchPlan | None = None,
     ) -> None:
         self.b1, self.b0, self.again, self.b0_predicted = b1, b0, again, b0_predicted
-        self.convolution, self.b0_cost = convolution, b0_cost
+        self.convolution, self.b0_cost, self.torch_plan = convolution, b0_cost, torch_plan
         self.calls: list[tuple[float | None, int | None]] = []
 
     def __call__(self, s: PlanSettings) -> Attempt:
@@ -333,6 +334,7 @@ class FractionCompiles:
             reference_peak_bytes=100,
             peak_target_bytes=target,
             decisions=[*make_plan().decisions, *([conv] if self.convolution else [])],
+            torch_plan=self.torch_plan if name == "b0" else None,  # the budget's own plan's
         )
         return Attempt(compiled=name, log=PlanLog(plans=[plan]))
 
@@ -353,6 +355,19 @@ def test_a_fraction_whose_code_peaks_above_b1s_is_planned_again_for_b1s_peak():
     assert kept.compiled == "again"
     assert compiles.calls == [(0.0, None), (1.0, None), (0.0, 101)]
     assert kept.plan is not None and kept.plan.reference_compiled_peak_bytes == 101
+
+
+def test_a_plan_held_to_b1s_code_keeps_torchs_plan_at_the_budget_asked():
+    """A ``vs_torch`` preview: the plan planned again for b=1's peak is a peak search's (a
+    grid fraction's, with no torch plan); the one beside it stays torch's at the memory
+    budget asked, the first plan's."""
+    theirs = TorchPlan(
+        fraction=0.0, saved_bytes=0, recompute_cost=9.0, recompute_flops=1e9, peak_bytes=120
+    )
+    compiles = FractionCompiles(b1=101, b0=102, again=99, torch_plan=theirs)
+    kept = _hold(compiles, _at(0.0))
+    assert kept.compiled == "again" and kept.plan is not None
+    assert kept.plan.torch_plan == theirs
 
 
 def test_a_fraction_recomputing_only_free_ops_is_held_too():
