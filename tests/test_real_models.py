@@ -9,7 +9,8 @@ the predicted peak at most 2% over the step's measured peak and at most 0.5% und
 and ``budget solve FILE.py:FACTORY`` on each model.
 
 CI runs a default subset (eight models with the eager compiler at one budget, Inductor on
-GPT-2, a compiled preview on BERT, the CLI on GPT-2; budget.apply on every default model);
+GPT-2, a compiled preview on BERT, torch's plan beside budget's on Llama, the CLI on GPT-2;
+budget.apply on every default model);
 the whole grid, with more models (helpers/more_models.py), is marked ``full``:
 
     python -m pytest -q -m full tests/test_real_models.py
@@ -209,6 +210,34 @@ def test_a_compiled_preview_plans_as_training_does(name):
     assert all(p.compiled_peak_bytes is not None for p in previewed), name
     told = [(p.graph_hash, p.saved_bytes, p.compiled_peak_bytes) for p in previewed]
     assert told == [(p.graph_hash, p.saved_bytes, p.compiled_peak_bytes) for p in be.plans]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _grid(["llama"]))
+def test_torchs_plan_beside_budgets_is_what_torchs_partitioner_does(name):
+    """``vs_torch``: the torch plan a preview sets beside each plan (compiler="eager") saves
+    what a step compiled with torch's own partitioner at the same fraction saves, and a
+    one-graph step's predicted peak is that step's measured one (a set budget refuses,
+    such as stochastic depth's draws recomputed, has none). After a graph break a later
+    graph keeps activations of the code before it, as with budget's plans (_check)."""
+    from budget.runtime._torch_private import functorch_config
+
+    m = make(name)
+    torch._dynamo.reset()
+    plans = budget.plans(m.step, *m.args, memory_budget=0.2, compiler="eager", vs_torch=True)
+    theirs = [p.torch_plan for p in plans]
+    torch._dynamo.reset()
+    with functorch_config.patch(activation_memory_budget=0.2):
+        step = torch.compile(m.step, backend=TORCH_BACKEND)
+        exclude = list(m.model.parameters()) + list(m.model.buffers())
+        measured = saved_bytes(step, *m.args, exclude=exclude)
+        measured.output.backward()
+        peak = measure_peak(step, *m.args)
+    predicted = sum(t.saved_bytes for t in theirs)
+    kept = sum(p.kept_input_bytes for p in plans[1:])
+    assert predicted <= measured.saved_bytes <= predicted + kept, (name, predicted, measured)
+    if len(theirs) == 1 and not theirs[0].refused:
+        assert theirs[0].peak_bytes == peak, (name, theirs[0].peak_bytes, peak)
 
 
 @pytest.mark.full
