@@ -9,8 +9,8 @@ the predicted peak at most 2% over the step's measured peak and at most 0.5% und
 and ``budget solve FILE.py:FACTORY`` on each model.
 
 CI runs a default subset (eight models with the eager compiler at one budget, Inductor on
-GPT-2, a compiled preview on BERT, torch's plan beside budget's on Llama, the CLI on GPT-2;
-budget.apply on every default model);
+GPT-2, a compiled preview on BERT, torch's plan beside budget's on Llama (budget.apply's on
+BERT), the CLI on GPT-2; budget.apply on every default model);
 the whole grid, with more models (helpers/more_models.py), is marked ``full``:
 
     python -m pytest -q -m full tests/test_real_models.py
@@ -448,6 +448,36 @@ def test_apply_at_b0_keeps_no_more_than_torchs_full_checkpointing_of_its_modules
     blocks = {id(named[n]) for n in plan.checkpointed}
     apply_activation_checkpointing(full.model, check_fn=lambda b: id(b) in blocks)
     assert kept(ours) <= kept(full), name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _grid(["bert"]))
+def test_the_eager_torch_plan_is_what_checkpointing_every_module_does(name):
+    """``budget.apply``'s ``vs_torch``: torch's checkpointing of every module it may
+    checkpoint keeps what the plan beside says (within the few bytes of scalars budget's
+    own plans are allowed) and peaks as predicted."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        apply_activation_checkpointing,
+    )
+
+    from budget.eager.measure import retained_bytes
+
+    ours, full = make(name), make(name)
+    for r in (ours, full):
+        if hasattr(r.model, "config"):
+            r.model.config.use_cache = False
+    plan = budget.eager.plan(ours.model, *ours.args, step=ours.step, vs_torch=True)
+    theirs = plan.torch_plan
+    named = dict(full.model.named_modules())
+    blocks = {id(named[n]) for n in theirs.modules}
+    apply_activation_checkpointing(full.model, check_fn=lambda b: id(b) in blocks)
+    torch.manual_seed(0)
+    kept = retained_bytes(full.step, *full.args)
+    kept.output.backward()
+    assert theirs.saved_bytes <= kept.retained_bytes <= theirs.saved_bytes + 256, name
+    full.model.zero_grad(set_to_none=True)
+    torch.manual_seed(0)
+    assert theirs.peak_bytes == measure_peak(full.step, *full.args), name
 
 
 def _one_step_same_grads(name: str, m, ref) -> None:  # type: ignore[no-untyped-def]

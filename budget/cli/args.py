@@ -102,8 +102,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--vs-torch",
         action="store_true",
-        help="beside each plan, torch's own partitioner's plan of the same graph at the same "
-        "budget (activation_memory_budget): what it saves, recomputes and peaks at",
+        help="beside each plan, torch's own: its partitioner's plan of the same graph at the "
+        "same budget (activation_memory_budget); with --eager, its checkpointing of every "
+        "module budget.apply may checkpoint, each whole: what it saves, recomputes, peaks at",
     )
     p.add_argument(
         "--compiler",

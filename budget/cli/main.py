@@ -123,10 +123,11 @@ def _check_preview_flags(args: argparse.Namespace) -> None:
             "--compile generates Inductor's code: it cannot be used with --eager, --modules "
             "or --compiler eager"
         )
-    if args.vs_torch and (args.eager or getattr(args, "peak", None) or getattr(args, "plan", None)):
+    compiled_peak = not args.eager and getattr(args, "peak", None)
+    if args.vs_torch and (compiled_peak or getattr(args, "plan", None)):
         raise UsageError(
             "--vs-torch sets torch's partitioner's plan at the same memory budget beside "
-            "budget's: it cannot be used with --eager, --peak or --plan"
+            "budget's: it cannot be used with --peak (but with --eager) or --plan"
         )
 
 
@@ -236,6 +237,7 @@ def _solve_eager(args: argparse.Namespace) -> int:
                 peak_search=args.peak_search,
                 offload=args.offload,
                 progress=bar.update,
+                vs_torch=args.vs_torch,
             )
         )
     done = time.perf_counter()

@@ -136,7 +136,9 @@ def _draw_torch(
         if theirs is not None and nbytes is not None:
             points.append((nbytes / 2**20, theirs.recompute_cost / scale[0]))
     if points:
-        name = "torch's partitioner" + ("" if graph is None else f", graph {graph}")
+        eager = any(p.torch_plan is not None and p.torch_plan.modules for p in plans)
+        name = "torch's checkpoint_wrapper" if eager else "torch's partitioner"
+        name += "" if graph is None else f", graph {graph}"
         ax.plot(*zip(*sorted(points), strict=True), marker="x", linestyle="none", label=name)
 
 

@@ -167,7 +167,12 @@ def _torch_rows(plans: Sequence[Plan]) -> list[str]:
     costs += [p.torch_plan.recompute_cost for p in plans if p.torch_plan is not None]
     scale = cost_scale(costs, unit)
     head = f"  {'budget':>9} {'saved':>10} {'predicted':>10} {'recompute':>11}  vs budget's"
-    rows = ["", "  torch's partitioner at the same budgets (activation_memory_budget):", head]
+    if any(p.torch_plan is not None and p.torch_plan.modules for p in plans):
+        # an eager sweep's: torch's checkpointing of every module, the same at every budget
+        what = "  torch's checkpoint_wrapper on every module (each whole), beside each budget:"
+    else:
+        what = "  torch's partitioner at the same budgets (activation_memory_budget):"
+    rows = ["", what, head]
     for p in plans:
         theirs = p.torch_plan
         if theirs is None:

@@ -24,6 +24,7 @@ def sweep_runs(
         model, step, example, description = load_eager_target(args.target, size_options(args))
         options = {"step": step, "modules": modules, "solver": args.solver}
         options |= {"estimator": args.estimator, "time_limit": args.time_limit}
+        options |= {"vs_torch": args.vs_torch}
 
         def eager(offload: bool, progress: Any) -> list[list[Any]]:
             found = eager_sweep(

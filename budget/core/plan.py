@@ -56,11 +56,15 @@ class LivePoint:
 
 @dataclass(frozen=True)
 class TorchPlan:
-    """torch's own partitioner's plan of the same graph at the same fraction: the saved set
-    ``activation_memory_budget`` would make it choose (its ``choose_saved_values_set``),
-    priced and predicted as budget's plans are, for a preview to set beside budget's."""
+    """torch's own plan of the same step, priced and predicted as budget's plans are, for
+    a preview to set beside budget's: on the compiled path the saved set
+    ``activation_memory_budget`` makes torch's partitioner choose at the same fraction (its
+    ``choose_saved_values_set``); for an eager plan, torch's activation checkpointing of
+    every module budget.apply may checkpoint, each recomputed whole."""
 
-    fraction: float  # torch's activation_memory_budget (a size budget: where it falls)
+    # the compiled path: torch's activation_memory_budget (a size budget: where it falls);
+    # None for an eager plan's, which checkpoints ``modules``
+    fraction: float | None
     saved_bytes: int
     recompute_cost: float  # in the plan's cost unit
     recompute_flops: float
@@ -70,6 +74,9 @@ class TorchPlan:
     # why budget refuses torch's set (a random op recomputed with a fresh sample, ...);
     # [] where it is a valid plan
     refused: list[str] = field(default_factory=list)
+    # an eager plan's (budget.apply): the modules torch's activation checkpointing
+    # (checkpoint_wrapper) checkpoints whole, every one budget.apply may checkpoint
+    modules: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,13 @@ def torch_lines(plan: Plan) -> list[str]:
     theirs = plan.torch_plan
     if theirs is None:
         return []
+    if theirs.modules:  # an eager plan's: torch's checkpointing of every module
+        n = len(theirs.modules)
+        asked = f"checkpoint_wrapper on {n} module{'s' if n > 1 else ''} (each whole)"
+    else:
+        asked = f"activation_memory_budget={theirs.fraction:.3g}"
     text = (
-        f"activation_memory_budget={theirs.fraction:.3g}: saves "
+        f"{asked}: saves "
         f"{_kept(format_bytes(theirs.saved_bytes))}, recomputes "
         f"{_kept(with_unit(theirs.recompute_cost, plan.cost_unit))}"
         + _times(theirs.recompute_cost, plan.total_recompute_cost)

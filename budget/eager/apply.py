@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..core.plan import TorchPlan
 from ..core.report import plan_line
 from ..core.settings import PlanSettings
 from ..core.sizes import MemoryBudget, parse_budget
@@ -37,6 +38,7 @@ from .problem import CostCache
 from .regions import ModuleSpec, excluded, noted, select_candidates
 from .search import plan_predicted
 from .step import step_of
+from .torch_plan import full_checkpointing
 from .trace import trace_step
 from .traced import Trace
 
@@ -57,6 +59,7 @@ def plan(
     peak_search: str | None = None,
     offload: bool | None = None,
     progress: Callable[[int, int, int | None], None] | None = None,
+    vs_torch: bool = False,
     **example_kwargs: Any,
 ) -> EagerPlan:
     """The eager plan for ``model``'s training step, without applying it.
@@ -70,7 +73,9 @@ def plan(
     ``progress(0, done, total)``, the compiled path's callback for the one step: 0 of 1
     once the step is traced, then ``(0, k, None)`` as the k-th plan's peak is predicted (a
     fake run of the step each: a peak search's plans, or the peak tie-break's; how many
-    depends on what fits), then 1 of 1; nothing is printed.
+    depends on what fits), then 1 of 1; nothing is printed. ``vs_torch``: the plan carries
+    torch's checkpointing of every module it may checkpoint, each whole (``torch_plan``:
+    :mod:`budget.eager.torch_plan`), with its predicted peak.
     """
     _check_model(model)
     settings = resolve_settings(
@@ -89,6 +94,7 @@ def plan(
             "(budget.config.peak_search applies to the compiled path only)"
         )
     traced = _Traced(model, example_inputs, example_kwargs, loss_fn, step, modules, settings)
+    traced.vs_torch = vs_torch
     tell = progress or (lambda graph, done, total: None)
     tell(0, 0, 1)
     traced.tell = tell
@@ -109,6 +115,7 @@ def sweep(
     time_limit: float | None = None,
     offload: bool | None = None,
     progress: Callable[[int, int, int | None], None] | None = None,
+    vs_torch: bool = False,
     **example_kwargs: Any,
 ) -> list[EagerPlan]:
     """The eager plans of ``model``'s training step at each of ``budgets`` (fractions or
@@ -116,7 +123,8 @@ def sweep(
     tie-break and predicted peak included. The step is traced once, each set of
     checkpointed modules' problem built and priced once, each distinct plan's peak
     predicted once. ``progress(0, done, len(budgets))`` as each budget is planned; a peak
-    budget (``budget.config.peak_memory_budget``) does not apply to sweeps.
+    budget (``budget.config.peak_memory_budget``) does not apply to sweeps. ``vs_torch``: as
+    :func:`plan`, the same torch plan beside every budget's.
     """
     if isinstance(budgets, (str, float, int)) or not budgets:
         raise ValueError(
@@ -134,6 +142,7 @@ def sweep(
     )
     settings = replace(settings, peak_bytes=None)
     traced = _Traced(model, example_inputs, example_kwargs, loss_fn, step, modules, settings)
+    traced.vs_torch = vs_torch
     tell = progress or (lambda graph, done, total: None)
     tell(0, 0, len(parsed))
     costs = CostCache(get_estimator(settings.estimator))
@@ -168,6 +177,8 @@ class _Traced:
         self.left_out = excluded(self.trace, given=modules is not None)
         self.tell: Callable[[int, int, int | None], None] | None = None
         self.found: dict[tuple, EagerPeak] = {}
+        self.vs_torch = False  # each plan carries torch's checkpointing of every module
+        self._whole: list[TorchPlan | None] = []  # that plan, once made
 
     def plan_at(self, budget: MemoryBudget, costs: CostCache | None = None) -> EagerPlan:
         """The plan at ``budget`` with its peak (:func:`plan_predicted`); where the peak
@@ -184,6 +195,11 @@ class _Traced:
                 raise  # a peak budget needs the peak
             # the plan stands; its peak is unknown
             made = plan_trace(trace, budget, **opts)  # type: ignore[arg-type]
+        if self.vs_torch:
+            if not self._whole:
+                costs = costs or CostCache(get_estimator(settings.estimator))
+                self._whole.append(full_checkpointing(trace, costs, self.left_out, self.predict))
+            made = replace(made, torch_plan=self._whole[0])
         return noted(made, trace)
 
     def predict(self, p: EagerPlan) -> EagerPlan:

@@ -422,7 +422,8 @@ def test_progress_bar_on_a_terminal(monkeypatch, capsys):
 def test_vs_torch_sets_torchs_plan_beside_budgets_and_needs_a_memory_budget(capsys):
     """``--vs-torch``: solve reports torch's plan at the budget, sweep a table and CSV
     columns of them (what torch saves there is torch's: tests/compile/test_torch_plan.py);
-    with --peak, --plan or --eager it is a usage error."""
+    with --eager, torch's checkpointing of every module; with --peak on the compiled path
+    it is a usage error."""
     code, out, _ = run(["solve", *MLP, "--budget", "0.5", "--vs-torch"], capsys)
     assert code == 0 and "  vs torch   activation_memory_budget=0.5: saves" in out
     argv = ["sweep", *MLP, "--budgets", "0,1", "--vs-torch", "--format", "csv"]
@@ -432,9 +433,10 @@ def test_vs_torch_sets_torchs_plan_beside_budgets_and_needs_a_memory_budget(caps
     assert rows[-1]["torch_saved_bytes"] == rows[-1]["saved_bytes"]  # b=1: torch's own plan
     code, out, _ = run(["sweep", *MLP, "--budgets", "0,1", "--vs-torch"], capsys)
     assert "torch's partitioner at the same budgets" in out
-    for extra in (["--peak", "1MiB"], ["--eager"]):
-        code, _, err = run(["solve", *MLP, "--vs-torch", *extra], capsys)
-        assert code == 2 and "--vs-torch" in err, extra
+    code, _, err = run(["solve", *MLP, "--vs-torch", "--peak", "1MiB"], capsys)
+    assert code == 2 and "--vs-torch" in err
+    code, out, _ = run(["solve", "builtin:gpt", *GPT, "--eager", "--vs-torch"], capsys)
+    assert code == 0 and "  vs torch   checkpoint_wrapper on 1 module (each whole)" in out
 
 
 def test_progress_bar_clock_ticks_between_updates_and_stops_on_close(monkeypatch):

@@ -1,0 +1,71 @@
+"""torch's checkpointing beside an eager plan: every candidate module checkpointed whole.
+
+What eager users compare ``budget.apply`` with is torch's activation checkpointing of every
+block (``apply_activation_checkpointing`` with ``checkpoint_wrapper``; Hugging Face's
+``gradient_checkpointing_enable``): each block keeps its inputs and recomputes all of its
+forward in the backward. A preview asked for it (``vs_torch``) gets that plan of the same
+trace, over the modules ``budget.apply`` may checkpoint: saved bytes, recompute (budget's
+estimator), FLOPs, and the peak of a fake run with it installed, as any eager plan's
+(:meth:`budget.eager.apply._Traced.predict`). Values a whole-module recomputation cannot
+make again (an in-place write the region's own values feed, a module's own cache) are kept
+as ``budget.apply`` keeps them; a set budget refuses is priced and named, not predicted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..core.plan import TorchPlan
+from ..core.sizes import MemoryBudget
+from ..planning.planner import make_plan
+from .plan import EagerPlan
+from .planner import checkpointable, eager_plan, problem_for
+from .problem import CostCache
+from .traced import Trace
+
+
+def full_checkpointing(
+    trace: Trace,
+    costs: CostCache,
+    excluded: dict[int, str],
+    predict: Callable[[EagerPlan], EagerPlan],
+) -> TorchPlan | None:
+    """Every checkpointable candidate module checkpointed, everything in it recomputed;
+    None where no module can be."""
+    excluded = dict(excluded)
+    usable = checkpointable(trace, costs, excluded)
+    if not usable:
+        return None
+    problem, nodes = problem_for(trace, usable, costs)
+    # kept: what no recomputation makes (outside the modules, or not recomputable in them)
+    # and someone reads; everything else is run again
+    kept = [v for v in range(problem.n) if not problem.can_recompute[v] and not problem.is_input[v]]
+    saved = problem.prune_unused(kept)
+    names = list(dict.fromkeys(trace.regions[r].name for r in usable))
+    nbytes = problem.saved_bytes(saved) + problem.fixed_bytes
+    recomputed = problem.recompute_closure(saved)
+    figures = {
+        "fraction": None,
+        "saved_bytes": nbytes,
+        "recompute_cost": problem.recompute_cost(saved),
+        "recompute_flops": float(problem.flops[recomputed].sum()),
+        "modules": names,
+    }
+    refused = problem.check(saved)
+    if refused:
+        return TorchPlan(**figures, peak_bytes=None, refused=refused)
+    plan = make_plan(
+        problem,
+        saved,
+        budget=MemoryBudget(fraction=0.0),
+        target_bytes=nbytes,
+        min_bytes=nbytes,
+        max_bytes=nbytes,
+        status="reference",
+        gap=0.0,
+        solver="none",
+        estimator=getattr(costs.estimator, "spec", costs.estimator.name),
+        timings={},
+    )
+    whole = predict(eager_plan(plan, trace, problem, nodes, usable, excluded, costs))
+    return TorchPlan(**figures, peak_bytes=whole.peak_bytes)
