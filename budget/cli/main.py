@@ -127,7 +127,7 @@ def _check_preview_flags(args: argparse.Namespace) -> None:
     if args.vs_torch and (compiled_peak or getattr(args, "plan", None)):
         raise UsageError(
             "--vs-torch sets torch's partitioner's plan at the same memory budget beside "
-            "budget's: it cannot be used with --peak (but with --eager) or --plan"
+            "budget's: it cannot be used with --plan, nor with --peak unless --eager"
         )
 
 

@@ -62,8 +62,9 @@ class PlanSettings:
     sweep: tuple[MemoryBudget, ...] = ()
     """Previews only: plan each of these budgets too (the first is the one applied)."""
     vs_torch: bool = False
-    """Previews only: each plan of a memory budget carries torch's own plan of its graph at
-    the same fraction (``Plan.torch_plan``: :mod:`budget.compile.torch_plan`)."""
+    """Compiled previews only: each plan of a memory budget carries torch's own plan of its
+    graph at the same fraction (``Plan.torch_plan``: :mod:`budget.compile.torch_plan`; the
+    eager path's, ``budget.eager.plan(..., vs_torch=True)``, is made apart from settings)."""
     offload: bool = False
     """Whether the solver may keep saved values in host memory (budget.core.offload):
     offloaded, copied back for the backward. Off by default."""

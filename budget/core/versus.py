@@ -26,8 +26,10 @@ def torch_lines(plan: Plan) -> list[str]:
     if theirs.modules:  # an eager plan's: torch's checkpointing of every module
         n = len(theirs.modules)
         asked = f"checkpoint_wrapper on {n} module{'s' if n > 1 else ''} (each whole)"
-    else:
+    elif theirs.fraction is not None:
         asked = f"activation_memory_budget={theirs.fraction:.3g}"
+    else:
+        asked = "torch's plan"
     text = (
         f"{asked}: saves "
         f"{_kept(format_bytes(theirs.saved_bytes))}, recomputes "

@@ -75,7 +75,7 @@ def plan(
     fake run of the step each: a peak search's plans, or the peak tie-break's; how many
     depends on what fits), then 1 of 1; nothing is printed. ``vs_torch``: the plan carries
     torch's checkpointing of every module it may checkpoint, each whole (``torch_plan``:
-    :mod:`budget.eager.torch_plan`), with its predicted peak.
+    :mod:`budget.eager.torch_plan`), with its predicted peak (one fake run more, told too).
     """
     _check_model(model)
     settings = resolve_settings(
@@ -157,7 +157,8 @@ class _Traced:
     """The step traced once for ``settings``: the trace, the candidate modules left out
     (and why); the plan of a budget (:meth:`plan_at`) with its peak (:meth:`predict`: the
     step run on fake tensors with the plan installed, each distinct plan once, then
-    ``tell(0, k, None)`` when set)."""
+    ``tell(0, k, None)`` when set); with ``vs_torch``, each plan carries torch's
+    checkpointing of every module beside it, made (and its fake run) once."""
 
     def __init__(
         self,
@@ -184,6 +185,7 @@ class _Traced:
         """The plan at ``budget`` with its peak (:func:`plan_predicted`); where the peak
         cannot be predicted and no peak budget needs it, the plan without it."""
         settings, trace = self.settings, self.trace
+        costs = CostCache(get_estimator(settings.estimator)) if costs is None else costs
         opts = {"solver": settings.solver, "estimator": settings.estimator}
         opts |= {"time_limit": settings.time_limit, "offload": settings.offload}
         opts |= {"excluded": self.left_out, "costs": costs}
@@ -197,7 +199,6 @@ class _Traced:
             made = plan_trace(trace, budget, **opts)  # type: ignore[arg-type]
         if self.vs_torch:
             if not self._whole:
-                costs = costs or CostCache(get_estimator(settings.estimator))
                 self._whole.append(full_checkpointing(trace, costs, self.left_out, self.predict))
             made = replace(made, torch_plan=self._whole[0])
         return noted(made, trace)

@@ -8,7 +8,8 @@ trace, over the modules ``budget.apply`` may checkpoint: saved bytes, recompute 
 estimator), FLOPs, and the peak of a fake run with it installed, as any eager plan's
 (:meth:`budget.eager.apply._Traced.predict`). Values a whole-module recomputation cannot
 make again (an in-place write the region's own values feed, a module's own cache) are kept
-as ``budget.apply`` keeps them; a set budget refuses is priced and named, not predicted.
+as ``budget.apply`` keeps them; a set budget refuses is priced and named, not predicted,
+and a module some call of which cannot be checkpointed is left out whole.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable
 
 from ..core.plan import TorchPlan
 from ..core.sizes import MemoryBudget
+from ..errors import PreviewError
 from ..planning.planner import make_plan
 from .plan import EagerPlan
 from .planner import checkpointable, eager_plan, problem_for
@@ -34,6 +36,10 @@ def full_checkpointing(
     None where no module can be."""
     excluded = dict(excluded)
     usable = checkpointable(trace, costs, excluded)
+    # checkpoint_wrapper checkpoints every call of a module: one some call of which cannot
+    # be checkpointed (a layer shared across depth) is left out whole
+    left = {trace.regions[r].name for r in range(len(trace.regions)) if r not in usable}
+    usable = [r for r in usable if trace.regions[r].name not in left]
     if not usable:
         return None
     problem, nodes = problem_for(trace, usable, costs)
@@ -67,5 +73,8 @@ def full_checkpointing(
         estimator=getattr(costs.estimator, "spec", costs.estimator.name),
         timings={},
     )
-    whole = predict(eager_plan(plan, trace, problem, nodes, usable, excluded, costs))
+    try:
+        whole = predict(eager_plan(plan, trace, problem, nodes, usable, excluded, costs))
+    except PreviewError:  # the fake run cannot run it (a value read in Python): no peak
+        return TorchPlan(**figures, peak_bytes=None)
     return TorchPlan(**figures, peak_bytes=whole.peak_bytes)

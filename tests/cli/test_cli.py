@@ -435,8 +435,13 @@ def test_vs_torch_sets_torchs_plan_beside_budgets_and_needs_a_memory_budget(caps
     assert "torch's partitioner at the same budgets" in out
     code, _, err = run(["solve", *MLP, "--vs-torch", "--peak", "1MiB"], capsys)
     assert code == 2 and "--vs-torch" in err
+    code, _, err = run(["solve", *MLP, "--vs-torch", "--plan", "plan.json"], capsys)
+    assert code == 2 and "--vs-torch" in err
     code, out, _ = run(["solve", "builtin:gpt", *GPT, "--eager", "--vs-torch"], capsys)
     assert code == 0 and "  vs torch   checkpoint_wrapper on 1 module (each whole)" in out
+    argv = ["sweep", "builtin:gpt", *GPT, "--eager", "--vs-torch", "--budgets", "0,1"]
+    code, out, _ = run(argv, capsys)
+    assert code == 0 and "torch's checkpoint_wrapper on every module (each whole)" in out
 
 
 def test_progress_bar_clock_ticks_between_updates_and_stops_on_close(monkeypatch):
