@@ -61,10 +61,14 @@ def torch_plan(partitions: Partitions, problem: Problem, plan: Plan) -> TorchPla
 
 def torch_saved(partitions: Partitions, problem: Problem, fraction: float) -> list[int]:
     """torch's saved set at ``fraction`` as indices of ``problem`` (inputs aside, values no
-    one reads pruned)."""
-    chosen = T.torch_saved_set(
-        partitions.joint_module.graph, partitions.node_info, fraction, partitions.min_cuts
-    )
+    one reads pruned); torch's choice is made once per fraction and graph (the tie-break and
+    the ``vs_torch`` comparison both ask), kept beside its min-cuts."""
+    key = ("torch's saved set", fraction)
+    if key not in partitions.min_cuts:
+        partitions.min_cuts[key] = T.torch_saved_set(
+            partitions.joint_module.graph, partitions.node_info, fraction, partitions.min_cuts
+        )
+    chosen = partitions.min_cuts[key]
     index = {n: i for i, n in enumerate(partitions.nodes)}
     return problem.prune_unused(
         index[n] for n in chosen if n in index and not problem.is_input[index[n]]
