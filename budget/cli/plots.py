@@ -32,6 +32,14 @@ def require_matplotlib() -> None:
         raise ImportError(f"plots need matplotlib: {INSTALL_HINT}") from None
 
 
+def sweep_scale(plans: Sequence[Plan]) -> tuple[float, str]:
+    """(divisor, unit label) of the cost axis of a sweep's plot: its plans' recompute and
+    that of the torch plans beside them, so that both are drawn on one scale."""
+    costs = [p.total_recompute_cost for p in plans]
+    costs += [p.torch_plan.recompute_cost for p in plans if p.torch_plan is not None]
+    return cost_scale(costs, plans[0].cost_unit)
+
+
 def draw_sweep(
     ax: Any,
     plans: Sequence[Plan],
@@ -43,9 +51,12 @@ def draw_sweep(
     peak MiB (``x="peak"``: the code's where compiled, else predicted) against recompute
     cost.
 
-    ``scale`` is ``(divisor, unit label)`` for the cost axis (chosen from the plans when
-    not given; pass one when several sweeps share the axes).
+    ``scale`` is ``(divisor, unit label)`` for the cost axis (:func:`sweep_scale` of the
+    plans when not given; pass one when several sweeps share the axes).
     """
+    if not plans:
+        return
+    divisor, unit_label = scale or sweep_scale(plans)  # of every plan: torch's beside too
     # the x of each plan: its saved bytes, or its peak (the code's where compiled, else the
     # graphs' prediction: one kind for the whole curve), plans without one left out
     xs = [p.saved_bytes for p in plans] if x == "saved" else sweep_peaks(plans)
@@ -53,9 +64,6 @@ def draw_sweep(
     if not drawn:
         return
     plans = [p for p, _ in drawn]
-    divisor, unit_label = scale or cost_scale(
-        [p.total_recompute_cost for p in plans], plans[0].cost_unit
-    )
     labels: dict[tuple[float, float], list[str]] = {}
     for p, nbytes in drawn:  # plans with the same bytes and cost share a point and a label
         point = (nbytes / 2**20, p.total_recompute_cost / divisor)
@@ -100,9 +108,7 @@ def save_sweep_plot(
     fig = Figure(figsize=(12 if with_peak else 7, 4.5), layout="constrained")
     axes = fig.subplots(1, 2 if with_peak else 1, squeeze=False)[0]
     several = len(sweeps) > 1
-    costs = [p.total_recompute_cost for p in everything]
-    costs += [p.torch_plan.recompute_cost for p in everything if p.torch_plan is not None]
-    scale = cost_scale(costs, everything[0].cost_unit)
+    scale = sweep_scale(everything)
     vs = any(p.torch_plan is not None for p in everything)  # torch's plans beside
     curves = [(sweeps, "with offload" if without_offload else "")]
     if without_offload:
@@ -114,7 +120,7 @@ def save_sweep_plot(
                 label = ", ".join(t for t in ("budget" if vs else "", name, kind) if t) or None
                 draw_sweep(ax, plans, label, scale, x=x)
         for i, plans in enumerate(sweeps):
-            _draw_torch(ax, plans, scale, x, i + 1 if several else None)
+            draw_torch_plans(ax, plans, scale, x, i + 1 if several else None)
         if several or without_offload or vs:
             ax.legend(fontsize=8)
     if title:
@@ -122,12 +128,20 @@ def save_sweep_plot(
     fig.savefig(os.fspath(path), format="png", dpi=120)
 
 
-def _draw_torch(
-    ax: Any, plans: Sequence[Plan], scale: tuple[float, str], x: str, graph: int | None
+def draw_torch_plans(
+    ax: Any,
+    plans: Sequence[Plan],
+    scale: tuple[float, str] | None = None,
+    x: str = "saved",
+    graph: int | None = None,
 ) -> None:
-    """torch's plans at the sweep's budgets (``vs_torch``) as crosses: saved MiB, or their
-    graphs' predicted peak where the sweep's peaks are predictions too (a compiled sweep's
-    are its code's: no like to set them beside)."""
+    """torch's plans beside a sweep's (``vs_torch``) as crosses on the axes
+    :func:`draw_sweep` drew it on (``scale``: the same; chosen from the plans when not
+    given): saved MiB, or their graphs' predicted peak where the sweep's peaks are
+    predictions too (a compiled sweep's are its code's: no like to set them beside)."""
+    if not plans:
+        return
+    scale = scale or sweep_scale(plans)
     if x == "peak" and any(p.compiled_peak_bytes is not None for p in plans):
         return
     points = []

@@ -145,7 +145,7 @@ def test_torchs_plans_are_set_beside_budgets_in_the_report_table_csv_and_plot(tm
     pytest.importorskip("matplotlib")
     from matplotlib.figure import Figure
 
-    from budget.cli.plots import _draw_torch, draw_sweep, save_sweep_plot
+    from budget.cli.plots import draw_sweep, draw_torch_plans, save_sweep_plot
 
     def theirs(fraction, cost, peak, refused=()):  # type: ignore[no-untyped-def]
         return TorchPlan(fraction, 4 * MiB, cost, 5e9, peak, list(refused))
@@ -177,7 +177,7 @@ def test_torchs_plans_are_set_beside_budgets_in_the_report_table_csv_and_plot(tm
     assert (tmp_path / "vs.png").read_bytes()[:4] == b"\x89PNG"
     ax = Figure().subplots()
     draw_sweep(ax, plans, x="peak")
-    _draw_torch(ax, plans, (1e-3, "ms"), "peak", None)
+    draw_torch_plans(ax, plans, (1e-3, "ms"), "peak", None)
     (crosses,) = [ln for ln in ax.get_lines() if ln.get_label() == "torch's partitioner"]
     assert list(crosses.get_xdata()) == [17.0]  # the refused plan has no peak to draw
 
