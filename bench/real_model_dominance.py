@@ -68,13 +68,15 @@ def row(name: str, fractions: list[float], compiler: str) -> tuple[str, int]:
     return f"| {name} | {top / 1024:.1f} | " + " | ".join(cells) + " |", bad
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_grid_options(parser: argparse.ArgumentParser) -> None:
+    """The real-model grid's options (also bench/vs_torch.py's): models, fractions, markdown."""
     parser.add_argument("--models", default=",".join(FACTORIES), help="comma-separated")
     parser.add_argument("--fractions", default="0.5,0.2,0", help="comma-separated, below 1")
-    parser.add_argument("--compiler", choices=sorted(TORCH_BACKENDS), default="eager")
     parser.add_argument("--markdown", type=Path, help="also write the table here")
-    args = parser.parse_args()
+
+
+def grid_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list, list]:
+    """The models and fractions asked for, checked (an unknown one is a usage error)."""
     models = args.models.split(",")
     unknown = sorted(set(models) - set(FACTORIES))
     if unknown:
@@ -82,6 +84,15 @@ def main() -> int:
     fractions = [float(f) for f in args.fractions.split(",")]
     if not all(0 <= f < 1 for f in fractions):
         parser.error(f"--fractions: each in [0, 1); got {args.fractions}")
+    return models, fractions
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_grid_options(parser)
+    parser.add_argument("--compiler", choices=sorted(TORCH_BACKENDS), default="eager")
+    args = parser.parse_args()
+    models, fractions = grid_of(parser, args)
     lines = [
         f"`python bench/real_model_dominance.py {' '.join(sys.argv[1:])}`: compiler {args.compiler}. "
         "Each cell: budget's peak / torch's peak (shares of budget's b=1 peak) / budget's "

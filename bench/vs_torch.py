@@ -24,7 +24,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from helpers.real_models import FACTORIES, make  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from helpers.real_models import make  # noqa: E402
+from real_model_dominance import add_grid_options, grid_of  # noqa: E402
 
 import budget  # noqa: E402
 from budget.core.plan import Plan  # noqa: E402
@@ -71,17 +73,9 @@ def row(name: str, fractions: list[float], path: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(FACTORIES), help="comma-separated")
-    parser.add_argument("--fractions", default="0.5,0.2,0", help="comma-separated, below 1")
-    parser.add_argument("--markdown", type=Path, help="also write the table here")
+    add_grid_options(parser)
     args = parser.parse_args()
-    models = args.models.split(",")
-    unknown = sorted(set(models) - set(FACTORIES))
-    if unknown:
-        parser.error(f"unknown models {unknown}; known: {', '.join(FACTORIES)}")
-    fractions = [float(f) for f in args.fractions.split(",")]
-    if not all(0 <= f < 1 for f in fractions):
-        parser.error(f"--fractions: each in [0, 1); got {args.fractions}")
+    models, fractions = grid_of(parser, args)
     lines = [
         f"`python bench/vs_torch.py {' '.join(sys.argv[1:])}`: each cell torch's recompute / "
         "predicted peak / saved bytes over budget's at that budget (compiled: torch's "
