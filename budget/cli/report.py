@@ -21,6 +21,7 @@ from ..core.text import (
     format_seconds,
     wrap_items,
 )
+from ..core.versus import recompute_ratio
 from ..planning.tie_break import TIE_TOLERANCE
 
 if TYPE_CHECKING:
@@ -177,9 +178,9 @@ def _torch_rows(plans: Sequence[Plan]) -> list[str]:
         theirs = p.torch_plan
         if theirs is None:
             continue
-        peak = "refused" if theirs.refused else theirs.peak_bytes
-        peak = format_bytes(peak) if isinstance(peak, int) else (peak or "-")
-        ratio = theirs.recompute_cost / p.total_recompute_cost if p.total_recompute_cost else None
+        peak = "-" if theirs.peak_bytes is None else format_bytes(theirs.peak_bytes)
+        peak = "refused" if theirs.refused else peak
+        ratio = recompute_ratio(p)
         times = "" if ratio is None else f"{ratio:.2f}x"
         rows.append(
             f"  {budget_cell(p.budget):>9} {format_bytes(theirs.saved_bytes):>10} {peak:>10} "

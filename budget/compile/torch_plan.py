@@ -34,21 +34,13 @@ def torch_plan(partitions: Partitions, problem: Problem, plan: Plan) -> TorchPla
     if fraction is None:
         return None
     saved = torch_saved(partitions, problem, fraction)
-    bound = problem.saved_bytes(saved) + problem.fixed_bytes  # layout copies, generator states
+    priced = TorchPlan.priced(problem, saved, fraction=fraction, peak_bytes=None)
     refused = problem.check(saved)
-    if refused:  # priced on the planner's bounds, not partitioned: a plan of it is invalid
-        recomputed = problem.recompute_closure(saved)
-        return TorchPlan(
-            fraction=fraction,
-            saved_bytes=bound,
-            recompute_cost=problem.recompute_cost(saved),
-            recompute_flops=float(problem.flops[recomputed].sum()),
-            peak_bytes=None,
-            refused=refused,
-        )
+    if refused:  # priced, not partitioned: a plan of it is invalid
+        return replace(priced, refused=refused)
     # partitioned as torch partitions it (nothing recomputed twice); torch's range ends a
     # few bytes from budget's, so its set may save a little over budget's target
-    like = replace(plan, target_bytes=max(plan.target_bytes, bound))
+    like = replace(plan, target_bytes=max(plan.target_bytes, priced.saved_bytes))
     theirs = partitions.predicted(plan_like(problem, saved, like), ONCE)
     return TorchPlan(
         fraction=fraction,

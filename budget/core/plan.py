@@ -12,7 +12,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from .problem import Problem
 
 PLAN_FORMAT_VERSION = 12
 # version 1: no peak_bytes, no timeline; version 2: no recomputed_again, again_cost/flops
@@ -77,6 +80,18 @@ class TorchPlan:
     # an eager plan's (budget.apply): the modules torch's activation checkpointing
     # (checkpoint_wrapper) checkpoints whole, every one budget.apply may checkpoint
     modules: list[str] = field(default_factory=list)
+
+    @classmethod
+    def priced(cls, problem: Problem, saved: Sequence[int], **rest: Any) -> TorchPlan:
+        """torch's set ``saved`` of ``problem`` on the planner's figures: its bytes (layout
+        copies and generator states at their bounds), recompute cost and FLOPs; ``rest``:
+        the other fields."""
+        return cls(
+            saved_bytes=problem.saved_bytes(saved) + problem.fixed_bytes,
+            recompute_cost=problem.recompute_cost(saved),
+            recompute_flops=problem.recompute_flops(saved),
+            **rest,
+        )
 
 
 @dataclass(frozen=True)
@@ -196,8 +211,9 @@ class Plan:
     offloaded_bytes: int = 0
     # the host link's time for one way of those copies (the offloads, or the reloads)
     offload_transfer: float = 0.0
-    # previews that ask for it (``vs_torch``): torch's own plan of this graph at the same
-    # fraction, to compare with; None otherwise (training, peak budgets, plan files)
+    # previews that ask for it (``vs_torch``): torch's own plan of this graph (compiled: at
+    # the same fraction; eager: its checkpointing of every module), to compare with; None
+    # otherwise (training, compiled peak budgets, plan files)
     torch_plan: TorchPlan | None = None
     version: int = PLAN_FORMAT_VERSION
 

@@ -234,6 +234,10 @@ class Problem:
         """The plan's recompute cost: the summed ``cost`` of its recompute closure."""
         return float(self.cost[self.recompute_closure(saved)].sum())
 
+    def recompute_flops(self, saved: Iterable[int]) -> float:
+        """The FLOPs of the plan's recompute closure (shown beside its cost)."""
+        return float(self.flops[self.recompute_closure(saved)].sum())
+
     def prune_unused(self, saved: Iterable[int], closure: Sequence[int] | None = None) -> list[int]:
         """``saved`` without the nodes neither the backward nor any recomputation reads
         (sorted). ``closure``: the recompute closure of ``saved``, when the caller has it."""

@@ -62,9 +62,10 @@ class PlanSettings:
     sweep: tuple[MemoryBudget, ...] = ()
     """Previews only: plan each of these budgets too (the first is the one applied)."""
     vs_torch: bool = False
-    """Compiled previews only: each plan of a memory budget carries torch's own plan of its
-    graph at the same fraction (``Plan.torch_plan``: :mod:`budget.compile.torch_plan`; the
-    eager path's, ``budget.eager.plan(..., vs_torch=True)``, is made apart from settings)."""
+    """Previews only: each plan carries torch's own beside it (``Plan.torch_plan``): on the
+    compiled path, of a memory budget, its partitioner's at the same fraction
+    (:mod:`budget.compile.torch_plan`); for budget.apply, its checkpointing of every module
+    (:mod:`budget.eager.torch_plan`)."""
     offload: bool = False
     """Whether the solver may keep saved values in host memory (budget.core.offload):
     offloaded, copied back for the backward. Off by default."""

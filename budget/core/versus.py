@@ -33,8 +33,7 @@ def torch_lines(plan: Plan) -> list[str]:
     text = (
         f"{asked}: saves "
         f"{_kept(format_bytes(theirs.saved_bytes))}, recomputes "
-        f"{_kept(with_unit(theirs.recompute_cost, plan.cost_unit))}"
-        + _times(theirs.recompute_cost, plan.total_recompute_cost)
+        f"{_kept(with_unit(theirs.recompute_cost, plan.cost_unit))}" + _times(plan)
     )
     if plan.cost_unit != "flop":
         text += f", {_kept(with_unit(theirs.recompute_flops, 'flop'))}"
@@ -59,9 +58,17 @@ def _kept(quantity: str) -> str:
     return quantity.replace(" ", _NBSP)
 
 
-def _times(theirs: float, ours: float) -> str:
+def recompute_ratio(plan: Plan) -> float | None:
     """torch's recompute as a multiple of budget's (all of it: values recomputed again,
-    offloads' exposed copies), where that says something."""
-    if ours > 0:
-        return f" ({theirs / ours:.2f}x{_NBSP}budget's)"
-    return "" if theirs == 0 else " (budget's: none)"
+    offloads' exposed copies); None where budget recomputes nothing or no torch plan is
+    beside it."""
+    theirs, ours = plan.torch_plan, plan.total_recompute_cost
+    return None if theirs is None or ours <= 0 else theirs.recompute_cost / ours
+
+
+def _times(plan: Plan) -> str:
+    ratio = recompute_ratio(plan)
+    if ratio is not None:
+        return f" ({ratio:.2f}x{_NBSP}budget's)"
+    theirs = plan.torch_plan
+    return "" if theirs is None or theirs.recompute_cost == 0 else " (budget's: none)"

@@ -93,8 +93,8 @@ def plan(
             "(budget.backend, budget.plan); budget.apply searches a grid of eager plans "
             "(budget.config.peak_search applies to the compiled path only)"
         )
+    settings = replace(settings, vs_torch=vs_torch)
     traced = _Traced(model, example_inputs, example_kwargs, loss_fn, step, modules, settings)
-    traced.vs_torch = vs_torch
     tell = progress or (lambda graph, done, total: None)
     tell(0, 0, 1)
     traced.tell = tell
@@ -140,9 +140,8 @@ def sweep(
         time_limit=time_limit,
         offload=offload,
     )
-    settings = replace(settings, peak_bytes=None)
+    settings = replace(settings, peak_bytes=None, vs_torch=vs_torch)
     traced = _Traced(model, example_inputs, example_kwargs, loss_fn, step, modules, settings)
-    traced.vs_torch = vs_torch
     tell = progress or (lambda graph, done, total: None)
     tell(0, 0, len(parsed))
     costs = CostCache(get_estimator(settings.estimator))
@@ -157,7 +156,7 @@ class _Traced:
     """The step traced once for ``settings``: the trace, the candidate modules left out
     (and why); the plan of a budget (:meth:`plan_at`) with its peak (:meth:`predict`: the
     step run on fake tensors with the plan installed, each distinct plan once, then
-    ``tell(0, k, None)`` when set); with ``vs_torch``, each plan carries torch's
+    ``tell(0, k, None)`` when set); with ``settings.vs_torch``, each plan carries torch's
     checkpointing of every module beside it, made (and its fake run) once."""
 
     def __init__(
@@ -178,8 +177,7 @@ class _Traced:
         self.left_out = excluded(self.trace, given=modules is not None)
         self.tell: Callable[[int, int, int | None], None] | None = None
         self.found: dict[tuple, EagerPeak] = {}
-        self.vs_torch = False  # each plan carries torch's checkpointing of every module
-        self._whole: list[TorchPlan | None] = []  # that plan, once made
+        self._whole: list[TorchPlan | None] = []  # torch's plan (settings.vs_torch), once made
 
     def plan_at(self, budget: MemoryBudget, costs: CostCache | None = None) -> EagerPlan:
         """The plan at ``budget`` with its peak (:func:`plan_predicted`); where the peak
@@ -197,7 +195,7 @@ class _Traced:
                 raise  # a peak budget needs the peak
             # the plan stands; its peak is unknown
             made = plan_trace(trace, budget, **opts)  # type: ignore[arg-type]
-        if self.vs_torch:
+        if settings.vs_torch:
             if not self._whole:
                 self._whole.append(full_checkpointing(trace, costs, self.left_out, self.predict))
             made = replace(made, torch_plan=self._whole[0])

@@ -15,6 +15,7 @@ and a module some call of which cannot be checkpointed is left out whole.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from ..core.plan import TorchPlan
 from ..core.sizes import MemoryBudget
@@ -48,18 +49,11 @@ def full_checkpointing(
     kept = [v for v in range(problem.n) if not problem.can_recompute[v] and not problem.is_input[v]]
     saved = problem.prune_unused(kept)
     names = list(dict.fromkeys(trace.regions[r].name for r in usable))
-    nbytes = problem.saved_bytes(saved) + problem.fixed_bytes
-    recomputed = problem.recompute_closure(saved)
-    figures = {
-        "fraction": None,
-        "saved_bytes": nbytes,
-        "recompute_cost": problem.recompute_cost(saved),
-        "recompute_flops": float(problem.flops[recomputed].sum()),
-        "modules": names,
-    }
+    priced = TorchPlan.priced(problem, saved, fraction=None, peak_bytes=None, modules=names)
     refused = problem.check(saved)
     if refused:
-        return TorchPlan(**figures, peak_bytes=None, refused=refused)
+        return replace(priced, refused=refused)
+    nbytes = priced.saved_bytes
     plan = make_plan(
         problem,
         saved,
@@ -76,5 +70,5 @@ def full_checkpointing(
     try:
         whole = predict(eager_plan(plan, trace, problem, nodes, usable, excluded, costs))
     except PreviewError:  # the fake run cannot run it (a value read in Python): no peak
-        return TorchPlan(**figures, peak_bytes=None)
-    return TorchPlan(**figures, peak_bytes=whole.peak_bytes)
+        return priced
+    return replace(priced, peak_bytes=whole.peak_bytes)

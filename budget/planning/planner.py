@@ -264,7 +264,7 @@ def make_plan(
         min_bytes=int(min_bytes),
         max_bytes=int(max_bytes),
         recompute_cost=problem.recompute_cost(saved),
-        recompute_flops=float(problem.flops[recompute].sum()),  # for display, beside the cost
+        recompute_flops=problem.recompute_flops(saved),
         cost_unit=problem.cost_unit,
         status=status,  # type: ignore[arg-type]
         gap=gap,

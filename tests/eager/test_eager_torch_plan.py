@@ -4,7 +4,6 @@ those modules keeps after the forward (measured) and the step's measured peak.""
 
 from __future__ import annotations
 
-import torch
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
     apply_activation_checkpointing,
 )
@@ -47,4 +46,3 @@ def test_at_budget_0_the_plan_keeps_and_recomputes_no_more_than_checkpointing_ev
     assert plans[0].recompute_cost <= theirs.recompute_cost * (1 + 1e-9)
     plain = eager_plan(ex.model, *ex.args, step=ex.step, memory_budget=0.5)
     assert plain.torch_plan is None
-    torch.testing.assert_close(plans[1].recompute_cost, 0.0)
