@@ -21,7 +21,7 @@ from ..estimators.ops import forbidden_recompute
 from ..estimators.profile import ProfileEstimator
 from ..runtime import _torch_private as T
 from ..runtime.graph_hash import graph_hash
-from ..runtime.values import size_guessed, storage_of
+from ..runtime.values import data_dependent, storage_of
 
 
 def _read_by_backward(node: fx.Node, bw: object) -> bool:
@@ -148,7 +148,7 @@ def build_problem(
         cost_unit=estimator.unit,
         reference_saved=[index[n] for n in reference_saved if n in index],
         graph_hash=graph_hash(graph),
-        guessed_sizes=[n.name for n in nodes if size_guessed(n.meta.get("val"))],
+        data_dependent={n.name: how for n in nodes if (how := data_dependent(n.meta.get("val")))},
     )
     return problem, nodes
 

@@ -154,10 +154,12 @@ class ProblemBuilder:
         cost_unit: str,
         reference_saved: Iterable[int] = (),
         graph_hash: str = "",
-        guessed_sizes: Iterable[str] = (),
+        data_dependent: dict[str, str] | None = None,
     ) -> Problem:
         """The Problem of the rows added; ``edges``: (u, v) where u is an input of v;
-        ``guessed_sizes``: the rows whose bytes are a guess (Problem.guessed_sizes)."""
+        ``data_dependent``: how the rows whose sizes depend on tensor values are priced,
+        by name, ``"bounded"`` or ``"guessed"`` (Problem.bounded_sizes, guessed_sizes)."""
+        how = data_dependent or {}
         return Problem(
             names=list(self.names),
             edges=list(edges),
@@ -165,7 +167,8 @@ class ProblemBuilder:
             cost_unit=cost_unit,
             reference_saved=sorted(set(reference_saved)),
             graph_hash=graph_hash,
-            guessed_sizes=list(guessed_sizes),
+            bounded_sizes=[n for n, h in how.items() if h == "bounded"],
+            guessed_sizes=[n for n, h in how.items() if h == "guessed"],
             **{column: list(values) for column, values in self._columns.items()},
         )
 

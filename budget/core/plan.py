@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from .problem import Problem
 
-PLAN_FORMAT_VERSION = 12
+PLAN_FORMAT_VERSION = 13
 # version 1: no peak_bytes, no timeline; version 2: no recomputed_again, again_cost/flops
 # version 3: no eager_saved_bytes; version 4: no compiled_peak_bytes; version 5: no
 # reference_peak_bytes; version 6: no tie_break, previewed_on, held_bytes; version 7: no
 # offload (offload_cost, offloaded_bytes, offload_transfer, the "offload" decision);
 # version 8: no reference_compiled_peak_bytes, training_check; version 9: no
 # LivePoint.peak_bytes, no RegionChoice.backward_at (eager plans); version 10: no
-# guessed_sizes; version 11: no torch_plan
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
+# guessed_sizes; version 11: no torch_plan; version 12: no bounded_sizes
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
 # how the note of a peak tie-break that keeps the budget's cheapest plan begins (the notes:
 # budget.planning.tie_break)
 TIE_KEPT_NOTE = "the cheapest plan peaks lowest"
@@ -161,9 +161,13 @@ class Plan:
     # cheapest's; "" where it did not run (b=1, a peak budget, a plan file)
     tie_break: str = ""
     # the values among the decisions whose size depends on tensor values (data-dependent
-    # ops such as nonzero under dynamo's capture of them): the graph does not know it, so
-    # each unknown dimension is priced at budget.runtime.values.FALLBACK_SIZE, and the
-    # saved bytes, target and peak are estimates, not the step's; [] where every size is known
+    # ops such as nonzero under dynamo's capture of them), which the graph does not know
+    # (budget.runtime.values.data_dependent): bounded_sizes are priced at their upper
+    # bounds (torch's value ranges), so the saved bytes and peak are never under the
+    # step's; guessed_sizes, with some dimension torch does not bound, at
+    # budget.runtime.values.FALLBACK_SIZE, so the figures are estimates; [] where every
+    # size is known
+    bounded_sizes: list[str] = field(default_factory=list)
     guessed_sizes: list[str] = field(default_factory=list)
     # ---- memory outside the decisions, and what partitioning added
     # bytes of graph inputs the compiled forward saves as copies in another layout

@@ -74,8 +74,11 @@ class Problem:
     # What offloading each value to host memory costs (budget.core.offload), or None when
     # offload is not planned: solvers that plan it may then keep a saved value on the host.
     offload: OffloadTerms | None = None
-    # names of the nodes whose storage bytes are a guess: sizes that depend on tensor
-    # values (data-dependent ops such as nonzero), which the graph does not know
+    # names of the nodes whose sizes depend on tensor values (data-dependent ops such as
+    # nonzero), which the graph does not know: priced at their upper bounds from torch's
+    # value ranges (bounded), or where some symbol has none at a guess (guessed;
+    # budget.runtime.values.data_dependent)
+    bounded_sizes: list[str] = field(default_factory=list)
     guessed_sizes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:

@@ -9,25 +9,19 @@ ops...), never assumed; FLOPs are shown beside them when the unit is not FLOPs.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .sizes import format_bytes
+from .tables import largest_decisions, module_table
 from .text import (
     WIDTH,
-    cost_scale,
     describe_budget,
-    format_cost,
     format_seconds,
-    short_op,
     shorten,
     with_unit,
     wrap_items,
 )
 from .versus import torch_lines
-
-NO_MODULE = "(no module)"
 
 if TYPE_CHECKING:  # plan.py imports this module for Plan.__str__
     from .plan import Plan
@@ -128,16 +122,26 @@ def _outside_lines(plan: Plan) -> list[str]:
 
 
 def _guessed_lines(plan: Plan) -> list[str]:
-    """The values whose sizes depend on tensor values, priced at a guess."""
-    if not plan.guessed_sizes:
-        return []
-    n = len(plan.guessed_sizes)
-    values = "1 value's size depends" if n == 1 else f"{n} values' sizes depend"
-    return [
-        f"  guessed    {values} on tensor values (data-dependent ops): each",
-        "             unknown dimension is priced at a guess, so saved bytes and peak are",
-        "             estimates: " + shorten(", ".join(plan.guessed_sizes), WIDTH - 24),
-    ]
+    """The values whose sizes depend on tensor values: at an upper bound, or at a guess."""
+    lines = []
+    for names, how, priced in (
+        (plan.bounded_sizes, "bounded", "its upper bound, so saved bytes and peak are never"),
+        (plan.guessed_sizes, "guessed", "a guess (torch._check(n <= K) bounds one), so"),
+    ):
+        values = (
+            "1 value's size depends" if len(names) == 1 else f"{len(names)} values' sizes depend"
+        )
+        end = "under the step's: " if how == "bounded" else "saved bytes and peak are estimates: "
+        lines += (
+            [
+                f"  {how:<10} {values} on tensor values, each priced at",
+                f"             {priced}",
+                "             " + end + shorten(", ".join(names), WIDTH - 13 - len(end)),
+            ]
+            if names
+            else []
+        )
+    return lines
 
 
 def _peak_lines(plan: Plan) -> list[str]:
@@ -249,137 +253,6 @@ def _cost_line(plan: Plan) -> str:
         return f"{cost} (estimated FLOPs)"
     what = "estimated time" if plan.cost_unit == "s" else f"cost in {plan.cost_unit}"
     return f"{cost} ({what}), {with_unit(plan.recompute_flops, 'flop')}"
-
-
-@dataclass
-class ModuleRow:
-    """Totals of one module (at the table's depth) over a plan's decisions."""
-
-    module: str
-    saved_bytes: int = 0
-    recomputed_bytes: int = 0
-    recompute_cost: float = 0.0
-    saves: int = 0
-    recomputes: int = 0
-    offloaded_bytes: int = 0  # kept in host memory between the forward and the backward
-
-
-def module_root(paths: Sequence[str]) -> str:
-    """The first component every (non-empty) module path shares, or ''.
-
-    In a step like ``loss(model(x))`` that is the model (``model.blocks.0...``); depths
-    count below it, so depth 1 is the model's children.
-    """
-    firsts = {p.split(".")[0] for p in paths if p}
-    return firsts.pop() if len(firsts) == 1 else ""
-
-
-def module_key(path: str, depth: int, root: str = "") -> str:
-    """``path`` cut to ``depth`` components below ``root`` (the root itself is kept)."""
-    if not path:
-        return NO_MODULE
-    parts = path.split(".")
-    keep = depth + (1 if root and parts[0] == root else 0)
-    return ".".join(parts[:keep])
-
-
-def module_rows(plan: Plan, depth: int = 2) -> list[ModuleRow]:
-    """Per-module totals of saved bytes and recomputed bytes and cost, in graph order.
-
-    Depth 1 is the model's direct children (``model.blocks``), depth 2 the next level
-    (``model.blocks.0``), and so on; nodes outside any module (the loss) are one row.
-    """
-    if depth < 1:
-        raise ValueError(f"depth must be at least 1; got {depth}")
-    root = module_root([d.module for d in plan.decisions])
-    rows: dict[str, ModuleRow] = {}
-    for d in plan.decisions:
-        if d.decision == "input":
-            continue
-        key = module_key(d.module, depth, root)
-        row = rows.setdefault(key, ModuleRow(key))
-        if d.decision == "save":
-            row.saved_bytes += d.bytes
-            row.saves += 1
-        elif d.decision == "offload":
-            row.offloaded_bytes += d.bytes
-        else:
-            row.recomputed_bytes += d.bytes
-            row.recompute_cost += d.cost
-            row.recomputes += 1
-    ordered = [r for k, r in rows.items() if k != NO_MODULE]
-    return ordered + ([rows[NO_MODULE]] if NO_MODULE in rows else [])
-
-
-def module_table(plan: Plan, depth: int = 2) -> str:
-    """Per module: bytes saved (offloaded, when any), recomputed, their cost; a total."""
-    rows = module_rows(plan, depth)
-    if not rows:
-        return "per module: nothing saved or recomputed"
-    scale = cost_scale([r.recompute_cost for r in rows], plan.cost_unit)
-    host = any(r.offloaded_bytes for r in rows)
-    name_w = WIDTH - 2 - (1 + 11) * (3 if host else 2) - (1 + 16)
-
-    def line(name: str, saved: int, offloaded: int, recomputed: int, cost: float) -> str:
-        moved = f" {format_bytes(offloaded):>11}" if host else ""
-        return (
-            f"  {shorten(name, name_w):<{name_w}} {format_bytes(saved):>11}{moved} "
-            f"{format_bytes(recomputed):>11} {format_cost(cost, plan.cost_unit, scale):>16}"
-        )
-
-    head = f"  {'module':<{name_w}} {'saved':>11}" + (f" {'offloaded':>11}" if host else "")
-    lines = [
-        f"per module (depth {depth}): saved, {'offloaded, ' if host else ''}and recomputed in "
-        "the backward",
-        f"{head} {'recomputed':>11} {'recompute cost':>16}",
-    ]
-    for r in rows:
-        lines.append(
-            line(r.module, r.saved_bytes, r.offloaded_bytes, r.recomputed_bytes, r.recompute_cost)
-        )
-    copies = plan.copied_input_bytes
-    if copies:
-        lines.append(line("(layout copies of inputs)", copies, 0, 0, 0.0))
-    if plan.rng_state_bytes:
-        lines.append(line("(generator states)", plan.rng_state_bytes, 0, 0, 0.0))
-    total = sum(r.recompute_cost for r in rows)
-    saved = sum(r.saved_bytes for r in rows) + copies + plan.rng_state_bytes
-    offloaded = sum(r.offloaded_bytes for r in rows)
-    lines.append(line("total", saved, offloaded, sum(r.recomputed_bytes for r in rows), total))
-    return "\n".join(lines)
-
-
-def largest_decisions(plan: Plan, top: int = 10) -> str:
-    """The ``top`` largest saves (by bytes) and recomputes (by cost, then bytes)."""
-    saves = sorted(
-        (d for d in plan.decisions if d.decision == "save"), key=lambda d: (-d.bytes, d.name)
-    )
-    recomputes = sorted(
-        (d for d in plan.decisions if d.decision == "recompute"),
-        key=lambda d: (-d.cost, -d.bytes, d.name),
-    )
-    out = []
-    for label, rows, by in (("saves", saves, "bytes"), ("recomputes", recomputes, "cost")):
-        if not rows:
-            out.append(f"largest {label}: none")
-            continue
-        shown = rows[:top]
-        scale = cost_scale([d.cost for d in shown], plan.cost_unit)
-        out.append(f"largest {label} ({len(shown)} of {len(rows)}, by {by})")
-        first = "bytes" if by == "bytes" else "cost"
-        mod_w = WIDTH - 2 - 13 - 2 - 20 - 1 - 14 - 1
-        out.append(f"  {first:>13}  {'node':<20} {'op':<14} module")
-        for d in shown:
-            value = (
-                format_bytes(d.bytes)
-                if by == "bytes"
-                else format_cost(d.cost, plan.cost_unit, scale)
-            )
-            out.append(
-                f"  {value:>13}  {shorten(d.name, 20):<20} {shorten(short_op(d.op), 14):<14} "
-                f"{shorten(d.module or '-', mod_w)}"
-            )
-    return "\n".join(out)
 
 
 def plan_report(

@@ -256,7 +256,7 @@ def make_plan(
         )
     recompute = problem.recompute_closure(saved)
     decisions = _decisions(problem, saved, offloaded, set(recompute))
-    guessed = set(problem.guessed_sizes)
+    bounded, guessed = set(problem.bounded_sizes), set(problem.guessed_sizes)
     return Plan(
         budget=budget.to_json(),
         target_bytes=int(target_bytes),
@@ -274,6 +274,7 @@ def make_plan(
         graph_hash=problem.graph_hash,
         decisions=decisions,
         timings=timings,
+        bounded_sizes=[d.name for d in decisions if d.name in bounded],
         guessed_sizes=[d.name for d in decisions if d.name in guessed],
         copied_input_bytes=problem.fixed_bytes - problem.rng_state_bytes,
         rng_state_bytes=problem.rng_state_bytes,

@@ -4,6 +4,12 @@ The estimators, the op classification (:mod:`.ops`) and the graph builder see a 
 through these. Symbolic sizes (dynamic shapes) are read through their hints; what a value
 *occupies* is its storage (``storage_of``): a view costs its base once, so the graph counts
 memory per storage, exactly as it is measured.
+
+A size that depends on tensor values (an unbacked symbol: ``nonzero``'s rows, a size read
+with ``.item()``) has no hint. Where torch's value ranges bound every such symbol in it
+(``nonzero``: its input's elements; a ``torch._check(n <= K)`` in the step), it is read at
+its upper end, so that what is priced is never under what the step makes; where one has no
+bound, at the guess ``FALLBACK_SIZE`` (:func:`data_dependent`).
 """
 
 from __future__ import annotations
@@ -14,32 +20,56 @@ import operator
 from collections.abc import Iterator
 from typing import Any
 
+import sympy
 import torch
 import torch.fx
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, optimization_hint
 
 from ._torch_private import _has_storage, tree_leaves
 
-FALLBACK_SIZE = 4096  # hint for a symbolic size without one (unbacked)
+FALLBACK_SIZE = 4096  # hint for a data-dependent size torch's value ranges do not bound
+# a value range's upper end at or past this bounds nothing (torch gives nonzero of a
+# symbolic number of elements sys.maxsize - 1; an unconstrained .item(), infinity)
+NO_BOUND = 1 << 62
 
 
 def hint(x: Any) -> int:
-    """An int, or a symbolic int through its hint."""
+    """An int, or a symbolic int through its hint; a data-dependent one at its upper bound
+    where every unbacked symbol in it has one, else at ``FALLBACK_SIZE`` (module docstring;
+    torch clamps a fallback into each symbol's range, so the bound is read as a fallback
+    that every range clamps to its upper end)."""
     if isinstance(x, int):
         return x
     if isinstance(x, torch.SymBool):
         return int(bool(optimization_hint(torch.sym_ite(x, 1, 0), fallback=0)))
-    return int(optimization_hint(x, fallback=FALLBACK_SIZE))
+    fallback = NO_BOUND if _bounded(x) else FALLBACK_SIZE
+    return int(optimization_hint(x, fallback=fallback))
 
 
-def size_guessed(val: object) -> bool:
-    """Whether a tensor value's storage size depends on tensor values (an unbacked symbol:
-    ``nonzero``'s rows, a size read with ``.item()``), so that :func:`hint` prices it with
-    ``FALLBACK_SIZE`` per unknown dimension rather than the size the step will have."""
-    if not isinstance(val, torch.Tensor) or not _has_storage(val):
+def _bounded(x: Any) -> bool:
+    """Whether ``x`` depends on tensor values, each unbacked symbol in it within a finite
+    range."""
+    if not isinstance(x, torch.SymInt):
         return False
+    symbols = free_unbacked_symbols(x)
+    ranges = x.node.shape_env.var_to_range
+    uppers = [ranges[s].upper if s in ranges else None for s in symbols]
+    # torch's own test for a bound (int_oo passes is_integer and is_finite)
+    return bool(uppers) and all(
+        isinstance(u, (int, sympy.Integer)) and int(u) < NO_BOUND for u in uppers
+    )
+
+
+def data_dependent(val: object) -> str | None:
+    """How a tensor value's storage size is priced where it depends on tensor values:
+    ``"bounded"`` (at its upper bound: never under the step's), ``"guessed"`` (some unknown
+    dimension at ``FALLBACK_SIZE``); None where the size is known."""
+    if not isinstance(val, torch.Tensor) or not _has_storage(val):
+        return None
     nbytes = val.untyped_storage().nbytes()
-    return isinstance(nbytes, torch.SymInt) and bool(free_unbacked_symbols(nbytes))
+    if not isinstance(nbytes, torch.SymInt) or not free_unbacked_symbols(nbytes):
+        return None
+    return "bounded" if _bounded(nbytes) else "guessed"
 
 
 def hint_float(x: Any) -> float:

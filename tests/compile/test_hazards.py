@@ -154,36 +154,76 @@ def test_dropout_replays_or_keeps_its_mask(b):
     assert be.plans[0].saved_bytes <= be.plans[0].target_bytes
 
 
-def test_sizes_that_depend_on_data_are_named_as_guessed():
+def test_sizes_that_depend_on_data_are_priced_at_their_bound_and_never_under():
     """Under dynamo's capture of data-dependent ops, the rows nonzero picks have a size the
-    graph does not know: the plan names each value so priced, and no other."""
+    graph does not know, but torch bounds it: at most the mask's elements (more rows than
+    the fallback guess, at which they were once priced). The plan names each value so
+    priced as bounded, prices it at the bound, and the bytes saved for the backward
+    (measured by saved-tensor hooks) are never above the plan's: equal where every row is
+    picked, under where half are. The gradients are the uncompiled step's."""
+    from budget.runtime.measure import saved_bytes
+    from budget.runtime.values import FALLBACK_SIZE
+
     torch.manual_seed(0)
-    w = torch.randn(32, 32, requires_grad=True)
-    x = torch.randn(64, 32)
+    rows, cols = 2 * FALLBACK_SIZE, 8
+    w = torch.randn(cols, cols, requires_grad=True)
+    x = torch.randn(rows, cols)
 
-    def step(x, w):
+    def step(x, w, cut):
         h = torch.mm(x, w).tanh()  # a size the graph knows
-        rows = h[(h[:, 0] > 0).nonzero().squeeze(1)]  # a size it does not
-        return torch.mm(rows, w).sin().sum() + h.cos().sum()
+        picked = h[(x[:, 0] > cut).nonzero().squeeze(1)]  # a size it does not
+        return torch.mm(picked, w).sin().sum() + h.cos().sum()
 
-    ref_out, ref_grads = grads_of(step, [w], x, w)
     with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
         f, be = compile_with(step, 1.0)
-        out, grads = grads_of(f, [w], x, w)
-    torch.testing.assert_close(out, ref_out)
-    torch.testing.assert_close(grads[0], ref_grads[0])
+        measured = {}
+        for cut in (-1e9, 0.0):  # every row, about half
+            cut_t = torch.tensor(cut)
+            out, grads = grads_of(f, [w], x, w, cut_t)
+            ref_out, ref_grads = grads_of(step, [w], x, w, cut_t)
+            torch.testing.assert_close(out, ref_out)
+            torch.testing.assert_close(grads[0], ref_grads[0])
+            measured[cut] = saved_bytes(f, x, w, cut_t, exclude=[w]).saved_bytes
     (plan,) = be.plans
     ops = {d.name: d.op for d in plan.decisions}
-    assert plan.guessed_sizes and set(plan.guessed_sizes) <= set(ops)
-    assert "aten.mm.default" in {ops[n] for n in plan.guessed_sizes}  # mm(rows, w)
+    assert plan.bounded_sizes and not plan.guessed_sizes
+    assert "aten.mm.default" in {ops[n] for n in plan.bounded_sizes}  # mm(picked, w)
     knows = [n for n, op in ops.items() if op == "aten.tanh.default"]
-    assert knows and not set(knows) & set(plan.guessed_sizes)
-    assert "guessed" in str(plan)
+    assert knows and not set(knows) & set(plan.bounded_sizes)
+    at_bound = [d.bytes for d in plan.decisions if d.name in plan.bounded_sizes and d.bytes]
+    assert at_bound and all(n in (rows * cols * 4, rows * 8) for n in at_bound), at_bound
+    assert measured[-1e9] == plan.saved_bytes > measured[0.0]
+    assert "bounded" in str(plan) and "guessed" not in str(plan)
 
-    torch._dynamo.reset()
-    f, be = compile_with(lambda x, w: torch.mm(x, w).tanh().sum(), 1.0)
-    grads_of(f, [w], x, w)
-    assert be.plans[0].guessed_sizes == [] and "guessed" not in str(be.plans[0])
+
+def test_a_size_torch_does_not_bound_is_guessed_until_the_step_bounds_it():
+    """A size read with ``.item()`` has no bound: priced at a guess and named as guessed.
+    A ``torch._check`` in the step bounds it: priced at that bound."""
+    from budget.runtime.values import FALLBACK_SIZE
+
+    w = torch.randn(8, 8, requires_grad=True)
+    x = torch.randn(64, 8)
+    limit = 3 * FALLBACK_SIZE
+
+    def step(x, w, check):
+        n = (x[:, 0] > 0).sum().item()
+        if check:
+            torch._check(n <= limit)
+        return (torch.ones(n, 8) @ w).sin().sum()
+
+    priced = {}
+    for check in (False, True):
+        torch._dynamo.reset()
+        with torch._dynamo.config.patch(capture_scalar_outputs=True):
+            f, be = compile_with(lambda x, w, check=check: step(x, w, check), 1.0)
+            grads_of(f, [w], x, w)
+        (plan,) = be.plans
+        named = plan.bounded_sizes if check else plan.guessed_sizes
+        assert named and not (plan.guessed_sizes if check else plan.bounded_sizes)
+        mm = [d.bytes for d in plan.decisions if d.name in named and d.op == "aten.mm.default"]
+        priced[check] = mm
+        assert ("guessed" in str(plan)) != check
+    assert priced == {False: [FALLBACK_SIZE * 8 * 4], True: [limit * 8 * 4]}
 
 
 class _PowerIteration(nn.Module):

@@ -10,15 +10,9 @@ from dataclasses import replace
 import pytest
 from helpers.plans import KiB, MiB, make_plan
 
-from budget.core.report import (
-    NO_MODULE,
-    largest_decisions,
-    module_rows,
-    module_table,
-    plan_line,
-    plan_report,
-)
+from budget.core.report import plan_line, plan_report
 from budget.core.sizes import format_bytes
+from budget.core.tables import NO_MODULE, largest_decisions, module_rows, module_table
 from budget.core.text import format_cost, shorten
 
 
