@@ -15,7 +15,9 @@ def sweep_runs(
     args: argparse.Namespace, budgets: list[float | str], modules: list[str] | None
 ) -> tuple[Callable[[bool, Any], list[list[Any]]], str]:
     """``run(offload, progress)``: the sweep's plans per graph (eager: the one step), and
-    the target's description."""
+    the target's description. torch's plans (``--vs-torch``) come with the sweep the
+    user asked for, not with the recompute-only curve a plot draws beside an offload one
+    (``offload`` False where ``args.offload`` is set), which would only repeat them."""
     import budget
 
     if args.eager:
@@ -24,11 +26,17 @@ def sweep_runs(
         model, step, example, description = load_eager_target(args.target, size_options(args))
         options = {"step": step, "modules": modules, "solver": args.solver}
         options |= {"estimator": args.estimator, "time_limit": args.time_limit}
-        options |= {"vs_torch": args.vs_torch}
 
         def eager(offload: bool, progress: Any) -> list[list[Any]]:
+            vs_torch = args.vs_torch and offload == args.offload
             found = eager_sweep(
-                model, *example, budgets=budgets, offload=offload, progress=progress, **options
+                model,
+                *example,
+                budgets=budgets,
+                offload=offload,
+                progress=progress,
+                vs_torch=vs_torch,
+                **options,
             )
             return [found]
 
@@ -37,6 +45,7 @@ def sweep_runs(
 
     def compiled(offload: bool, progress: Any) -> list[list[Any]]:
         options = {**planning_options(args), "offload": offload, "compile": args.compile}
+        options["vs_torch"] = args.vs_torch and offload == args.offload
         found = budget.sweep(
             target.step, *target.args, budgets=budgets, progress=progress, **options
         )

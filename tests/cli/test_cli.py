@@ -539,8 +539,9 @@ def test_solve_compile_shows_the_peak_of_the_generated_code_and_checks_a_budget_
 WIDE = ["builtin:mlp", "--batch", "8", "--d-in", "16", "--d", "4096", "--layers", "2"]
 
 
-def test_offload_planned_for_a_gpu_shows_in_solve_and_sweep(tmp_path, capsys):
-    """A wide MLP planned for an H100: at budget 0 copying beats recomputing."""
+def test_offload_planned_for_a_gpu_shows_in_solve_and_sweep(tmp_path, capsys, monkeypatch):
+    """A wide MLP planned for an H100: at budget 0 copying beats recomputing. A plot of
+    an offload sweep draws the recompute-only sweep beside it, torch's plans once."""
     common = ["--offload", "--estimator", "flops:h100", "--compiler", "eager"]
     code, out, _ = run(["solve", *WIDE, "--budget", "0", *common], capsys)
     assert code == 0 and "kept in host memory, copied back for the backward" in out
@@ -549,6 +550,15 @@ def test_offload_planned_for_a_gpu_shows_in_solve_and_sweep(tmp_path, capsys):
     assert code == 0 and "kept in host memory, copied back for the backward" in out
     assert " offloaded " in out.split("per module")[1]  # the module table's column
     plot = tmp_path / "sweep.png"
+    sweeps, sweep = [], budget.sweep
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        sweeps.append((kwargs["offload"], kwargs["vs_torch"]))
+        return sweep(*args, **kwargs)
+
+    monkeypatch.setattr(budget, "sweep", spy)
     argv = ["sweep", *WIDE, "--budgets", "0,1", "--quiet", "--plot", str(plot), *common]
-    code, out, _ = run(argv, capsys)
+    code, out, _ = run([*argv, "--vs-torch"], capsys)
     assert code == 0 and " offloaded " in out and plot.stat().st_size > 0
+    assert "torch" in out
+    assert sweeps == [(True, True), (False, False)]  # (offload, vs_torch)
