@@ -80,6 +80,10 @@ class TorchPlan:
     # an eager plan's (budget.apply): the modules torch's activation checkpointing
     # (checkpoint_wrapper) checkpoints whole, every one budget.apply may checkpoint
     modules: list[str] = field(default_factory=list)
+    # of an eager plan's saved bytes, those of values in ``modules`` that budget never
+    # recomputes (an in-place write, a module's own cache) and torch's checkpointing would
+    # run again: kept, so the plan differs from torch's there
+    kept_inside_bytes: int = 0
 
     @classmethod
     def priced(cls, problem: Problem, saved: Sequence[int], **rest: Any) -> TorchPlan:

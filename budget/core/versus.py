@@ -25,7 +25,11 @@ def torch_lines(plan: Plan) -> list[str]:
         return []
     if theirs.modules:  # an eager plan's: torch's checkpointing of every module
         n = len(theirs.modules)
-        asked = f"checkpoint_wrapper on {n} module{'s' if n > 1 else ''} (each whole)"
+        asked = f"checkpoint_wrapper on {n} module{'s' if n > 1 else ''} (each whole"
+        if theirs.kept_inside_bytes:  # kept in them, where torch would run them again
+            inside = _kept(format_bytes(theirs.kept_inside_bytes))
+            asked += f", but for {inside} budget never recomputes"
+        asked += ")"
     elif theirs.fraction is not None:
         asked = f"activation_memory_budget={theirs.fraction:.3g}"
     else:

@@ -52,6 +52,17 @@ from .offload import movable
 from .traced import Trace, op_of
 
 RNG_OP = "checkpoint.rng_state"
+# why a value is kept whatever the plan, in the reasons torch's checkpointing keeps it for
+# too (a checkpointed module's inputs, what runs outside the modules, the step's inputs,
+# what no op makes); a value kept for another reason torch would run again
+# (budget.eager.torch_plan)
+CONSTANT = "made outside the dispatcher (no op to run again)"
+GRAPH_INPUT = "graph input"
+HELD = "kept anyway (a region input, or saved outside a region)"
+OUTSIDE = "outside checkpointed regions: autograd keeps what it saves"
+RNG_STATE = "checkpointing keeps the RNG state to replay random ops"
+OWN_RNG_STATE = "the model's own checkpointing keeps the RNG state"
+TORCH_KEEPS_TOO = frozenset({CONSTANT, GRAPH_INPUT, HELD, OUTSIDE, RNG_STATE, OWN_RNG_STATE})
 
 
 class CostCache:
@@ -112,7 +123,7 @@ def build_problem(
             module=trace.regions[r].path,
             storage=rows.new_storage(trace.rng_state_bytes),
             needed=True,
-            reason="checkpointing keeps the RNG state to replay random ops",
+            reason=RNG_STATE,
         )
     for i in range(trace.own_rng_states):  # those the model's own checkpointing keeps
         nodes.append(None)
@@ -121,7 +132,7 @@ def build_problem(
             op=RNG_OP,
             storage=rows.new_storage(trace.rng_state_bytes),
             needed=True,
-            reason="the model's own checkpointing keeps the RNG state",
+            reason=OWN_RNG_STATE,
         )
     edges = [(index[a], index[n]) for n in values for a in n.all_input_nodes if a in index]
     problem = rows.build(edges, cost_unit=costs.estimator.unit, graph_hash=graph_hash(trace.graph))
@@ -212,8 +223,7 @@ def _add_node(
     """``n``'s row: a constant or an input (kept), or a value whose decisions depend on
     whether its region is checkpointed (cached or run again up to the region's last save)."""
     if n in trace.constants:  # made by the step without an op: kept, never recomputed
-        reason = "made outside the dispatcher (no op to run again)"
-        rows.add_kept(n.name, op="constant", storage=storage, needed=n in held, reason=reason)
+        rows.add_kept(n.name, op="constant", storage=storage, needed=n in held, reason=CONSTANT)
         return
     if n.op == "placeholder":
         rows.add_kept(
@@ -221,7 +231,7 @@ def _add_node(
             op="placeholder",
             storage=storage,
             needed=n in held,
-            reason="graph input",
+            reason=GRAPH_INPUT,
             is_input=True,
         )
         return
@@ -236,11 +246,11 @@ def _add_node(
     if r is not None and r in ckpt:
         why_not = _why_not_recompute(n, op, trace, r)
         if n in held:
-            why_not = why_not or "kept anyway (a region input, or saved outside a region)"
+            why_not = why_not or HELD
         if save_ok and n not in held:
             save_ok, why_not_save = _cacheable(op, trace)
     else:
-        why_not = "outside checkpointed regions: autograd keeps what it saves"
+        why_not = OUTSIDE
     rows.add_value(
         n.name,
         op=str(n.target) if n.target is not operator.getitem else "getitem",

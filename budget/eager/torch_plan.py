@@ -8,7 +8,8 @@ trace, over the modules ``budget.apply`` may checkpoint: saved bytes, recompute 
 estimator), FLOPs, and the peak of a fake run with it installed, as any eager plan's
 (:meth:`budget.eager.apply._Traced.predict`). Values a whole-module recomputation cannot
 make again (an in-place write the region's own values feed, a module's own cache) are kept
-as ``budget.apply`` keeps them; a set budget refuses is priced and named, not predicted,
+as ``budget.apply`` keeps them, where torch's checkpointing would run them again: their
+bytes are said (``TorchPlan.kept_inside_bytes``); a set budget refuses is priced and named, not predicted,
 and a module some call of which cannot be checkpointed is left out whole.
 """
 
@@ -23,7 +24,7 @@ from ..errors import PreviewError
 from ..planning.planner import make_plan
 from .plan import EagerPlan
 from .planner import checkpointable, eager_plan, problem_for
-from .problem import CostCache
+from .problem import TORCH_KEEPS_TOO, CostCache
 from .traced import Trace
 
 
@@ -49,7 +50,16 @@ def full_checkpointing(
     kept = [v for v in range(problem.n) if not problem.can_recompute[v] and not problem.is_input[v]]
     saved = problem.prune_unused(kept)
     names = list(dict.fromkeys(trace.regions[r].name for r in usable))
-    priced = TorchPlan.priced(problem, saved, fraction=None, peak_bytes=None, modules=names)
+    # of those, the ones checkpoint_wrapper would run again (inside the modules)
+    kept_inside = [v for v in saved if problem.reason[v] not in TORCH_KEEPS_TOO]
+    priced = TorchPlan.priced(
+        problem,
+        saved,
+        fraction=None,
+        peak_bytes=None,
+        modules=names,
+        kept_inside_bytes=problem.saved_bytes(kept_inside),
+    )
     refused = problem.check(saved)
     if refused:
         return replace(priced, refused=refused)
