@@ -19,12 +19,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..core.text import WIDTH
 from ..errors import PlanMismatchError, SolverTimeout
 from .args import (
     UsageError,
@@ -202,6 +204,18 @@ def _print_solve(
         print(f"\nplan file: {args.json} (apply with budget.backend(plan={args.json!r}))")
     if args.timeline:
         print(f"\ntimeline: {args.timeline}")
+    if not args.plan and args.budget is None and args.peak is None and _at_b1(plans):
+        hint = (
+            "budget 1 (the default) is torch's own plan, recomputing only what is free: "
+            "--budget 0.5 or --peak 6GiB frees memory for recompute, and budget sweep shows "
+            "the trade-off at every budget"
+        )
+        print("\n" + textwrap.fill(hint, WIDTH))
+
+
+def _at_b1(plans: list[Any]) -> bool:
+    """Whether every plan is a memory budget of 1 (no other budget asked of any)."""
+    return all(p.budget == 1.0 and p.peak_target_bytes is None for p in plans)
 
 
 def _solve_eager(args: argparse.Namespace) -> int:

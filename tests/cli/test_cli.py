@@ -50,6 +50,7 @@ def test_solve_with_no_arguments_prints_a_plan_for_the_default_gpt(capsys):
         "largest saves (10 of",
         "largest recomputes",
         "wall time load",
+        "budget 1 (the default) is torch's own plan",  # and what to ask for instead
     ):
         assert needle in out, needle
 
@@ -60,6 +61,7 @@ def test_solve_report_sections_for_a_budget(capsys):
     assert "budget     0.5 of the range" in out and "auto: optimal" in out
     assert "GPT.blocks.0.attn" in out and "GPT.blocks.0.mlp" in out  # depth 3
     assert "largest saves (2 of" in out and "largest recomputes (2 of" in out
+    assert "(the default)" not in out
 
 
 def test_json_output_round_trips_into_a_plan(tmp_path, capsys):
