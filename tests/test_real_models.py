@@ -238,6 +238,8 @@ def test_torchs_plan_beside_budgets_is_what_torchs_partitioner_does(name):
     assert predicted <= measured.saved_bytes <= predicted + kept, (name, predicted, measured)
     if len(theirs) == 1 and not theirs[0].refused:
         assert theirs[0].peak_bytes == peak, (name, theirs[0].peak_bytes, peak)
+    for t in theirs:  # a valid set of torch's bytes: budget's optimum there recomputes no more
+        assert t.refused or t.budget_recompute_cost <= t.recompute_cost * (1 + 1e-9), name
 
 
 @pytest.mark.full

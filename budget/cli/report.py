@@ -21,7 +21,7 @@ from ..core.text import (
     format_seconds,
     wrap_items,
 )
-from ..core.versus import recompute_ratio
+from ..core.versus import equal_memory_ratio, recompute_ratio
 from ..planning.tie_break import TIE_TOLERANCE
 
 if TYPE_CHECKING:
@@ -168,6 +168,11 @@ def _torch_rows(plans: Sequence[Plan]) -> list[str]:
     costs += [p.torch_plan.recompute_cost for p in plans if p.torch_plan is not None]
     scale = cost_scale(costs, unit)
     head = f"  {'budget':>9} {'saved':>10} {'predicted':>10} {'recompute':>11}  vs budget's"
+    equal = any(
+        p.torch_plan is not None and p.torch_plan.budget_recompute_cost is not None for p in plans
+    )
+    if equal:  # budget's least recompute at the bytes torch's plan saves
+        head += "  at its bytes"
     if any(p.torch_plan is not None and p.torch_plan.modules for p in plans):
         # an eager sweep's: torch's checkpointing of every module, the same at every budget
         what = "  torch's checkpoint_wrapper on every module (each whole), beside each budget:"
@@ -180,8 +185,10 @@ def _torch_rows(plans: Sequence[Plan]) -> list[str]:
             continue
         peak = "-" if theirs.peak_bytes is None else format_bytes(theirs.peak_bytes)
         peak = "refused" if theirs.refused else peak
-        ratio = recompute_ratio(p)
+        ratio, at_bytes = recompute_ratio(p), equal_memory_ratio(p)
         times = "" if ratio is None else f"{ratio:.2f}x"
+        if equal:
+            times = f"{times:>11}  {'' if at_bytes is None else f'{at_bytes:.2f}x':>12}"
         rows.append(
             f"  {budget_cell(p.budget):>9} {format_bytes(theirs.saved_bytes):>10} {peak:>10} "
             f"{format_cost(theirs.recompute_cost, unit, scale):>11}  {times}".rstrip()
@@ -302,6 +309,8 @@ SWEEP_CSV_COLUMNS = (
     "torch_peak_bytes",
     "torch_recompute_cost",
     "torch_recompute_flops",
+    # budget's least recompute at the bytes torch's plan saves (compiled sweeps)
+    "budget_recompute_cost_at_torch_bytes",
 )
 
 
@@ -341,9 +350,16 @@ def sweep_csv(sweeps: Sequence[Sequence[Plan]]) -> str:
 def _torch_cells(plan: Plan) -> list[object]:
     theirs = plan.torch_plan
     if theirs is None:
-        return ["", "", "", ""]
+        return ["", "", "", "", ""]
     peak = "" if theirs.peak_bytes is None else theirs.peak_bytes
-    return [theirs.saved_bytes, peak, repr(theirs.recompute_cost), repr(theirs.recompute_flops)]
+    ours = theirs.budget_recompute_cost
+    return [
+        theirs.saved_bytes,
+        peak,
+        repr(theirs.recompute_cost),
+        repr(theirs.recompute_flops),
+        "" if ours is None else repr(ours),
+    ]
 
 
 def sweep_json(sweeps: Sequence[Sequence[Plan]], target: str = "") -> str:

@@ -6,7 +6,9 @@ set at the same fraction (torch's ``choose_saved_values_set``, through
 :func:`budget.runtime._torch_private.torch_saved_set`: its knapsack and min-cuts as
 torch runs them), with the bytes it saves, the recompute it costs on budget's estimator,
 and the peak its graphs are predicted to reach, partitioned as torch partitions (no value
-recomputed a second time). A set budget refuses (a random op recomputed, a value that
+recomputed a second time), and budget's least recompute at the bytes it saves (budget's
+optimum for that size budget): the comparison at equal memory, where the same fraction
+falls a little apart in the two ranges. A set budget refuses (a random op recomputed, a value that
 cannot be recomputed) is priced but not partitioned, the reasons named. Training never
 computes it: a comparison, not a plan.
 """
@@ -18,9 +20,10 @@ from typing import TYPE_CHECKING
 
 from ..core.plan import Plan, TorchPlan
 from ..core.problem import Problem
-from ..core.sizes import parse_budget
-from ..planning.planner import plan_like
+from ..core.sizes import MemoryBudget, parse_budget
+from ..planning.planner import plan_like, solve_ends, solve_problem
 from ..runtime import _torch_private as T
+from ..solvers import get_solver
 from .peak_plan import ONCE
 
 if TYPE_CHECKING:
@@ -48,7 +51,28 @@ def torch_plan(partitions: Partitions, problem: Problem, plan: Plan) -> TorchPla
         recompute_cost=theirs.recompute_cost,
         recompute_flops=theirs.recompute_flops,
         peak_bytes=theirs.peak_bytes,
+        budget_recompute_cost=budget_at(partitions, problem, priced.saved_bytes),
     )
+
+
+def budget_at(partitions: Partitions, problem: Problem, nbytes: int) -> float:
+    """budget's least recompute for a plan of ``problem`` saving at most ``nbytes`` (its
+    optimum for that size budget, on the preview's solver); the range's ends solved once
+    per graph and solver, beside torch's sets."""
+    settings = partitions.settings
+    key = ("budget's ends", settings.solver)
+    if key not in partitions.min_cuts:
+        backend = get_solver(settings.solver)
+        partitions.min_cuts[key] = solve_ends(problem, backend, settings.time_limit)
+    ours = solve_problem(
+        problem,
+        MemoryBudget(nbytes=nbytes),
+        solver=settings.solver,
+        estimator=settings.estimator,
+        time_limit=settings.time_limit,
+        ends=partitions.min_cuts[key],
+    )
+    return ours.recompute_cost
 
 
 def torch_saved(partitions: Partitions, problem: Problem, fraction: float) -> list[int]:

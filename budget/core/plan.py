@@ -80,6 +80,10 @@ class TorchPlan:
     # an eager plan's (budget.apply): the modules torch's activation checkpointing
     # (checkpoint_wrapper) checkpoints whole, every one budget.apply may checkpoint
     modules: list[str] = field(default_factory=list)
+    # budget's least recompute saving no more than torch's set prices at (its optimum for
+    # that size budget): the comparison at equal memory; None where not solved (a set
+    # budget refuses, an eager plan's)
+    budget_recompute_cost: float | None = None
     # of an eager plan's saved bytes, those of values in ``modules`` that budget never
     # recomputes (an in-place write, a module's own cache) and torch's checkpointing would
     # run again: kept, so the plan differs from torch's there

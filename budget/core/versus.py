@@ -3,7 +3,8 @@
 A preview asked for it (``vs_torch``) carries torch's plan of the same graph at the same
 fraction (``Plan.torch_plan``); these lines say what it saves, what it recomputes and how
 high its graphs peak, each set against budget's plan: its recompute as a multiple of
-budget's, its peak as a difference. Pure formatting, like :mod:`budget.core.report`.
+budget's, its peak as a difference; and budget's least recompute at the bytes torch's plan
+saves, the comparison at equal memory. Pure formatting, like :mod:`budget.core.report`.
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ def torch_lines(plan: Plan) -> list[str]:
         gap = theirs.peak_bytes - plan.peak_bytes
         peak, diff = (_kept(format_bytes(n)) for n in (theirs.peak_bytes, abs(gap)))
         text += f", predicted peak {peak} ({'+' if gap >= 0 else '-'}{diff})"
+    if theirs.budget_recompute_cost is not None:
+        ours = _kept(with_unit(theirs.budget_recompute_cost, plan.cost_unit))
+        ratio = equal_memory_ratio(plan)
+        times = "" if ratio is None else f" (torch{_NBSP}{ratio:.2f}x)"
+        text += f"; at its saved bytes budget's plan recomputes {ours}{times}"
     lead, indent = "  vs torch   ", " " * 13
     lines = textwrap.wrap(text, WIDTH, initial_indent=lead, subsequent_indent=indent)
     return [line.replace(_NBSP, " ") for line in lines]
@@ -68,6 +74,15 @@ def recompute_ratio(plan: Plan) -> float | None:
     beside it."""
     theirs, ours = plan.torch_plan, plan.total_recompute_cost
     return None if theirs is None or ours <= 0 else theirs.recompute_cost / ours
+
+
+def equal_memory_ratio(plan: Plan) -> float | None:
+    """torch's recompute as a multiple of budget's least recompute at the bytes torch's
+    plan saves (``TorchPlan.budget_recompute_cost``); None where that is not known or
+    budget recomputes nothing there."""
+    theirs = plan.torch_plan
+    ours = None if theirs is None else theirs.budget_recompute_cost
+    return None if theirs is None or not ours else theirs.recompute_cost / ours
 
 
 def _times(plan: Plan) -> str:

@@ -50,6 +50,26 @@ def test_torchs_plan_is_what_torchs_partitioner_saves_peaks_at_and_recomputes():
             assert plan.saved_bytes <= plan.target_bytes
 
 
+def test_at_the_bytes_torchs_plan_saves_budget_never_recomputes_more():
+    """torch's set is a valid plan saving its bytes, so budget's optimum for a size budget
+    of those bytes recomputes no more; on this GPT less at some fractions (where the same
+    fraction falls elsewhere in the two ranges, the ratio at equal memory is the fair one,
+    and the report and the sweep table show it). At sequence length 32, torch's knapsack
+    finds budget's optimum at every fraction; at 64 it does not."""
+    ex = get_builtin("gpt", layers=2, d=64, heads=2, seq=64, batch=2, vocab=128)
+    budgets = [k / 10 for k in range(11)]
+    plans = budget.sweep(ex.step, *ex.args, budgets=budgets, compiler="eager", vs_torch=True)
+    pairs = [
+        (p.torch_plan.budget_recompute_cost, p.torch_plan.recompute_cost)
+        for p in plans
+        if not p.torch_plan.refused
+    ]
+    assert len(pairs) == len(budgets)
+    assert all(ours <= theirs * (1 + 1e-9) for ours, theirs in pairs), pairs
+    assert any(ours < 0.99 * theirs for ours, theirs in pairs), pairs
+    assert "at its saved bytes budget's plan recomputes" in " ".join(str(plans[3]).split())
+
+
 def test_a_set_budget_refuses_is_priced_and_its_reasons_named():
     """With dropout, torch's partitioner at budget 0 recomputes the random masks' draws,
     which budget never does (a new sample): the comparison names why and predicts no
@@ -59,6 +79,7 @@ def test_a_set_budget_refuses_is_priced_and_its_reasons_named():
     theirs = plan.torch_plan
     assert theirs.refused and all("random op" in r for r in theirs.refused)
     assert theirs.peak_bytes is None and theirs.recompute_flops > 0
+    assert theirs.budget_recompute_cost is None  # no comparison at its bytes either
     text = str(plan)
     assert "vs torch   activation_memory_budget=0:" in text and "budget refuses it" in text
 
