@@ -206,9 +206,8 @@ def _print_solve(
         print(f"\ntimeline: {args.timeline}")
     if not args.plan and args.budget is None and args.peak is None and _at_b1(plans):
         hint = (
-            "budget 1 (the default) is torch's own plan, recomputing only what is free: "
-            "--budget 0.5 or --peak 6GiB frees memory for recompute, and budget sweep shows "
-            "the trade-off at every budget"
+            "budget 1 (the default) is torch's own plan: --budget 0.5 or --peak SIZE trades "
+            "recompute for memory, and budget sweep shows the trade-off at every budget"
         )
         print("\n" + textwrap.fill(hint, WIDTH))
 

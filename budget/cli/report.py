@@ -178,6 +178,9 @@ def _torch_rows(plans: Sequence[Plan]) -> list[str]:
         what = "  torch's checkpoint_wrapper on every module (each whole), beside each budget:"
     else:
         what = "  torch's partitioner at the same budgets (activation_memory_budget):"
+    inside = max((p.torch_plan.kept_inside_bytes for p in plans if p.torch_plan), default=0)
+    if inside:  # what budget keeps in the modules that torch would run again
+        what += f"\n  (but for {format_bytes(inside)} in them budget never recomputes)"
     rows = ["", what, head]
     for p in plans:
         theirs = p.torch_plan
@@ -188,7 +191,10 @@ def _torch_rows(plans: Sequence[Plan]) -> list[str]:
         ratio, at_bytes = recompute_ratio(p), equal_memory_ratio(p)
         times = "" if ratio is None else f"{ratio:.2f}x"
         if equal:
-            times = f"{times:>11}  {'' if at_bytes is None else f'{at_bytes:.2f}x':>12}"
+            cell = "" if at_bytes is None else f"{at_bytes:.2f}x"
+            if theirs.budget_recompute_cost == 0 and theirs.recompute_cost > 0:
+                cell = "budget: 0"  # budget recomputes nothing saving as much
+            times = f"{times:>11}  {cell:>12}"
         rows.append(
             f"  {budget_cell(p.budget):>9} {format_bytes(theirs.saved_bytes):>10} {peak:>10} "
             f"{format_cost(theirs.recompute_cost, unit, scale):>11}  {times}".rstrip()

@@ -24,6 +24,7 @@ from ..runtime._torch_private import (
     tree_map,
 )
 from ..runtime.restore import modules_of, optimizers_of, references_kept, restored
+from ..runtime.values import upper_bound
 from .backend import BudgetBackend, in_compiled_graph
 from .own_code import compiled_modules, own_code
 
@@ -159,11 +160,8 @@ class OutsideSaves:
         n = storage.nbytes()
         if isinstance(n, int):
             return n
-        try:  # a data-dependent size: its upper bound
-            upper = self.mode.shape_env.bound_sympy(n.node.expr).upper
-            return int(upper) if upper.is_finite else 0
-        except Exception:  # noqa: BLE001 - no bound: not counted
-            return 0
+        upper = upper_bound(n)  # a data-dependent size: its upper bound
+        return 0 if upper is None else upper  # no bound: not counted
 
     def attribute(self) -> None:
         """Each plan's eager saves (those after a run of its graph, until the next graph's

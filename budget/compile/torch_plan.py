@@ -6,9 +6,9 @@ set at the same fraction (torch's ``choose_saved_values_set``, through
 :func:`budget.runtime._torch_private.torch_saved_set`: its knapsack and min-cuts as
 torch runs them), with the bytes it saves, the recompute it costs on budget's estimator,
 and the peak its graphs are predicted to reach, partitioned as torch partitions (no value
-recomputed a second time), and budget's least recompute at the bytes it saves (budget's
-optimum for that size budget): the comparison at equal memory, where the same fraction
-falls a little apart in the two ranges. A set budget refuses (a random op recomputed, a value that
+recomputed a second time), and what budget's plan saving as much costs (the preview's
+solver's, its optimum with an exact one): the comparison at equal memory, where the same
+fraction falls a little apart in the two ranges. A set budget refuses (a random op recomputed, a value that
 cannot be recomputed) is priced but not partitioned, the reasons named. Training never
 computes it: a comparison, not a plan.
 """
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from ..core.plan import Plan, TorchPlan
 from ..core.problem import Problem
 from ..core.sizes import MemoryBudget, parse_budget
+from ..errors import InfeasibleError, SolverTimeout
 from ..planning.planner import plan_like, solve_ends, solve_problem
 from ..runtime import _torch_private as T
 from ..solvers import get_solver
@@ -55,24 +56,29 @@ def torch_plan(partitions: Partitions, problem: Problem, plan: Plan) -> TorchPla
     )
 
 
-def budget_at(partitions: Partitions, problem: Problem, nbytes: int) -> float:
-    """budget's least recompute for a plan of ``problem`` saving at most ``nbytes`` (its
-    optimum for that size budget, on the preview's solver); the range's ends solved once
-    per graph and solver, beside torch's sets."""
+def budget_at(partitions: Partitions, problem: Problem, nbytes: int) -> float | None:
+    """What budget's plan of ``problem`` saving at most ``nbytes`` costs (recompute, and
+    offloads' exposed copies where offload is planned), on the preview's solver: its
+    optimum with an exact one. None where that solver finds none (a heuristic's range can
+    end above torch's bytes) or runs out of time: a comparison, never a failed preview.
+    The range's ends are solved once per graph and solver, beside torch's sets."""
     settings = partitions.settings
     key = ("budget's ends", settings.solver)
-    if key not in partitions.min_cuts:
-        backend = get_solver(settings.solver)
-        partitions.min_cuts[key] = solve_ends(problem, backend, settings.time_limit)
-    ours = solve_problem(
-        problem,
-        MemoryBudget(nbytes=nbytes),
-        solver=settings.solver,
-        estimator=settings.estimator,
-        time_limit=settings.time_limit,
-        ends=partitions.min_cuts[key],
-    )
-    return ours.recompute_cost
+    try:
+        if key not in partitions.min_cuts:
+            backend = get_solver(settings.solver)
+            partitions.min_cuts[key] = solve_ends(problem, backend, settings.time_limit)
+        ours = solve_problem(
+            problem,
+            MemoryBudget(nbytes=nbytes),
+            solver=settings.solver,
+            estimator=settings.estimator,
+            time_limit=settings.time_limit,
+            ends=partitions.min_cuts[key],
+        )
+    except (InfeasibleError, SolverTimeout):
+        return None
+    return ours.total_recompute_cost
 
 
 def torch_saved(partitions: Partitions, problem: Problem, fraction: float) -> list[int]:

@@ -24,7 +24,8 @@ PLAN_FORMAT_VERSION = 13
 # offload (offload_cost, offloaded_bytes, offload_transfer, the "offload" decision);
 # version 8: no reference_compiled_peak_bytes, training_check; version 9: no
 # LivePoint.peak_bytes, no RegionChoice.backward_at (eager plans); version 10: no
-# guessed_sizes; version 11: no torch_plan; version 12: no bounded_sizes
+# guessed_sizes; version 11: no torch_plan; version 12: no bounded_sizes,
+# TorchPlan.budget_recompute_cost or TorchPlan.kept_inside_bytes
 READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
 # how the note of a peak tie-break that keeps the budget's cheapest plan begins (the notes:
 # budget.planning.tie_break)
@@ -80,9 +81,10 @@ class TorchPlan:
     # an eager plan's (budget.apply): the modules torch's activation checkpointing
     # (checkpoint_wrapper) checkpoints whole, every one budget.apply may checkpoint
     modules: list[str] = field(default_factory=list)
-    # budget's least recompute saving no more than torch's set prices at (its optimum for
-    # that size budget): the comparison at equal memory; None where not solved (a set
-    # budget refuses, an eager plan's)
+    # what budget's plan saving no more than torch's set (as budget prices it) costs, on
+    # the preview's solver (its optimum with an exact one; offloads' exposed copies in):
+    # the comparison at equal memory; None where not solved (a set budget refuses, an
+    # eager plan's, a solver that found none)
     budget_recompute_cost: float | None = None
     # of an eager plan's saved bytes, those of values in ``modules`` that budget never
     # recomputes (an in-place write, a module's own cache) and torch's checkpointing would

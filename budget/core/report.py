@@ -125,22 +125,17 @@ def _guessed_lines(plan: Plan) -> list[str]:
     """The values whose sizes depend on tensor values: at an upper bound, or at a guess."""
     lines = []
     for names, how, priced in (
-        (plan.bounded_sizes, "bounded", "its upper bound, so saved bytes and peak are never"),
-        (plan.guessed_sizes, "guessed", "a guess (torch._check(n <= K) bounds one), so"),
+        (plan.bounded_sizes, "bounded", "its upper bound, never under the step's:"),
+        (plan.guessed_sizes, "guessed", "a guess (a torch._check(n <= K) bounds it):"),
     ):
-        values = (
-            "1 value's size depends" if len(names) == 1 else f"{len(names)} values' sizes depend"
-        )
-        end = "under the step's: " if how == "bounded" else "saved bytes and peak are estimates: "
-        lines += (
-            [
+        if names:
+            n = len(names)
+            values = "1 value's size depends" if n == 1 else f"{n} values' sizes depend"
+            lines += [
                 f"  {how:<10} {values} on tensor values, each priced at",
                 f"             {priced}",
-                "             " + end + shorten(", ".join(names), WIDTH - 13 - len(end)),
+                "             " + shorten(", ".join(names), WIDTH - 13),
             ]
-            if names
-            else []
-        )
     return lines
 
 

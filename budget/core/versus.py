@@ -54,7 +54,7 @@ def torch_lines(plan: Plan) -> list[str]:
     if theirs.budget_recompute_cost is not None:
         ours = _kept(with_unit(theirs.budget_recompute_cost, plan.cost_unit))
         ratio = equal_memory_ratio(plan)
-        times = "" if ratio is None else f" (torch{_NBSP}{ratio:.2f}x)"
+        times = "" if ratio is None else f" (torch's:{_NBSP}{ratio:.2f}x)"
         text += f"; at its saved bytes budget's plan recomputes {ours}{times}"
     lead, indent = "  vs torch   ", " " * 13
     lines = textwrap.wrap(text, WIDTH, initial_indent=lead, subsequent_indent=indent)

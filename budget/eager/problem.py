@@ -244,9 +244,9 @@ def _add_node(
     is_tensor = isinstance(val, torch.Tensor)
     save_ok, why_not_save = is_tensor, "" if is_tensor else "not a tensor"
     if r is not None and r in ckpt:
-        why_not = _why_not_recompute(n, op, trace, r)
-        if n in held:
-            why_not = why_not or HELD
+        # held: kept whatever the plan, as torch's checkpointing keeps it (its reason names
+        # that, not why it could not be recomputed: budget.eager.torch_plan reads it)
+        why_not = HELD if n in held else _why_not_recompute(n, op, trace, r)
         if save_ok and n not in held:
             save_ok, why_not_save = _cacheable(op, trace)
     else:

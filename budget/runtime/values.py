@@ -6,10 +6,10 @@ through these. Symbolic sizes (dynamic shapes) are read through their hints; wha
 memory per storage, exactly as it is measured.
 
 A size that depends on tensor values (an unbacked symbol: ``nonzero``'s rows, a size read
-with ``.item()``) has no hint. Where torch's value ranges bound every such symbol in it
-(``nonzero``: its input's elements; a ``torch._check(n <= K)`` in the step), it is read at
-its upper end, so that what is priced is never under what the step makes; where one has no
-bound, at the guess ``FALLBACK_SIZE`` (:func:`data_dependent`).
+with ``.item()``) has no hint. Where torch's value ranges bound it (``nonzero``: at most its
+input's elements; a ``torch._check(n <= K)`` in the step), it is read at its upper bound,
+so that what is priced is never under what the step makes; where they do not, at the guess
+``FALLBACK_SIZE`` (:func:`data_dependent`).
 """
 
 from __future__ import annotations
@@ -28,36 +28,43 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, optimiz
 from ._torch_private import _has_storage, tree_leaves
 
 FALLBACK_SIZE = 4096  # hint for a data-dependent size torch's value ranges do not bound
-# a value range's upper end at or past this bounds nothing (torch gives nonzero of a
-# symbolic number of elements sys.maxsize - 1; an unconstrained .item(), infinity)
-NO_BOUND = 1 << 62
+# a bound at or past this (a TiB, or as many elements) bounds nothing a device holds: the
+# size is guessed instead (torch gives nonzero of a symbolic number of elements
+# sys.maxsize - 1, an unconstrained .item() infinity)
+BOUND_CAP = 1 << 40
 
 
 def hint(x: Any) -> int:
     """An int, or a symbolic int through its hint; a data-dependent one at its upper bound
-    where every unbacked symbol in it has one, else at ``FALLBACK_SIZE`` (module docstring;
-    torch clamps a fallback into each symbol's range, so the bound is read as a fallback
-    that every range clamps to its upper end)."""
+    where torch has one (:func:`upper_bound`), else at ``FALLBACK_SIZE``."""
     if isinstance(x, int):
         return x
     if isinstance(x, torch.SymBool):
         return int(bool(optimization_hint(torch.sym_ite(x, 1, 0), fallback=0)))
-    fallback = NO_BOUND if _bounded(x) else FALLBACK_SIZE
-    return int(optimization_hint(x, fallback=fallback))
+    if isinstance(x, torch.SymInt) and x.node.hint is None and free_unbacked_symbols(x):
+        bound = upper_bound(x)
+        if bound is not None:
+            return bound
+    return int(optimization_hint(x, fallback=FALLBACK_SIZE))
 
 
-def _bounded(x: Any) -> bool:
-    """Whether ``x`` depends on tensor values, each unbacked symbol in it within a finite
-    range."""
-    if not isinstance(x, torch.SymInt):
-        return False
-    symbols = free_unbacked_symbols(x)
-    ranges = x.node.shape_env.var_to_range
-    uppers = [ranges[s].upper if s in ranges else None for s in symbols]
+def upper_bound(x: torch.SymInt) -> int | None:
+    """The most ``x`` can be: its backed symbols at their hints, its unbacked ones over
+    torch's value ranges, bounded as one expression (so that a size that falls as a symbol
+    grows, such as ``s0 - u0``, is bounded at its most too); None where torch bounds it
+    nowhere under ``BOUND_CAP``."""
+    env = x.node.shape_env
+    expr = env.replace(x.node.expr)
+    backed = {
+        s: sympy.Integer(v) for s, v in env.backed_var_to_val.items() if s in expr.free_symbols
+    }
+    try:
+        upper = env.bound_sympy(expr.xreplace(backed)).upper
+    except Exception:  # noqa: BLE001 - an expression torch's bounds cannot take: no bound
+        return None
     # torch's own test for a bound (int_oo passes is_integer and is_finite)
-    return bool(uppers) and all(
-        isinstance(u, (int, sympy.Integer)) and int(u) < NO_BOUND for u in uppers
-    )
+    bounded = isinstance(upper, (int, sympy.Integer)) and 0 <= int(upper) < BOUND_CAP
+    return int(upper) if bounded else None
 
 
 def data_dependent(val: object) -> str | None:
@@ -69,7 +76,7 @@ def data_dependent(val: object) -> str | None:
     nbytes = val.untyped_storage().nbytes()
     if not isinstance(nbytes, torch.SymInt) or not free_unbacked_symbols(nbytes):
         return None
-    return "bounded" if _bounded(nbytes) else "guessed"
+    return "bounded" if upper_bound(nbytes) is not None else "guessed"
 
 
 def hint_float(x: Any) -> float:

@@ -433,8 +433,14 @@ def test_vs_torch_sets_torchs_plan_beside_budgets_and_needs_a_memory_budget(caps
     rows = list(csv.DictReader(io.StringIO(out)))
     assert code == 0 and all(r["torch_saved_bytes"] for r in rows)
     assert rows[-1]["torch_saved_bytes"] == rows[-1]["saved_bytes"]  # b=1: torch's own plan
+    # at b=0 torch's bytes are budget's, so budget's plan there is the b=0 plan
+    assert float(rows[0]["budget_recompute_cost_at_torch_bytes"]) == float(
+        rows[0]["recompute_cost"]
+    )
     code, out, _ = run(["sweep", *MLP, "--budgets", "0,1", "--vs-torch"], capsys)
     assert "torch's partitioner at the same budgets" in out
+    head = next(line for line in out.splitlines() if "vs budget's" in line)
+    assert head.endswith("vs budget's  at its bytes") and max(map(len, out.splitlines())) <= 80
     code, _, err = run(["solve", *MLP, "--vs-torch", "--peak", "1MiB"], capsys)
     assert code == 2 and "--vs-torch" in err
     code, _, err = run(["solve", *MLP, "--vs-torch", "--plan", "plan.json"], capsys)
@@ -562,5 +568,5 @@ def test_offload_planned_for_a_gpu_shows_in_solve_and_sweep(tmp_path, capsys, mo
     argv = ["sweep", *WIDE, "--budgets", "0,1", "--quiet", "--plot", str(plot), *common]
     code, out, _ = run([*argv, "--vs-torch"], capsys)
     assert code == 0 and " offloaded " in out and plot.stat().st_size > 0
-    assert "torch" in out
+    assert "torch's partitioner at the same budgets" in out
     assert sweeps == [(True, True), (False, False)]  # (offload, vs_torch)

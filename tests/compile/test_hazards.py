@@ -196,6 +196,31 @@ def test_sizes_that_depend_on_data_are_priced_at_their_bound_and_never_under():
     assert "bounded" in str(plan) and "guessed" not in str(plan)
 
 
+def test_a_size_that_falls_as_the_data_grows_is_priced_at_its_most():
+    """The rows left after those nonzero picks (64 - u0) are most where it picks none: the
+    bound is of the whole size, not of each symbol at its own most (which gave 0 rows)."""
+    from budget.runtime.measure import saved_bytes
+
+    w = torch.randn(8, 8, requires_grad=True)
+    x = torch.randn(64, 8)
+
+    def step(x, w, cut):
+        picked = (x[:, 0] > cut).nonzero().squeeze(1)
+        rest = torch.ones(64 - picked.shape[0], 8)
+        return torch.mm(rest, w).sin().sum()
+
+    measured = []
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        f, be = compile_with(step, 1.0)
+        for cut in (1e9, 0.0):  # none picked, about half
+            cut_t = torch.tensor(cut)
+            grads_of(f, [w], x, w, cut_t)
+            measured.append(saved_bytes(f, x, w, cut_t, exclude=[w]).saved_bytes)
+    (plan,) = be.plans
+    assert plan.bounded_sizes and not plan.guessed_sizes
+    assert measured[0] == plan.saved_bytes == 2 * 64 * 8 * 4 > measured[1]  # cos, mm's input
+
+
 def test_a_size_torch_does_not_bound_is_guessed_until_the_step_bounds_it():
     """A size read with ``.item()`` has no bound: priced at a guess and named as guessed.
     A ``torch._check`` in the step bounds it: priced at that bound."""
