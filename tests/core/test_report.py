@@ -280,3 +280,16 @@ def test_plan_line_says_budget_bytes_recompute_peak_and_status_in_one_line():
     assert ", offloads 1.00 MiB," in line and ", code peak 8.00 MiB;" in line
     assert "predicted peak" not in line and "; feasible, gap 50.00%;" in line
     assert line.endswith("ends at a graph break (print)")
+
+
+def test_data_dependent_sizes_say_how_each_is_priced_within_80_columns():
+    """Sizes that depend on tensor values: those torch bounds at their bound, the others at
+    a guess, each kind on lines of its own; none of it where every size is known."""
+    long = [f"a_rather_long_value_name_{i}" for i in range(9)]
+    text = plan_report(make_plan(bounded_sizes=["mm", *long], guessed_sizes=["gelu"]))
+    assert "bounded    10 values' sizes depend on tensor values" in text
+    assert "its upper bound, never under the step's" in text
+    assert "guessed    1 value's size depends" in text and "torch._check(n <= K)" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    plain = plan_report(make_plan())
+    assert "bounded " not in plain and "guessed " not in plain
