@@ -157,7 +157,7 @@ def _partition(
             outputs_held,
             held_inputs,
         )
-    min_cuts: dict = {}  # torch's min-cuts of this graph: b=1's here, the tie-break's later
+    min_cuts: dict = {}  # solved once per graph (Partitions.min_cuts): b=1's min-cut here
     reference = b1_saved_set(graph, node_info, min_cuts)
     t1 = time.perf_counter()
     estimator = estimator_for(settings.estimator, settings.compiler)

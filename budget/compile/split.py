@@ -80,8 +80,9 @@ class Partitions:
         self.held_inputs = {node_info.inputs[i].name for i in held_inputs}
         self._reference = reference
         self._reference_peak: int | None = None
-        # torch's min-cuts of this graph, each solved once (its saved sets at b=1 and at
-        # the tie-break's fractions)
+        # what is solved once per graph and kept across its plans: torch's min-cuts (its
+        # saved sets at b=1 and at the tie-break's and vs_torch's fractions) and, for
+        # vs_torch, budget's range ends per solver (budget.compile.torch_plan)
         self.min_cuts: dict = {} if min_cuts is None else min_cuts
         # told how many plans are partitioned, after each (a peak search's progress)
         self.on_partitioned = on_partitioned
