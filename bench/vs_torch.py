@@ -6,9 +6,9 @@ measured figures) budget's plan and torch's partitioner's at the same
 ``activation_memory_budget``; for ``budget.apply`` at each fraction, budget's eager plan and
 torch's checkpointing of every module it may checkpoint. Cells: torch's recompute over
 budget's (estimated time; ``inf`` where budget recomputes nothing) / torch's predicted peak
-over budget's / torch's saved bytes over budget's; on the compiled path a fourth, torch's
-recompute over budget's least at the bytes torch's set saves (``TorchPlan.
-budget_recompute_cost``: the comparison at equal memory); ``refused`` where budget refuses
+over budget's / torch's saved bytes over budget's / torch's recompute over budget's plan's
+at the bytes torch's plan keeps (``TorchPlan.budget_recompute_cost``: the comparison at
+equal memory); ``refused`` where budget refuses
 torch's set (a random op recomputed with a fresh sample). That torch's figures are what torch does
 is tested, not assumed (tests/test_real_models.py, against torch's own runs).
 
@@ -55,7 +55,7 @@ def cell(plans: list[Plan]) -> str:
     saved = _ratio(sum(t.saved_bytes for t in theirs), sum(p.saved_bytes for p in plans))  # type: ignore[union-attr]
     text = f"{cost:.2f} / {peak:.3f} / {saved:.3f}"
     at_bytes = [t.budget_recompute_cost for t in theirs]  # type: ignore[union-attr]
-    if all(c is not None for c in at_bytes):  # the compiled path's: at equal memory
+    if all(c is not None for c in at_bytes):  # at equal memory
         mine = sum(at_bytes)  # type: ignore[arg-type]
         text += f" / {_ratio(sum(t.recompute_cost for t in theirs), mine):.2f}"  # type: ignore[union-attr]
     return text
@@ -85,9 +85,9 @@ def main() -> int:
     models, fractions = grid_of(parser, args)
     lines = [
         f"`python bench/vs_torch.py {' '.join(sys.argv[1:])}`: each cell torch's recompute / "
-        "predicted peak / saved bytes over budget's at that budget (compiled: torch's "
-        "partitioner, compiler eager, and a fourth: torch's recompute over budget's least "
-        "at the bytes torch saves; apply: torch's checkpointing of every module).",
+        "predicted peak / saved bytes over budget's at that budget, then torch's recompute "
+        "over budget's plan's at the bytes torch keeps (compiled: torch's partitioner, "
+        "compiler eager; apply: torch's checkpointing of every module).",
         "",
         "| model | path | " + " | ".join(f"b={f:g}" for f in fractions) + " |",
         "|---|---|" + "---:|" * len(fractions),

@@ -13,6 +13,7 @@ offloaded saves under saved-tensor hooks. Applying again re-plans from the origi
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -197,7 +198,9 @@ class _Traced:
             made = plan_trace(trace, budget, **opts)  # type: ignore[arg-type]
         if settings.vs_torch:
             if not self._whole:
-                self._whole.append(full_checkpointing(trace, costs, self.left_out, self.predict))
+                at = functools.partial(plan_trace, trace, **opts)
+                whole = full_checkpointing(trace, costs, self.left_out, self.predict, at)
+                self._whole.append(whole)
             made = replace(made, torch_plan=self._whole[0])
         return noted(made, trace)
 

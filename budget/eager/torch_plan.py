@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from ..core.plan import TorchPlan
 from ..core.sizes import MemoryBudget
-from ..errors import PreviewError
+from ..errors import InfeasibleError, PreviewError, SolverTimeout
 from ..planning.planner import make_plan
 from .plan import EagerPlan
 from .planner import checkpointable, eager_plan, problem_for
@@ -33,9 +33,11 @@ def full_checkpointing(
     costs: CostCache,
     excluded: dict[int, str],
     predict: Callable[[EagerPlan], EagerPlan],
+    plan_at: Callable[[MemoryBudget], EagerPlan],
 ) -> TorchPlan | None:
     """Every checkpointable candidate module checkpointed, everything in it recomputed;
-    None where no module can be."""
+    None where no module can be. ``plan_at(budget)``: budget's eager plan of the trace
+    at ``budget``, for the comparison at equal memory (``budget_recompute_cost``)."""
     excluded = dict(excluded)
     usable = checkpointable(trace, costs, excluded)
     # checkpoint_wrapper checkpoints every call of a module: one some call of which cannot
@@ -64,6 +66,11 @@ def full_checkpointing(
     if refused:
         return replace(priced, refused=refused)
     nbytes = priced.saved_bytes
+    try:  # budget's plan keeping as much: a comparison, never a failed preview
+        ours = plan_at(MemoryBudget(nbytes=nbytes)).total_recompute_cost
+        priced = replace(priced, budget_recompute_cost=ours)
+    except (InfeasibleError, SolverTimeout):
+        pass
     plan = make_plan(
         problem,
         saved,

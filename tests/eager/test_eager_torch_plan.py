@@ -35,6 +35,10 @@ def test_the_torch_plan_is_what_checkpointing_every_module_keeps_and_peaks_at():
     full.model.zero_grad(set_to_none=True)
     assert theirs.peak_bytes == measure_peak(full.step, *full.args)
     assert "vs torch   checkpoint_wrapper on 2 modules (each whole): saves" in str(plan)
+    # checkpointing every block whole is a plan budget.apply may make: keeping as much,
+    # budget's plan recomputes no more (at b=0.5 budget's own plan keeps more, for less)
+    assert theirs.budget_recompute_cost <= theirs.recompute_cost * (1 + 1e-9)
+    assert plan.total_recompute_cost < theirs.budget_recompute_cost
 
 
 def test_at_budget_0_the_plan_keeps_and_recomputes_no_more_than_checkpointing_every_module():
