@@ -125,23 +125,31 @@ def _first_line(e: BaseException) -> str:
 
 def _where(e: BaseException) -> str:
     """`` at FILE:LINE``: the innermost frame of the traceback outside torch and budget."""
+    line = _user_line(traceback.extract_tb(e.__traceback__))
+    return f" at {line}" if line else ""
+
+
+def _user_line(frames: traceback.StackSummary) -> str:
+    """``FILE:LINE`` of the innermost of ``frames`` outside torch and budget, or ''."""
     roots = (str(Path(torch.__file__).parent), str(Path(__file__).parents[1]))
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith(roots)]
-    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    users = [f for f in frames if not f.filename.startswith(roots)]
+    return f"{users[-1].filename}:{users[-1].lineno}" if users else ""
 
 
 class OutsideSaves:
     """What autograd saves outside the compiled graphs during a preview's run: eager
     code's own activations, which no plan covers. Each distinct storage once, parameters
     and the step's inputs aside, sized by its upper bound where its size depends on data
-    (a MoE's routing, on fake tensors), and put on the plan of the graph it follows."""
+    (a MoE's routing, on fake tensors), and put on the plan of the graph it follows, with
+    the line of the step's code that saved it (``Plan.eager_saved_at``)."""
 
     def __init__(self, be: BudgetBackend, inputs: Any, mode: Any) -> None:
         self.be = be
         self.mode = mode  # the fake mode; None on the example inputs (real tensors)
         leaves = [t for t in tree_leaves(inputs) if isinstance(t, torch.Tensor)]
         self.inputs = {id(t.untyped_storage()) for t in leaves}
-        self.saved: dict[int, tuple[int, int]] = {}  # id(storage) -> (bytes, runs before)
+        # id(storage) -> (bytes, runs before, the FILE:LINE of the code that saved it)
+        self.saved: dict[int, tuple[int, int, str]] = {}
         self.keep: list[Any] = []  # the storages, alive so that their ids stay theirs
 
     def pack(self, t: Any) -> Any:
@@ -152,7 +160,8 @@ class OutsideSaves:
             storage = t.untyped_storage()
             key = id(storage)
             if key not in self.inputs and key not in self.saved:
-                self.saved[key] = (self._nbytes(storage), len(self.be.preview_runs))
+                line = _user_line(traceback.extract_stack())
+                self.saved[key] = (self._nbytes(storage), len(self.be.preview_runs), line)
                 self.keep.append(storage)
         return t
 
@@ -172,11 +181,15 @@ class OutsideSaves:
             return
         ran = [i for i in runs if i is not None]
         eager = [0] * len(plans)
+        at: list[dict[str, int]] = [{} for _ in plans]  # each plan's, by line
         saves_before = [0] * (len(runs) + 1)  # eager bytes saved after k runs, by k
-        for nbytes, k in self.saved.values():
+        for nbytes, k, line in self.saved.values():
             saves_before[min(k, len(runs))] += nbytes
             last = next((i for i in reversed(runs[:k]) if i is not None), None)
-            eager[last if last is not None else (ran[0] if ran else 0)] += nbytes
+            i = last if last is not None else (ran[0] if ran else 0)
+            eager[i] += nbytes
+            if nbytes:
+                at[i][line or "?"] = at[i].get(line or "?", 0) + nbytes
         held: list[int] = [0] * len(plans)
         outside = 0  # the step's bytes outside the graph about to run
         for k, i in enumerate(runs):
@@ -185,7 +198,10 @@ class OutsideSaves:
                 held[i] = max(held[i], outside)
                 outside += plans[i].saved_bytes + plans[i].kept_input_bytes
         for i in range(len(plans)):
-            self.be.log.update(i, eager_saved_bytes=eager[i], held_bytes=held[i])
+            lines = dict(sorted(at[i].items(), key=lambda kv: -kv[1]))  # the most first
+            self.be.log.update(
+                i, eager_saved_bytes=eager[i], eager_saved_at=lines, held_bytes=held[i]
+            )
         self.be.preview_eager = saves_before
         self.keep.clear()
 

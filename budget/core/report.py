@@ -118,6 +118,11 @@ def _outside_lines(plan: Plan) -> list[str]:
             f"  eager      {format_bytes(plan.eager_saved_bytes)} saved for the backward by "
             "eager code after this graph, outside the plans"
         )
+        most = [
+            f"{w.rsplit('/', 1)[-1]} ({format_bytes(n)})" for w, n in plan.eager_saved_at.items()
+        ]
+        if most:
+            lines.append("             at " + shorten(", ".join(most[:3]), WIDTH - 16))
     return lines
 
 

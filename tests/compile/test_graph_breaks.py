@@ -327,6 +327,11 @@ def test_a_preview_measures_what_eager_code_between_graphs_saves():
     plans = budget.plans(EagerMiddle(), torch.randn(64, 64), memory_budget=0.0, compiler="eager")
     assert [p.eager_saved_bytes for p in plans] == [2 * 64 * 64 * 4, 0]
     assert "32.00 KiB saved for the backward by eager code after this graph" in str(plans[0])
+    # the line that saved them: middle's return (its code starts at its decorator)
+    line = EagerMiddle.middle.__wrapped__.__code__.co_firstlineno + 2
+    assert plans[0].eager_saved_at == {f"{__file__}:{line}": 2 * 64 * 64 * 4}
+    assert f"at test_graph_breaks.py:{line} (32.00 KiB)" in str(plans[0])
+    assert budget.Plan.from_json(plans[0].to_json()) == plans[0]
     torch._dynamo.reset()
     plans = budget.plans(TwoGraphs(), torch.randn(64, 64), memory_budget=0.0, compiler="eager")
     assert [p.eager_saved_bytes for p in plans] == [0, 0]  # a break, but no eager ops
