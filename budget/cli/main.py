@@ -204,17 +204,21 @@ def _print_solve(
         print(f"\nplan file: {args.json} (apply with budget.backend(plan={args.json!r}))")
     if args.timeline:
         print(f"\ntimeline: {args.timeline}")
-    if not args.plan and args.budget is None and args.peak is None and _at_b1(plans):
+    if not args.plan:
+        _hint_at_b1(args, plans, "torch's own plan")
+
+
+def _hint_at_b1(args: argparse.Namespace, plans: Sequence[Any], what: str) -> None:
+    """Where no budget was asked and every plan is budget.config's default of 1 (``what``
+    that is), what to ask for instead."""
+    if args.budget is not None or args.peak is not None:
+        return
+    if all(p.budget == 1.0 and p.peak_target_bytes is None for p in plans):
         hint = (
-            "budget 1 (the default) is torch's own plan: --budget 0.5 or --peak SIZE trades "
+            f"budget 1 (the default) is {what}: --budget 0.5 or --peak SIZE trades "
             "recompute for memory, and budget sweep shows the trade-off at every budget"
         )
         print("\n" + textwrap.fill(hint, WIDTH))
-
-
-def _at_b1(plans: list[Any]) -> bool:
-    """Whether every plan is a memory budget of 1 (no other budget asked of any)."""
-    return all(p.budget == 1.0 and p.peak_target_bytes is None for p in plans)
 
 
 def _solve_eager(args: argparse.Namespace) -> int:
@@ -279,6 +283,7 @@ def _solve_eager(args: argparse.Namespace) -> int:
         print(f"\ntimeline: {args.timeline}")
     if args.json:
         print(f"\nplan file: {args.json} (budget.apply(model, plan=EagerPlan.from_json(text)))")
+    _hint_at_b1(args, [plan], "the step as it is, nothing checkpointed")
     return 0
 
 

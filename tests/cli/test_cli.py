@@ -447,6 +447,7 @@ def test_vs_torch_sets_torchs_plan_beside_budgets_and_needs_a_memory_budget(caps
     assert code == 2 and "--vs-torch" in err
     code, out, _ = run(["solve", "builtin:gpt", *GPT, "--eager", "--vs-torch"], capsys)
     assert code == 0 and "  vs torch   checkpoint_wrapper on 1 module (each whole)" in out
+    assert "budget 1 (the default) is the step as it is, nothing" in out  # no budget asked
     argv = ["sweep", "builtin:gpt", *GPT, "--eager", "--vs-torch", "--budgets", "0,1"]
     code, out, _ = run(argv, capsys)
     assert code == 0 and "torch's checkpoint_wrapper on every module (each whole)" in out
