@@ -75,6 +75,17 @@ def add_grid_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--markdown", type=Path, help="also write the table here")
 
 
+def grid_head(caption: str, lead: list[str], aligns: str, fractions: list[float]) -> list[str]:
+    """The lines above a grid bench's rows: its caption, then a markdown table's head,
+    the ``lead`` columns (aligned as ``aligns``, e.g. ``"|---|---:|"``) and one per fraction."""
+    return [
+        caption,
+        "",
+        "| " + " | ".join(lead) + " | " + " | ".join(f"b={f:g}" for f in fractions) + " |",
+        aligns + "---:|" * len(fractions),
+    ]
+
+
 def grid_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list, list]:
     """The models and fractions asked for, checked (an unknown one is a usage error)."""
     models = args.models.split(",")
@@ -93,14 +104,12 @@ def main() -> int:
     parser.add_argument("--compiler", choices=sorted(TORCH_BACKENDS), default="eager")
     args = parser.parse_args()
     models, fractions = grid_of(parser, args)
-    lines = [
+    caption = (
         f"`python bench/real_model_dominance.py {' '.join(sys.argv[1:])}`: compiler {args.compiler}. "
         "Each cell: budget's peak / torch's peak (shares of budget's b=1 peak) / budget's "
-        "backward FLOPs over torch's.",
-        "",
-        "| model | b=1 peak KiB | " + " | ".join(f"b={f:g}" for f in fractions) + " |",
-        "|---|---:|" + "---:|" * len(fractions),
-    ]
+        "backward FLOPs over torch's."
+    )
+    lines = grid_head(caption, ["model", "b=1 peak KiB"], "|---|---:|", fractions)
     print("\n".join(lines), flush=True)
     bad = 0
     for name in models:

@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers.real_models import make  # noqa: E402
-from real_model_dominance import add_grid_options, grid_of  # noqa: E402
+from real_model_dominance import add_grid_options, grid_head, grid_of  # noqa: E402
 
 import budget  # noqa: E402
 from budget.core.plan import Plan  # noqa: E402
@@ -83,15 +83,13 @@ def main() -> int:
     add_grid_options(parser)
     args = parser.parse_args()
     models, fractions = grid_of(parser, args)
-    lines = [
+    caption = (
         f"`python bench/vs_torch.py {' '.join(sys.argv[1:])}`: each cell torch's recompute / "
         "predicted peak / saved bytes over budget's at that budget, then torch's recompute "
         "over budget's plan's at the bytes torch keeps (compiled: torch's partitioner, "
-        "compiler eager; apply: torch's checkpointing of every module).",
-        "",
-        "| model | path | " + " | ".join(f"b={f:g}" for f in fractions) + " |",
-        "|---|---|" + "---:|" * len(fractions),
-    ]
+        "compiler eager; apply: torch's checkpointing of every module)."
+    )
+    lines = grid_head(caption, ["model", "path"], "|---|---|", fractions)
     print("\n".join(lines), flush=True)
     for name in models:
         for path in ("compiled", "apply"):

@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core.plan import Plan, sweep_peaks
-from ..core.text import budget_cell, cost_scale
+from ..core.text import budget_cell
+from ..core.versus import sweep_scale
 
 INSTALL_HINT = "pip install budget-remat[plot]"
 
@@ -30,14 +31,6 @@ def require_matplotlib() -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         raise ImportError(f"plots need matplotlib: {INSTALL_HINT}") from None
-
-
-def sweep_scale(plans: Sequence[Plan]) -> tuple[float, str]:
-    """(divisor, unit label) of the cost axis of a sweep's plot: its plans' recompute and
-    that of the torch plans beside them, so that both are drawn on one scale."""
-    costs = [p.total_recompute_cost for p in plans]
-    costs += [p.torch_plan.recompute_cost for p in plans if p.torch_plan is not None]
-    return cost_scale(costs, plans[0].cost_unit)
 
 
 def draw_sweep(

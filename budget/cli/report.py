@@ -21,7 +21,7 @@ from ..core.text import (
     format_seconds,
     wrap_items,
 )
-from ..core.versus import equal_memory_ratio, recompute_ratio
+from ..core.versus import equal_memory_ratio, recompute_ratio, sweep_scale
 from ..planning.tie_break import TIE_TOLERANCE
 
 if TYPE_CHECKING:
@@ -163,15 +163,12 @@ def _torch_rows(plans: Sequence[Plan]) -> list[str]:
     recompute, as a multiple of budget's; none where no plan carries one."""
     if all(p.torch_plan is None for p in plans):
         return []
-    unit = plans[0].cost_unit
-    costs = [p.total_recompute_cost for p in plans]
-    costs += [p.torch_plan.recompute_cost for p in plans if p.torch_plan is not None]
-    scale = cost_scale(costs, unit)
+    unit, scale = plans[0].cost_unit, sweep_scale(plans)
     head = f"  {'budget':>9} {'saved':>10} {'predicted':>10} {'recompute':>11}  vs budget's"
     equal = any(
         p.torch_plan is not None and p.torch_plan.budget_recompute_cost is not None for p in plans
     )
-    if equal:  # budget's least recompute at the bytes torch's plan saves
+    if equal:  # torch's recompute over budget's plan's at the bytes torch's plan saves
         head += "  at its bytes"
     if any(p.torch_plan is not None and p.torch_plan.modules for p in plans):
         # an eager sweep's: torch's checkpointing of every module, the same at every budget
@@ -315,7 +312,7 @@ SWEEP_CSV_COLUMNS = (
     "torch_peak_bytes",
     "torch_recompute_cost",
     "torch_recompute_flops",
-    # budget's least recompute at the bytes torch's plan saves (compiled sweeps)
+    # what budget's plan saving as much as torch's recomputes (TorchPlan.budget_recompute_cost)
     "budget_recompute_cost_at_torch_bytes",
 )
 

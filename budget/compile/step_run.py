@@ -189,7 +189,8 @@ class OutsideSaves:
             i = last if last is not None else (ran[0] if ran else 0)
             eager[i] += nbytes
             if nbytes:
-                at[i][line or "?"] = at[i].get(line or "?", 0) + nbytes
+                where = line or "?"  # no frame of the step's own (torch or budget code)
+                at[i][where] = at[i].get(where, 0) + nbytes
         held: list[int] = [0] * len(plans)
         outside = 0  # the step's bytes outside the graph about to run
         for k, i in enumerate(runs):

@@ -8,9 +8,9 @@ torch runs them), with the bytes it saves, the recompute it costs on budget's es
 and the peak its graphs are predicted to reach, partitioned as torch partitions (no value
 recomputed a second time), and what budget's plan saving as much costs (the preview's
 solver's, its optimum with an exact one): the comparison at equal memory, where the same
-fraction falls a little apart in the two ranges. A set budget refuses (a random op recomputed, a value that
-cannot be recomputed) is priced but not partitioned, the reasons named. Training never
-computes it: a comparison, not a plan.
+fraction falls a little apart in the two ranges. A set budget refuses (a random op
+recomputed, a value that cannot be recomputed) is priced but not partitioned, the reasons
+named. Training never computes it: a comparison, not a plan.
 """
 
 from __future__ import annotations

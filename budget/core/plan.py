@@ -83,8 +83,8 @@ class TorchPlan:
     modules: list[str] = field(default_factory=list)
     # what budget's plan saving no more than torch's set (as budget prices it) costs, on
     # the preview's solver (its optimum with an exact one; offloads' exposed copies in):
-    # the comparison at equal memory; None where not solved (a set budget refuses, an
-    # eager plan's, a solver that found none)
+    # the comparison at equal memory; None where not solved (a set budget refuses, a
+    # solver that found no plan there)
     budget_recompute_cost: float | None = None
     # of an eager plan's saved bytes, those of values in ``modules`` that budget never
     # recomputes (an in-place write, a module's own cache) and torch's checkpointing would
@@ -173,10 +173,9 @@ class Plan:
     # the values among the decisions whose size depends on tensor values (data-dependent
     # ops such as nonzero under dynamo's capture of them), which the graph does not know
     # (budget.runtime.values.data_dependent): bounded_sizes are priced at their upper
-    # bounds (torch's value ranges), so the saved bytes and peak are never under the
-    # step's; guessed_sizes, with some dimension torch does not bound, at
-    # budget.runtime.values.FALLBACK_SIZE, so the figures are estimates; [] where every
-    # size is known
+    # bounds (torch's value ranges), each never under the step's; guessed_sizes, with
+    # some dimension torch does not bound, at budget.runtime.values.FALLBACK_SIZE, an
+    # estimate; [] where every size is known
     bounded_sizes: list[str] = field(default_factory=list)
     guessed_sizes: list[str] = field(default_factory=list)
     # ---- memory outside the decisions, and what partitioning added

@@ -3,17 +3,18 @@
 A preview asked for it (``vs_torch``) carries torch's plan of the same graph at the same
 fraction (``Plan.torch_plan``); these lines say what it saves, what it recomputes and how
 high its graphs peak, each set against budget's plan: its recompute as a multiple of
-budget's, its peak as a difference; and budget's least recompute at the bytes torch's plan
-saves, the comparison at equal memory. Pure formatting, like :mod:`budget.core.report`.
+budget's, its peak as a difference; and what budget's plan saving as much recomputes, the
+comparison at equal memory. Pure formatting, like :mod:`budget.core.report`.
 """
 
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .sizes import format_bytes
-from .text import WIDTH, with_unit
+from .text import WIDTH, cost_scale, with_unit
 
 if TYPE_CHECKING:
     from .plan import Plan
@@ -77,12 +78,20 @@ def recompute_ratio(plan: Plan) -> float | None:
 
 
 def equal_memory_ratio(plan: Plan) -> float | None:
-    """torch's recompute as a multiple of budget's least recompute at the bytes torch's
-    plan saves (``TorchPlan.budget_recompute_cost``); None where that is not known or
-    budget recomputes nothing there."""
+    """torch's recompute as a multiple of what budget's plan saving as much recomputes
+    (``TorchPlan.budget_recompute_cost``); None where that is not known or budget
+    recomputes nothing there."""
     theirs = plan.torch_plan
     ours = None if theirs is None else theirs.budget_recompute_cost
     return None if theirs is None or not ours else theirs.recompute_cost / ours
+
+
+def sweep_scale(plans: Sequence[Plan]) -> tuple[float, str]:
+    """(divisor, unit label) for a sweep's costs: its plans' recompute and that of the
+    torch plans beside them, so that both are shown on one scale (table, plot)."""
+    costs = [p.total_recompute_cost for p in plans]
+    costs += [p.torch_plan.recompute_cost for p in plans if p.torch_plan is not None]
+    return cost_scale(costs, plans[0].cost_unit)
 
 
 def _times(plan: Plan) -> str:

@@ -6,11 +6,12 @@ block (``apply_activation_checkpointing`` with ``checkpoint_wrapper``; Hugging F
 forward in the backward. A preview asked for it (``vs_torch``) gets that plan of the same
 trace, over the modules ``budget.apply`` may checkpoint: saved bytes, recompute (budget's
 estimator), FLOPs, and the peak of a fake run with it installed, as any eager plan's
-(:meth:`budget.eager.apply._Traced.predict`). Values a whole-module recomputation cannot
+(:meth:`budget.eager.apply._Traced.predict`), and what budget.apply's plan keeping as much
+recomputes (the comparison at equal memory). Values a whole-module recomputation cannot
 make again (an in-place write the region's own values feed, a module's own cache) are kept
 as ``budget.apply`` keeps them, where torch's checkpointing would run them again: their
-bytes are said (``TorchPlan.kept_inside_bytes``); a set budget refuses is priced and named, not predicted,
-and a module some call of which cannot be checkpointed is left out whole.
+bytes are said (``TorchPlan.kept_inside_bytes``). A set budget refuses is priced and named,
+not predicted, and a module some call of which cannot be checkpointed is left out whole.
 """
 
 from __future__ import annotations
