@@ -5,6 +5,7 @@ on the plans of the graphs it follows (:class:`OutsideSaves`)."""
 
 from __future__ import annotations
 
+import sysconfig
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -125,15 +126,37 @@ def _first_line(e: BaseException) -> str:
 
 def _where(e: BaseException) -> str:
     """`` at FILE:LINE``: the innermost frame of the traceback outside torch and budget."""
-    line = _user_line(traceback.extract_tb(e.__traceback__))
+    line = user_line(traceback.extract_tb(e.__traceback__))
     return f" at {line}" if line else ""
 
 
-def _user_line(frames: traceback.StackSummary) -> str:
-    """``FILE:LINE`` of the innermost of ``frames`` outside torch and budget, or ''."""
-    roots = (str(Path(torch.__file__).parent), str(Path(__file__).parents[1]))
-    users = [f for f in frames if not f.filename.startswith(roots)]
-    return f"{users[-1].filename}:{users[-1].lineno}" if users else ""
+_OURS = (str(Path(torch.__file__).parent), str(Path(__file__).parents[1]))
+# installed packages and the standard library: a model's library code (transformers)
+_LIBRARIES = tuple(
+    {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib", "platstdlib")}
+)
+
+
+def user_line(frames: list[traceback.FrameSummary]) -> str:
+    """``FILE:LINE`` of the innermost of ``frames`` outside torch and budget, or ''.
+    Where that is library code (an installed package, as a transformers model is), the
+    innermost frame outside libraries follows: ``LIB:LINE from FILE:LINE``, the line
+    of the user's own code that got there."""
+    outside = [f for f in frames if not f.filename.startswith(_OURS)]
+    if not outside:
+        return ""
+    inner = outside[-1]
+    line = f"{inner.filename}:{inner.lineno}"
+    if _in_library(inner.filename):
+        users = [f for f in outside if not _in_library(f.filename)]
+        if users:
+            line += f" from {users[-1].filename}:{users[-1].lineno}"
+    return line
+
+
+def _in_library(filename: str) -> bool:
+    parts = Path(filename).parts
+    return filename.startswith(_LIBRARIES) or "site-packages" in parts or "dist-packages" in parts
 
 
 class OutsideSaves:
@@ -160,7 +183,7 @@ class OutsideSaves:
             storage = t.untyped_storage()
             key = id(storage)
             if key not in self.inputs and key not in self.saved:
-                line = _user_line(traceback.extract_stack())
+                line = user_line(traceback.extract_stack())
                 self.saved[key] = (self._nbytes(storage), len(self.be.preview_runs), line)
                 self.keep.append(storage)
         return t

@@ -209,7 +209,8 @@ class Plan:
     # does not measure it
     eager_saved_bytes: int = 0
     # where that code is: eager_saved_bytes by the FILE:LINE of the step's code that saved
-    # each (its innermost frame outside torch and budget), the most first
+    # each (its innermost frame outside torch and budget; in an installed library, followed
+    # by " from FILE:LINE" of the innermost frame outside libraries), the most first
     eager_saved_at: dict[str, int] = field(default_factory=dict)
     # the step's bytes outside this graph while it runs: what the graphs run before it
     # save and keep for their backward, and (previews) what eager code before it saves;

@@ -118,12 +118,15 @@ def _outside_lines(plan: Plan) -> list[str]:
             f"  eager      {format_bytes(plan.eager_saved_bytes)} saved for the backward by "
             "eager code after this graph, outside the plans"
         )
-        most = [
-            f"{w.rsplit('/', 1)[-1]} ({format_bytes(n)})" for w, n in plan.eager_saved_at.items()
-        ]
+        most = [f"{_file_names(w)} ({format_bytes(n)})" for w, n in plan.eager_saved_at.items()]
         if most:
             lines.append("             at " + shorten(", ".join(most[:3]), WIDTH - 16))
     return lines
+
+
+def _file_names(where: str) -> str:
+    """``model.py:12 from train.py:3`` for the paths of ``Plan.eager_saved_at``'s keys."""
+    return " from ".join(part.rsplit("/", 1)[-1] for part in where.split(" from "))
 
 
 def _guessed_lines(plan: Plan) -> list[str]:

@@ -337,6 +337,43 @@ def test_a_preview_measures_what_eager_code_between_graphs_saves():
     assert [p.eager_saved_bytes for p in plans] == [0, 0]  # a break, but no eager ops
 
 
+_LIBRARY = """
+import torch
+
+
+@torch._dynamo.disable
+def middle(h):
+    return torch.sin(h) * h
+"""
+
+
+def test_eager_saves_in_an_installed_library_name_the_users_line_that_called_it(
+    tmp_path, monkeypatch
+):
+    # a model's library code (as transformers' is) saves between the graphs: the line is
+    # the library's, followed by the user's line that got there
+    library = tmp_path / "site-packages"
+    library.mkdir()
+    (library / "eager_lib.py").write_text(_LIBRARY)
+    monkeypatch.syspath_prepend(str(library))
+    import eager_lib
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = torch.nn.Linear(64, 64, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return eager_lib.middle(self.a(x)).sum()
+
+    torch.manual_seed(0)
+    plan = budget.plans(Model(), torch.randn(64, 64), memory_budget=0.0, compiler="eager")[0]
+    caller = Model.forward.__code__.co_firstlineno + 1
+    where = f"{library / 'eager_lib.py'}:7 from {__file__}:{caller}"
+    assert plan.eager_saved_at == {where: 2 * 64 * 64 * 4}
+    assert f"at eager_lib.py:7 from test_graph_breaks.py:{caller} (32.00 KiB)" in str(plan)
+
+
 def test_eager_saves_of_data_dependent_sizes_are_bounded_above():
     """A MoE's routing saves each expert's rows, whose number depends on the data: the
     preview counts their upper bound, at least what the real step saves there."""
