@@ -23,7 +23,8 @@ laid out otherwise; FFTs over other than the last dimension transpose; Embedding
 backward and CTC keep per-bag and per-step buffers; exact GELU's backward,
 ``F.unfold``/``F.fold`` and grid sampling's backward copy an operand laid out otherwise than
 they read it; a full ``mean`` wraps its divisor; flash attention's per-thread blocks; a sum
-of booleans or integers casts them to int64), and any functional ATen call on an operand
+of booleans or integers casts them to int64; the masked indexing of Inductor's
+decompositions clamps its indices and masks its values first), and any functional ATen call on an operand
 expanded with stride 0 (the gradient of a ``sum`` or ``mean`` reaching the op before it,
 which many kernels copy first). Calls that write an operand, return a view or anything but
 tensors, draw random numbers or make outputs of data-dependent sizes are not run; nor calls
@@ -92,6 +93,8 @@ CPU_KERNELS = tuple(
         "binary_cross_entropy_with_logits",
         "soft_margin_loss",
         "soft_margin_loss_backward",
+        "_unsafe_masked_index",
+        "_unsafe_masked_index_put_accumulate",
     )
 )
 # sums of integers or booleans (``mask.sum()``) cast their operand to int64 inside the call

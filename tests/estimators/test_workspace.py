@@ -154,6 +154,16 @@ KERNELS_ON_DATA = {
         (torch.randn(2, 36, 64).transpose(1, 2).contiguous().transpose(1, 2), [8, 8])
         + ([3, 3], [1, 1], [1, 1], [1, 1]),
     ),
+    # Inductor's masked indexing (OPT's positions): indices clamped, values masked first
+    "masked-index": lambda: (
+        aten._unsafe_masked_index.default,
+        (torch.randn(64, 48), torch.rand(256, 1) > 0.3, [torch.randint(-8, 72, (256,))], 0.0),
+    ),
+    "masked-index-put": lambda: (
+        aten._unsafe_masked_index_put_accumulate.default,
+        (torch.zeros(64, 48), torch.rand(256, 1) > 0.3, [torch.randint(-8, 72, (256,))])
+        + (torch.randn(256, 48),),
+    ),
 }
 
 
