@@ -53,7 +53,7 @@ from ..estimators.live import LiveStorages
 from ..runtime import _torch_private as T
 from ..runtime._torch_private import tangent_held
 from ..runtime.values import generator_state_bytes
-from .meta_code import CompiledCodeError, CompiledGraph, call_on_meta, meta_tensor
+from .meta_code import CompiledCodeError, CompiledGraph, call_on_meta, host_tensor, meta_tensor
 
 # The graph Inductor is compiling under a CodeCapture (its code not yet known) and, for a
 # backward, its forward as compiled: compile/reuse.py runs the code as it is generated.
@@ -99,12 +99,21 @@ class _MetaRun(LiveStorages):
     higher-order ops with which torch replays a random op's generator state in a
     recomputation (``run_and_save_rng_state``, ``run_with_rng_state``: a random op in a
     checkpointed region, CPU attention among them) run their op; the state saved is the
-    CPU generator's on the CPU, and held in host memory on an accelerator (not counted)."""
+    CPU generator's on the CPU, and held in host memory on an accelerator (not counted).
+
+    torch's asynchronous offload ops (``ao::offload``, ``ao::reload``, ``ao::wait_tensor``:
+    a CUDA graph's copies on a side stream) do on meta tensors what they do to the device's
+    memory: an offload's host copy is not counted, a reload's device tensor is (made as
+    the op makes it, in the original layout), and a wait frees its ``keepalive``'s storage
+    (the op's ``resize_(0)``) where the device holds it."""
 
     supports_higher_order_operators = True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
+        name = func.name() if isinstance(func, T.OpOverload) else ""
+        if name.startswith("ao::"):
+            return self._offload_op(name, types, args, kwargs)
         if func is torch.ops.higher_order.run_and_save_rng_state:
             size = generator_state_bytes("cpu") if self.device == "cpu" else 0
             state = self.__torch_dispatch__(
@@ -123,6 +132,32 @@ class _MetaRun(LiveStorages):
             if isinstance(t, torch.Tensor) and t.device.type not in ("meta", "cpu"):
                 raise CompiledCodeError(f"{func} made a tensor on {t.device}, not meta")
         return out
+
+    def _offload_op(self, name: str, types: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        if name == "ao::offload":  # a host copy: host memory, not the device's
+            return host_tensor(args[0].shape, _contiguous(args[0].shape), args[0].dtype)
+        if name == "ao::reload":
+            t = args[0]
+            size = args[2] if len(args) > 2 and args[2] is not None else list(t.shape)
+            stride = args[3] if len(args) > 3 and args[3] is not None else list(t.stride())
+            empty = torch.ops.aten.empty_strided.default
+            return self.__torch_dispatch__(
+                empty, types, (size, stride), {"dtype": t.dtype, "device": "meta"}
+            )
+        if name == "ao::wait_tensor":
+            keepalive = args[1] if len(args) > 1 else kwargs.get("keepalive")
+            if isinstance(keepalive, torch.Tensor):
+                self.free(keepalive.untyped_storage())
+            return args[0]
+        raise CompiledCodeError(f"no meta run of {name}")
+
+
+def _contiguous(shape: Sequence[int]) -> list[int]:
+    strides, step = [], 1
+    for n in reversed(list(shape)):
+        strides.append(step)
+        step *= max(int(n), 1)
+    return strides[::-1]
 
 
 def compiled_peak(

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from ..runtime._torch_private import _disable_current_modes
 from ..runtime.values import hint
 
 
@@ -193,6 +194,16 @@ def _empty(
     return torch.empty_strided(size, stride, dtype=dtype, device="meta")
 
 
+def host_tensor(
+    size: Sequence[int], stride: Sequence[int], dtype: torch.dtype | None = None, **_: Any
+) -> torch.Tensor:
+    """A meta tensor standing for one in host memory beside an accelerator's code (an
+    offload's copy, ``empty_strided_cpu`` in CUDA code): made with the run's counting
+    mode off, so the device's count never sees it."""
+    with _disable_current_modes():
+        return torch.empty_strided(size, stride, dtype=dtype, device="meta")
+
+
 def _reinterpret(t: torch.Tensor, size: Sequence[int], stride: Sequence[int], offset: int = 0):
     return torch.as_strided(t, size, stride, offset)
 
@@ -246,6 +257,8 @@ def call_on_meta(graph: CompiledGraph) -> Callable[[list[Any]], Any]:
         raise CompiledCodeError(f"Inductor's wrapper code did not parse: {e}") from e
     scope = _load(steps)
     scope.update({name: _Stub() for name in kernels}, **_OVERRIDES)
+    if graph.device != "cpu":  # the host's memory beside the device's: not counted
+        scope.update(empty_strided_cpu=host_tensor, empty_strided_cpu_pinned=host_tensor)
     call = scope.get("call")
     code = getattr(getattr(call, "__func__", call), "__code__", None)
     if code is None or code.co_filename != _FILE:

@@ -50,6 +50,13 @@ class LiveStorages(T.TorchDispatchMode):  # type: ignore[misc,name-defined]
         self.live += nbytes
         self._reach(self.live)
 
+    def free(self, storage: Any) -> None:
+        """Uncount ``storage`` now, as ``resize_(0)`` frees it with its tensors alive (a
+        storage not counted is left as it is)."""
+        finalizer = self.alive.get(id(storage))
+        if finalizer is not None:
+            finalizer()  # calls _freed once, and never again
+
     def _reach(self, nbytes: int) -> None:
         self.peak, self.recent = max(self.peak, nbytes), max(self.recent, nbytes)
 

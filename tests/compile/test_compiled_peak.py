@@ -375,6 +375,92 @@ def test_cuda_wrapper_code_is_run_on_meta_tensors_touching_no_gpu():
     assert compiled_peak(fw, bw) == 4 * KiB + 8 * KiB + 4 + 4
 
 
+# The same step with relu offloaded by torch's side-stream pass (torch 2.13 on CUDA): the
+# forward copies relu to the host and frees it at the sunk wait; the backward makes a 16
+# KiB scratch buffer, then reloads relu (its wait frees the host copy) before it needs it.
+OFFLOAD_FORWARD = _cuda_module(
+    """\
+primals_1, primals_2 = args
+args.clear()
+with torch.cuda._DeviceGuard(0):
+    torch.cuda.set_device(0)
+    buf0 = empty_strided_cuda((16, 64), (64, 1), torch.float32)
+    extern_kernels.mm(primals_1, reinterpret_tensor(primals_2, (32, 64), (1, 32), 0), out=buf0)
+    del primals_2
+    buf1 = buf0; del buf0  # reuse
+    stream0 = get_raw_stream(0)
+    triton_poi_fused_relu_0.run(buf1, 1024, stream=stream0)
+    buf2 = torch.ops.ao.offload.default(buf1)
+    buf3 = empty_strided_cuda((), (), torch.float32)
+    triton_red_fused_mean_1.run(buf3, buf1, 1, 1024, stream=stream0)
+    buf4 = torch.ops.ao.wait_tensor.default(buf2, buf1)
+    del buf1
+    del buf2
+return (buf3, primals_1, buf4, )
+""",
+    "triton_poi_fused_relu_0",
+    "triton_red_fused_mean_1",
+)
+SCRATCH = """\
+    buf0 = empty_strided_cuda((64, 64), (64, 1), torch.float32)
+    del buf0
+"""
+OFFLOAD_BACKWARD_BODY = """\
+primals_1, relu, tangents_1 = args
+args.clear()
+with torch.cuda._DeviceGuard(0):
+    torch.cuda.set_device(0)
+    buf0 = empty_strided_cuda((64, 64), (64, 1), torch.float32)
+    del buf0
+    buf1 = torch.ops.ao.reload.default(relu, device(type='cuda', index=0), [16, 64], [64, 1])
+    buf2 = torch.ops.ao.wait_tensor.default(buf1, relu)
+    del relu
+    del buf1
+    buf3 = empty_strided_cuda((16, 64), (64, 1), torch.float32)
+    stream0 = get_raw_stream(0)
+    triton_poi_fused_div_threshold_backward_0.run(tangents_1, buf2, buf3, 1024, stream=stream0)
+    del buf2
+    del tangents_1
+    buf4 = empty_strided_cuda((64, 32), (32, 1), torch.float32)
+    extern_kernels.mm(reinterpret_tensor(buf3, (64, 16), (1, 64), 0), primals_1, out=buf4)
+    del buf3
+    del primals_1
+return (None, buf4, )
+"""
+
+
+def _offload_backward(scratch_after_reload: bool) -> str:
+    body = OFFLOAD_BACKWARD_BODY
+    if scratch_after_reload:
+        body = body.replace(SCRATCH, "").replace("    del buf2\n", "    del buf2\n" + SCRATCH)
+    return _cuda_module(body, "triton_poi_fused_div_threshold_backward_0")
+
+
+def test_offloaded_values_leave_the_devices_count_at_their_wait_and_return_at_reload():
+    """The host copy is host memory (the forward peaks at relu and the loss: 4 KiB + 4
+    bytes, not 8 KiB more); between the passes relu is off the device, so the backward's
+    16 KiB scratch peaks beside the loss and its gradient alone (16 KiB + 8 bytes, not
+    20 KiB); the reload comes back as a 4 KiB device tensor, counted to its last use."""
+    import torch._functorch._activation_offloading.offload_ops  # noqa: F401 - the ao ops
+
+    fw = CompiledGraph(
+        OFFLOAD_FORWARD, ["primals_1", "primals_2"], ["mean", "primals_1", "relu"], _X_W, "cuda"
+    )
+    names = ["primals_1", "relu", "tangents_1"]
+    bw = CompiledGraph(_offload_backward(False), names, [None, None], _TANGENT, "cuda")
+    assert compiled_peak(fw, None) == 4 * KiB + 4
+    assert compiled_peak(fw, bw) == 16 * KiB + 4 + 4
+    # the scratch after the reload, beside the 4 KiB gradient made from the reloaded relu
+    bw = CompiledGraph(_offload_backward(True), names, [None, None], _TANGENT, "cuda")
+    assert compiled_peak(fw, bw) == 16 * KiB + 4 * KiB + 4 + 4
+    # the synchronous copy (no side stream) is a host buffer in CUDA code: not counted
+    copy = "buf2 = empty_strided_cpu((16, 64), (64, 1), torch.float32); buf2.copy_(buf1)"
+    source = OFFLOAD_FORWARD.replace("buf2 = torch.ops.ao.offload.default(buf1)", copy)
+    source = source.replace("torch.ops.ao.wait_tensor.default(buf2, buf1)", "buf2")
+    fw = CompiledGraph(source, fw.inputs, fw.outputs, _X_W, "cuda")
+    assert compiled_peak(fw, None) == 4 * KiB + 4
+
+
 # One attention layer in float16: qkv = x @ w_qkv.T (256 x 192), flash attention over
 # (batch 2, heads 4, seq 128, head 16) views of it, out = attention @ w_o.T, the loss its
 # mean; Inductor falls back to ATen's flash attention and its backward.
