@@ -4,7 +4,9 @@ can move, and what moving them costs on the planned device (budget.core.offload)
 The decisions go back to torch's own pass (:func:`budget.compile.split.offload`); what it
 moves is mirrored here so the solver never plans a value it would refuse: whole
 contiguous tensors made by the forward that are not views, getitems, graph inputs or the
-user's outputs.
+user's outputs; nor, as torch's asynchronous pass frees an offloaded storage once its copy
+is done, a tensor whose storage a user output shares (a saved view beside it is the
+Problem's check: :meth:`budget.core.problem.Problem.kept_beside`).
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ def _movable(nodes: Sequence[fx.Node], num_fwd_outputs: int) -> list[bool]:
     if graph is not None:
         out = next(n for n in reversed(graph.nodes) if n.op == "output")
         outputs = {a for a in out.args[0][:num_fwd_outputs] if isinstance(a, fx.Node)}
+    # a user output's storage stays with the user: an offload would free it under them
+    theirs = {storage_of(a.meta.get("val")) for a in outputs}
     ok = []
     for n in nodes:
         val = n.meta.get("val")
@@ -71,5 +75,6 @@ def _movable(nodes: Sequence[fx.Node], num_fwd_outputs: int) -> list[bool]:
             and n.target is not operator.getitem
             and n not in outputs
             and storage_of(val) is not None
+            and storage_of(val) not in theirs
         )
     return ok

@@ -182,6 +182,18 @@ class Problem:
         groups = {int(self.storage[v]) for v in saved if self.storage[v] >= 0 and v not in away}
         return int(sum(int(self.storage_bytes[g]) for g in groups))
 
+    def kept_beside(self, saved: Iterable[int], offloaded: Iterable[int]) -> list[tuple[int, int]]:
+        """The offloaded values ``v`` whose storage another saved value ``u`` keeps on the
+        device, as ``(v, u)``: such an offload frees nothing, and torch's asynchronous pass
+        frees the storage (``resize_(0)``) under ``u``."""
+        away = set(offloaded)
+        kept = {int(self.storage[u]): u for u in sorted(set(saved) - away) if self.storage[u] >= 0}
+        return [
+            (v, kept[int(self.storage[v])])
+            for v in sorted(away)
+            if self.storage[v] >= 0 and int(self.storage[v]) in kept
+        ]
+
     def host_bytes(self, offloaded: Iterable[int]) -> int:
         """Host bytes the offloaded values take (each storage once)."""
         groups = {int(self.storage[v]) for v in offloaded if self.storage[v] >= 0}
@@ -268,6 +280,11 @@ class Problem:
             + ("not saved" if v not in saved else "cannot be offloaded")
             for v in sorted(set(offloaded))
             if v not in saved or not can_offload[v]
+        ]
+        errors += [
+            f"{self.names[v]} offloaded but {self.names[u]}, a view of its storage, is saved "
+            "on the device (the offload would free the storage under it)"
+            for v, u in self.kept_beside(saved, offloaded)
         ]
         errors += [
             f"{self.names[v]} saved but cannot be saved ({self.reason[v]})"

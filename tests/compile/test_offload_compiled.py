@@ -170,3 +170,21 @@ def test_under_a_peak_budget_offload_never_costs_more_than_recomputing_alone(k):
     assert moved.total_recompute_cost <= plain.total_recompute_cost + 1e-12
     if k == 0.84:
         assert moved.offloaded and moved.total_recompute_cost < plain.total_recompute_cost
+
+
+def test_a_value_whose_storage_the_user_gets_back_is_never_offloaded():
+    # torch's side-stream pass frees an offloaded storage once its copy is done: a view of
+    # it returned to the user would be left without memory. relu's storage is returned
+    # (a view of it), the other wide activations are not.
+    torch.manual_seed(0)
+    w1, w2 = torch.randn(64, 4096, requires_grad=True), torch.randn(4096, 4096, requires_grad=True)
+
+    def step(x):
+        h = torch.relu(x @ w1)
+        g = torch.tanh(h @ w2)
+        return (g * g).sum(), h[:, :8]
+
+    x = torch.randn(16, 64)
+    opts = {"compiler": "eager", "memory_budget": 0.0, "estimator": "flops:h100"}
+    (planned,) = budget.plans(step, x, offload=True, **opts)
+    assert planned.offloaded and "relu" not in planned.offloaded

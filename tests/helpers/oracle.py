@@ -158,7 +158,8 @@ def offload_plans(p: Problem) -> list[tuple[float, int, tuple[int, ...], tuple[i
     Reads ``p.offload``'s arrays and writes its price out again:
     ``sum tail + max(0, link - forward_window) + max(0, link - backward_window)``, with
     ``link`` the summed transfer times; a storage is on the device while any of its saved
-    members is not offloaded."""
+    members is not offloaded. A plan offloading a value whose storage another saved value
+    keeps on the device is not valid (torch's asynchronous pass frees the storage)."""
     o = p.offload
     assert o is not None
     can = [not np.isnan(o.transfer[v]) for v in range(len(p.names))]
@@ -167,6 +168,10 @@ def offload_plans(p: Problem) -> list[tuple[float, int, tuple[int, ...], tuple[i
         movable = [v for v in saved if can[v]]
         for k in range(len(movable) + 1):
             for away in itertools.combinations(movable, k):
+                if any(
+                    p.storage[u] == p.storage[v] >= 0 for v in away for u in saved if u not in away
+                ):
+                    continue  # its storage stays on the device with u: offloads free it
                 link = sum(float(o.transfer[v]) for v in away)
                 price = (
                     sum(float(o.tail[v]) for v in away)

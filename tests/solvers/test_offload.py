@@ -115,6 +115,32 @@ def test_a_plan_offloading_what_it_may_not_is_invalid():
     assert p.saved_bytes([1, 2, 3], [2]) == 200 and p.host_bytes([2]) == 100
 
 
+def test_an_offload_beside_a_saved_view_of_its_storage_is_invalid_and_never_planned():
+    # v is a view of a's storage that cannot be recomputed: the storage stays on the
+    # device with v, so offloading a frees nothing, even where the link hides it
+    p = make(
+        1,
+        [{"name": "a", "cost": 10}, {"name": "v", "storage": 1, "recompute": False, "cost": 0}],
+        [(0, 1), (1, 2)],
+    )
+    terms = OffloadTerms(
+        transfer=np.array([np.nan, 1.0, np.nan]),
+        tail=np.zeros(3),
+        forward_window=5.0,
+        backward_window=10.0,
+    )
+    p = dataclasses.replace(p, offload=terms)
+    assert p.check([1, 2], [1]) == [
+        "a offloaded but v, a view of its storage, is saved on the device (the offload "
+        "would free the storage under it)"
+    ]
+    assert {away for *_, away in oracle.offload_plans(p)} == {()}  # v is always saved
+    for name in PLANNERS:
+        for target in (None, 100):
+            sol = get_solver(name).solve(p, target)
+            assert sol.saved == [1, 2] and sol.offloaded == [], (name, target)
+
+
 def test_offload_terms_from_forward_costs():
     # four nodes in forward order costing 1, 2, 3, 4 s; storages of 10, 0, 20, 40 bytes
     t = offload_terms(
