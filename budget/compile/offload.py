@@ -1,7 +1,7 @@
 """The compiled path's offload terms: which values of a joint graph torch's offload pass
 can move, and what moving them costs on the planned device (budget.core.offload).
 
-The decisions go back to torch's own pass (:func:`budget.compile.split.offload`); what it
+The decisions go back to torch's own pass (:func:`offload`); what it
 moves is mirrored here so the solver never plans a value it would refuse: whole
 contiguous tensors made by the forward that are not views, getitems, graph inputs or the
 user's outputs; nor, as torch's asynchronous pass frees an offloaded storage once its copy
@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from unittest import mock
 
 import torch
 import torch.fx as fx
 
 from ..core.offload import OffloadTerms
 from ..core.problem import Problem
-from ..errors import OffloadError
+from ..errors import OffloadError, PlanMismatchError
+from ..estimators.base import Estimator
 from ..planning.offload import host_link, price_offload
 from ..runtime import _torch_private as T
 from ..runtime.values import storage_of
@@ -27,9 +30,46 @@ from ..runtime.values import storage_of
 SIDE_STREAM = True
 """Whether torch's offload pass runs a CUDA graph's copies on a side stream (its
 ``activation_offload_separate_stream``, with the forward's waits sunk and the backward's
-reloads prefetched), where compute hides them. :func:`budget.compile.split.offload` drives
+reloads prefetched), where compute hides them. :func:`offload` drives
 the pass with it and :func:`terms_for` prices the copies by it: with it off, every copy is
 priced in full, as it then runs on the compute stream."""
+
+
+@dataclass
+class Timing:
+    """What torch's offload pass is told of the step instead of measuring it: each node's
+    run time where its prefetch places the backward's reloads (it would run each node on
+    the GPU, ``benchmark_node``: a GPU's time and memory at every partition, and a failure
+    where there is none), from the planning estimator (0 for a node it cannot price, or
+    where it does not price in seconds); and the host link (bytes/s; None: torch's
+    default) it sizes each copy by."""
+
+    estimator: Estimator | None = None
+    link: float | None = None
+    _ms: dict[str, float] = field(default_factory=dict, repr=False)  # by node name
+
+    def ms(self, node: fx.Node) -> float:
+        est = self.estimator
+        if est is None or getattr(est, "unit", None) != "s":
+            return 0.0
+        if node.name not in self._ms:
+            try:
+                cost = float(est.estimate(node).cost)
+            except Exception:  # noqa: BLE001 - an op the estimator cannot price: no time
+                cost = 0.0
+            self._ms[node.name] = 1e3 * cost
+        return self._ms[node.name]
+
+
+def timing(estimator: Estimator, nodes: Sequence[fx.Node], spec: str) -> Timing:
+    """The :class:`Timing` of a graph of ``nodes`` planned with ``estimator`` (named
+    ``spec``): the link where the estimator's device has one."""
+    tensor = next((n for n in nodes if isinstance(n.meta.get("val"), torch.Tensor)), None)
+    try:
+        link = host_link(spec, tensor) if tensor is not None else None
+    except OffloadError:
+        link = None
+    return Timing(estimator, link)
 
 
 def side_stream() -> bool:
@@ -78,3 +118,51 @@ def _movable(nodes: Sequence[fx.Node], num_fwd_outputs: int) -> list[bool]:
             and storage_of(val) not in theirs
         )
     return ok
+
+
+def offload(
+    fw: fx.GraphModule,
+    bw: fx.GraphModule,
+    offloaded: frozenset[str],
+    node_info: T.NodeInfo,
+    num_fwd_outputs: int,
+    timing: Timing,
+) -> None:
+    """Offload ``offloaded`` with torch's own pass (in place): the forward copies each to
+    host memory after its last use there, the backward copies it back before its first
+    use. On CUDA the copies run on a side stream, the forward's waits sunk and the
+    backward's reloads prefetched (torch's options for it; off with
+    ``budget.compile.offload.SIDE_STREAM``); elsewhere they are plain copies. A value
+    torch's pass will not move (a view, a model output, an input, a non-contiguous tensor)
+    is refused by name, never left on the device in silence. The prefetch places reloads
+    by ``timing`` (the Problem's node times, the device's host link), never by running
+    nodes on the GPU."""
+    devices = {
+        n.meta["val"].device.type
+        for n in fw.graph.nodes
+        if n.name in offloaded and isinstance(n.meta.get("val"), torch.Tensor)
+    }
+    for n in fw.graph.nodes:
+        if n.name in offloaded:
+            n.meta["should_offload"] = True
+    cuda = devices == {"cuda"} and side_stream()
+    link = {} if timing.link is None else {"activation_offload_cpu_gpu_bw": timing.link / 2**30}
+    with (
+        T.functorch_config.patch(
+            activation_offload_separate_stream=cuda,
+            activation_offload_sink_wait=cuda,
+            activation_reload_prefetch=cuda,
+            **link,
+        ),
+        mock.patch.object(T.activation_offloading, "benchmark_node", timing.ms),
+    ):
+        T.enable_activation_offloading(
+            fw, bw, num_fwd_outputs, node_info.static_lifetime_input_nodes
+        )
+    moved = {n.name for n in fw.graph.nodes if n.meta.get("saved_for_offloading")}
+    refused = sorted(offloaded - moved)
+    if refused:
+        raise PlanMismatchError(
+            f"torch's offload pass does not move {', '.join(refused[:5])}: it offloads "
+            "whole contiguous tensors that are not views, model outputs or graph inputs"
+        )

@@ -183,6 +183,7 @@ def _partition(
         _partitioned_progress(log, settings),
         log.predictions,
         problem.graph_hash,
+        offload.timing(estimator, nodes, settings.estimator),
     )
     rank, size = ranks.world()
     if size > 1:  # one plan on every rank: rank 0's
@@ -336,6 +337,7 @@ def _apply_saved_plan(
         static_lifetime_input_indices or [],
         outputs_held=outputs_held,
         held_inputs=held_inputs,
+        offload_timing=offload.timing(estimator, nodes, spec),
     )
     return _finish(partitions, plan, log)
 

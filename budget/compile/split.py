@@ -22,12 +22,11 @@ import torch.fx as fx
 
 from ..core.plan import LivePoint, Plan
 from ..core.settings import PlanSettings
-from ..errors import PlanMismatchError
 from ..runtime import _torch_private as T
 from .graph import kept_inputs
 from .kernel_workspace import KernelMemo
 from .layout import copied_inputs, handed_channels_last, has_convolution, runs_channels_last
-from .offload import side_stream
+from .offload import Timing, offload
 from .peak import Memo, PeakPrediction, predict_peak
 from .rng_states import rng_states
 from .schedule import Lowered, lower_peak, pin_order
@@ -64,8 +63,10 @@ class Partitions:
         on_partitioned: Callable[[int], None] | None = None,
         predictions: dict[tuple, Any] | None = None,
         graph_hash: str | None = None,
+        offload_timing: Timing | None = None,
     ) -> None:
         self.joint_module, self.nodes, self.node_info = joint_module, nodes, node_info
+        self.offload_timing = offload_timing  # what torch's offload pass is told
         self.num_fwd_outputs, self.settings = num_fwd_outputs, settings
         # the caller holds the user's outputs through the backward (not after a graph
         # break: budget.compile.peak)
@@ -107,7 +108,12 @@ class Partitions:
         key = (tuple(n.name for n in saved), tuple(sorted(offloaded)))
         if key not in self._extracted:
             self._extracted[key] = extract(
-                self.joint_module, saved, self.node_info, self.num_fwd_outputs, offloaded
+                self.joint_module,
+                saved,
+                self.node_info,
+                self.num_fwd_outputs,
+                offloaded,
+                self.offload_timing,
             )
         fw, bw = (copied_module(m) for m in self._extracted[key])
         copies = copied_inputs(fw, self.num_fwd_outputs, self.settings.compiler)
@@ -312,16 +318,18 @@ def extract(
     node_info: T.NodeInfo,
     num_fwd_outputs: int,
     offloaded: frozenset[str] = frozenset(),
+    timing: Timing | None = None,
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     """Forward and backward modules for a saved set, with torch's post-processing, its
-    offload pass included where ``offloaded`` names values kept in host memory.
+    offload pass included where ``offloaded`` names values kept in host memory (told the
+    step's ``timing``: :func:`budget.compile.offload.offload`).
 
     Their Python code is written when first run or read (torch's lazy graph modules, as
     under dynamo), not at each pass: a peak search partitions hundreds of saved sets to
     predict their peaks and runs one. Outside dynamo (which makes them lazy itself) each
     of torch's passes would write it again, more work than partitioning."""
     with T.lazy_graph_modules(True):
-        return _partitioned(joint_module, saved, node_info, num_fwd_outputs, offloaded)
+        return _partitioned(joint_module, saved, node_info, num_fwd_outputs, offloaded, timing)
 
 
 def _partitioned(
@@ -330,6 +338,7 @@ def _partitioned(
     node_info: T.NodeInfo,
     num_fwd_outputs: int,
     offloaded: frozenset[str],
+    timing: Timing | None,
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     sym = [n for n in saved if T.is_sym_node(n)]
     opaque = [n for n in saved if T.is_opaque_node(n)]
@@ -351,49 +360,9 @@ def _partitioned(
     lazy.meta = bw.meta
     bw = lazy
     if offloaded:
-        offload(fw, bw, offloaded, node_info, num_fwd_outputs)
+        offload(fw, bw, offloaded, node_info, num_fwd_outputs, timing or Timing())
     fw = T.raise_getitems(fw)
     bw = T.raise_getitems(bw)
     fw = T.thread_graphsafe_rng_from_hops(fw, is_backward=False)
     bw = T.thread_graphsafe_rng_from_hops(bw, is_backward=True)
     return fw, bw
-
-
-def offload(
-    fw: fx.GraphModule,
-    bw: fx.GraphModule,
-    offloaded: frozenset[str],
-    node_info: T.NodeInfo,
-    num_fwd_outputs: int,
-) -> None:
-    """Offload ``offloaded`` with torch's own pass (in place): the forward copies each to
-    host memory after its last use there, the backward copies it back before its first
-    use. On CUDA the copies run on a side stream, the forward's waits sunk and the
-    backward's reloads prefetched (torch's options for it; off with
-    ``budget.compile.offload.SIDE_STREAM``); elsewhere they are plain copies. A value
-    torch's pass will not move (a view, a model output, an input, a non-contiguous tensor)
-    is refused by name, never left on the device in silence."""
-    devices = {
-        n.meta["val"].device.type
-        for n in fw.graph.nodes
-        if n.name in offloaded and isinstance(n.meta.get("val"), torch.Tensor)
-    }
-    for n in fw.graph.nodes:
-        if n.name in offloaded:
-            n.meta["should_offload"] = True
-    cuda = devices == {"cuda"} and side_stream()
-    with T.functorch_config.patch(
-        activation_offload_separate_stream=cuda,
-        activation_offload_sink_wait=cuda,
-        activation_reload_prefetch=cuda,
-    ):
-        T.enable_activation_offloading(
-            fw, bw, num_fwd_outputs, node_info.static_lifetime_input_nodes
-        )
-    moved = {n.name for n in fw.graph.nodes if n.meta.get("saved_for_offloading")}
-    refused = sorted(offloaded - moved)
-    if refused:
-        raise PlanMismatchError(
-            f"torch's offload pass does not move {', '.join(refused[:5])}: it offloads "
-            "whole contiguous tensors that are not views, model outputs or graph inputs"
-        )

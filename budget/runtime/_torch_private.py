@@ -101,10 +101,10 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     # budget/eager/: the tracing mode, parameter swapping, torch's test for compile tracing
     "TorchDispatchMode": ("torch.utils._python_dispatch", "TorchDispatchMode"),
     # torch's activation offloading pass (node meta "should_offload" -> offload/reload ops)
-    "enable_activation_offloading": (
-        "torch._functorch._activation_offloading.activation_offloading",
-        "enable_activation_offloading",
-    ),
+    **{
+        name: ("torch._functorch._activation_offloading.activation_offloading", attr)
+        for name, attr in (("enable_activation_offloading",) * 2, ("activation_offloading", None))
+    },
     "reparametrize_module": ("torch.nn.utils.stateless", "_reparametrize_module"),
     "sac_is_compiling": ("torch.utils.checkpoint", "_is_compiling"),
     "CachingTorchDispatchMode": ("torch.utils.checkpoint", "_CachingTorchDispatchMode"),

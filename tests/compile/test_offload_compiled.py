@@ -188,3 +188,37 @@ def test_a_value_whose_storage_the_user_gets_back_is_never_offloaded():
     opts = {"compiler": "eager", "memory_budget": 0.0, "estimator": "flops:h100"}
     (planned,) = budget.plans(step, x, offload=True, **opts)
     assert planned.offloaded and "relu" not in planned.offloaded
+
+
+def test_on_a_gpu_torchs_prefetch_places_reloads_by_budgets_timing_not_by_running_nodes():
+    # a CUDA step (fake tensors) partitioned where there is no GPU: torch's prefetch would
+    # run each backward node on the GPU to time it; it is told budget's node times instead
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from budget.compile.offload import Timing
+    from budget.compile.split import extract
+
+    parts = capture(wide_mlp(), compiler="eager").partitions
+    mode = FakeTensorMode(allow_non_fake_inputs=True)  # as partitioning runs: under one
+    with mode:
+        for n in parts.joint_module.graph.nodes:
+            v = n.meta.get("val")
+            if isinstance(v, torch.Tensor):
+                n.meta["val"] = torch.empty_strided(
+                    v.shape, v.stride(), dtype=v.dtype, device="cuda"
+                )
+    saved = list(parts._reference)
+    moved = frozenset(n.name for n in saved if n.target is torch.ops.aten.addmm.default)
+    assert len(moved) >= 2
+
+    def reloads_at(timing: Timing) -> list[int]:
+        with mode:
+            _, bw = extract(parts.joint_module, saved, parts.node_info, 1, moved, timing)
+        # positions after the backward's inputs
+        order = [n for n in bw.graph.nodes if n.op != "placeholder"]
+        return [i for i, n in enumerate(order) if n.target is torch.ops.ao.reload.default]
+
+    untimed = reloads_at(Timing())  # nothing hides a copy: every reload as the pass starts
+    slow = reloads_at(Timing(budget.estimators.get_estimator("flops:h100"), link=50e9))
+    assert untimed == list(range(len(moved)))
+    assert len(slow) == len(moved) and max(slow) > len(moved)  # each behind one node
