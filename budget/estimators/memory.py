@@ -309,7 +309,7 @@ def workspace_bytes(
         return inside
     where = device or first.device.type
     if where == "cuda":
-        return cuda_workspace_bytes(func, args)
+        return cuda_workspace_bytes(func, args, kwargs)
     if where != "cpu":
         return 0
     if func in _ATTENTIONS:  # measured as the calls below are (Inductor calls it too)

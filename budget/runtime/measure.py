@@ -181,10 +181,11 @@ def measure_peak(
     device = device_of(args, kwargs)
     if device.type == "cuda":
         stat = "requested_bytes.all" if requested else "allocated_bytes.all"
-        before = cuda_memory_stat(device, f"{stat}.current")
-        torch.cuda.reset_peak_memory_stats(device)
-        _backprop(fn, args, kwargs)
-        return cuda_memory_stat(device, f"{stat}.peak") - before
+        with gc_paused():  # a collection mid-step would free garbage counted before it
+            before = cuda_memory_stat(device, f"{stat}.current")
+            torch.cuda.reset_peak_memory_stats(device)
+            _backprop(fn, args, kwargs)
+            return cuda_memory_stat(device, f"{stat}.peak") - before
     if device.type != "cpu":
         raise ValueError(f"measure_peak measures CPU and CUDA steps; got {device.type}")
     from torch.profiler import ProfilerActivity, profile

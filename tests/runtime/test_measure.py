@@ -58,7 +58,13 @@ def test_a_block_freed_after_another_streams_use_is_not_in_the_next_steps_baseli
     assert retained_bytes(_kept, x).retained_bytes == 4 << 20  # y = x * 3, saved by sin
 
 
-@pytest.mark.parametrize("measure", ["peak", "retained"])
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.parametrize(
+    "measure",
+    ["peak", "retained", pytest.param("peak-cuda", marks=[pytest.mark.cuda, CUDA])],
+)
 def test_no_garbage_collection_runs_in_the_middle_of_a_measured_step(measure):
     """A collection there would free older garbage in the step and take its bytes off the
     step's: the step runs with the collector off, which is back on afterwards."""
@@ -68,9 +74,10 @@ def test_no_garbage_collection_runs_in_the_middle_of_a_measured_step(measure):
         seen.append(gc.isenabled())
         return (x * 2).sin().sum()
 
-    x = torch.ones(64, requires_grad=True)
+    device = "cuda" if measure.endswith("cuda") else "cpu"
+    x = torch.ones(64, requires_grad=True, device=device)
     assert gc.isenabled()
-    if measure == "peak":
+    if measure.startswith("peak"):
         measure_peak(step, x, warmup=0)
     else:
         retained_bytes(step, x).output.backward()
