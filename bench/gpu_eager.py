@@ -129,12 +129,16 @@ def eager_offload(c: Check, ac: Row, ref: Any) -> None:
             f"{err:+.2%} (requested {mib(got)} vs {mib(plan.peak_bytes)} MiB)",
         )
     if not cpu and row.ms and ac.ms and row.peak is not None and ac.peak is not None:
-        r.check(
-            "eager offload: step time <= AC's, or a lower peak",
-            row.ms <= ac.ms or row.peak < ac.peak,
-            f"{row.ms:.1f} vs {ac.ms:.1f} ms; peaks {mib(row.peak)} vs {mib(ac.peak)} MiB",
-            timing=True,
-        )
+        figures = f"{row.ms:.1f} vs {ac.ms:.1f} ms; peaks {mib(row.peak)} vs {mib(ac.peak)} MiB"
+        if row.peak < ac.peak:  # a lower peak for its time: a trade, not judged
+            r.skip(f"eager offload's step time against AC's, at a lower peak ({figures})")
+        else:
+            r.check(
+                "eager offload: step time <= AC's at no lower a peak",
+                row.ms <= ac.ms * TIME_NOISE,
+                figures,
+                timing=True,
+            )
 
 
 def eager_row(c: Check, label: str, ex: Example, step: Any, args: tuple, ref: Any) -> Row:
@@ -259,28 +263,57 @@ def block_offload(c: Check) -> None:
                 return step(*a)
 
         every = eager_row(c, "save_on_cpu, every saved tensor", ex, on_cpu, args, ref)
+    if every is not None and every.peak and c.clock.fits(2):  # the issue's other baseline
+        name = "offload at save_on_cpu's peak"
+        at = f"{every.peak}B"
+        rows.append(
+            _offload_row(c, name, ex, step, args, ref, exposed, False, peak_memory_budget=at)
+        )
     c.report.write()
     for o in rows:
-        if o.error or not o.ms or o.peak is None:
-            continue
-        recompute = [
-            r
-            for (d, who, _), r in c.gpt_rows.items()
-            if d == "bf16" and who == "budget" and r.ms and r.peak is not None
-            if r.peak <= o.peak * (1 + PEAK_TOLERANCE)
-        ]
-        if recompute:
-            best = min(recompute, key=lambda r: r.ms or math.inf)
-            c.report.check(
-                f"{o.label}: step time <= the fastest recompute-only plan at its peak",
-                o.ms <= (best.ms or 0) * TIME_NOISE,
-                f"{o.ms:.1f} vs {best.ms:.1f} ms ({best.label}, peak {mib(best.peak)} MiB)",
-                timing=True,
-            )
-        if every is not None and every.ms and every.peak is not None:
-            c.report.check(
-                f"{o.label}: step time <= offloading every saved tensor",
-                o.ms <= every.ms or o.peak < every.peak,
-                f"{o.ms:.1f} vs {every.ms:.1f} ms; peaks {mib(o.peak)} vs {mib(every.peak)} MiB",
-                timing=True,
-            )
+        if not o.error and o.ms and o.peak is not None:
+            _compare_at_peak(c, o, every)
+
+
+def _compare_at_peak(c: Check, o: Row, every: Row | None) -> None:
+    """``o``'s step time against the fastest recompute-only plan of the gpt block and
+    against offloading every saved tensor, each where it peaks no higher than ``o``; a
+    baseline that peaks higher everywhere is said so (``o`` reaches a peak it does not),
+    never left out in silence."""
+    assert o.ms is not None and o.peak is not None
+    at_most = o.peak * (1 + PEAK_TOLERANCE)
+    recompute = [
+        r
+        for (d, who, _), r in c.gpt_rows.items()
+        if d == "bf16" and who == "budget" and r.ms and r.peak is not None
+    ]
+    fits = [r for r in recompute if r.peak is not None and r.peak <= at_most]
+    if fits:
+        best = min(fits, key=lambda r: r.ms or math.inf)
+        c.report.check(
+            f"{o.label}: step time <= the fastest recompute-only plan at its peak",
+            o.ms <= (best.ms or 0) * TIME_NOISE,
+            f"{o.ms:.1f} vs {best.ms:.1f} ms ({best.label}, peak {mib(best.peak)} MiB)",
+            timing=True,
+        )
+    elif recompute:
+        lowest = min(r.peak for r in recompute if r.peak is not None)
+        c.report.check(
+            f"{o.label}: a peak no recompute-only plan reaches",
+            True,
+            f"{mib(o.peak)} MiB; the recompute-only plans' lowest: {mib(lowest)} MiB",
+        )
+    if every is None or not every.ms or every.peak is None:
+        return
+    if every.peak <= at_most:
+        c.report.check(
+            f"{o.label}: step time <= offloading every saved tensor (as low a peak)",
+            o.ms <= every.ms * TIME_NOISE,
+            f"{o.ms:.1f} vs {every.ms:.1f} ms; peaks {mib(o.peak)} vs {mib(every.peak)} MiB",
+            timing=True,
+        )
+    else:
+        c.report.skip(
+            f"{o.label} against offloading every saved tensor: it peaks lower "
+            f"({mib(every.peak)} vs {mib(o.peak)} MiB; the row at its peak compares them)"
+        )
