@@ -135,8 +135,9 @@ def offload(
     ``budget.compile.offload.SIDE_STREAM``); elsewhere they are plain copies. A value
     torch's pass will not move (a view, a model output, an input, a non-contiguous tensor)
     is refused by name, never left on the device in silence. The prefetch places reloads
-    by ``timing`` (the Problem's node times, the device's host link), never by running
-    nodes on the GPU."""
+    by ``timing`` (the planning estimator's node times, the device's host link), never by
+    running nodes on the GPU; the forward's waits go where ``timing`` says each copy is
+    done (:func:`place_waits`), not all at the forward's end."""
     devices = {
         n.meta["val"].device.type
         for n in fw.graph.nodes
@@ -159,6 +160,8 @@ def offload(
         T.enable_activation_offloading(
             fw, bw, num_fwd_outputs, node_info.static_lifetime_input_nodes
         )
+    if cuda:
+        place_waits(fw, timing)
     moved = {n.name for n in fw.graph.nodes if n.meta.get("saved_for_offloading")}
     refused = sorted(offloaded - moved)
     if refused:
@@ -166,3 +169,41 @@ def offload(
             f"torch's offload pass does not move {', '.join(refused[:5])}: it offloads "
             "whole contiguous tensors that are not views, model outputs or graph inputs"
         )
+
+
+def place_waits(fw: fx.GraphModule, timing: Timing) -> None:
+    """Move each offload's wait from the forward's end (where torch sinks it: every
+    offloaded value held on the device to the end of the forward) to the first node by
+    which ``timing`` says its copy is done: the copies run one after another on the
+    transfer stream, each from its offload on, for its bytes over the host link, while the
+    compute stream runs the nodes between. A wait frees its value's device memory, so the
+    forward's own peak falls too; one placed early where the copy is slower than told only
+    holds the compute stream until it is done. Left at the end where the link is unknown."""
+    if timing.link is None:
+        return
+    nodes = list(fw.graph.nodes)
+    waits = {
+        n.args[0]: n
+        for n in nodes
+        if n.target is torch.ops.ao.wait_tensor.default
+        and isinstance(n.args[0], fx.Node)
+        and n.args[0].target is torch.ops.ao.offload.default
+    }
+    moved = set(waits.values())
+    elapsed, done, pending = 0.0, 0.0, []  # ms of compute so far; the stream's copies
+    for n in nodes:
+        if n in waits:  # its copy is queued behind the ones before it
+            copy = _nbytes(n.args[0]) / timing.link * 1e3
+            done = max(done, elapsed) + copy
+            pending.append((done, waits[n]))
+            continue
+        if n.op != "call_function" or n in moved:
+            continue
+        elapsed += timing.ms(n)
+        while pending and pending[0][0] <= elapsed:
+            n.append(pending.pop(0)[1])  # after n: its copy is done by then
+
+
+def _nbytes(node: fx.Node) -> int:
+    val = node.meta.get("val")
+    return storage_of(val)[1] if storage_of(val) is not None else 0

@@ -6,6 +6,7 @@ step's gradients equal the unplanned step's."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 import torch
@@ -190,35 +191,72 @@ def test_a_value_whose_storage_the_user_gets_back_is_never_offloaded():
     assert planned.offloaded and "relu" not in planned.offloaded
 
 
+class OnGPU:
+    """The wide MLP's joint graph made a CUDA step's (fake tensors), partitioned with its
+    b=1 saved set and its saved addmm outputs offloaded, as torch's side-stream pass does
+    it on a GPU; here, where there is none."""
+
+    def __init__(self) -> None:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        self.parts = capture(wide_mlp(), compiler="eager").partitions
+        self.mode = FakeTensorMode(allow_non_fake_inputs=True)  # partitioning runs under one
+        with self.mode:
+            for n in self.parts.joint_module.graph.nodes:
+                v = n.meta.get("val")
+                if isinstance(v, torch.Tensor):
+                    n.meta["val"] = torch.empty_strided(
+                        v.shape, v.stride(), dtype=v.dtype, device="cuda"
+                    )
+        self.saved = list(self.parts._reference)
+        self.moved = frozenset(
+            n.name for n in self.saved if n.target is torch.ops.aten.addmm.default
+        )
+        assert len(self.moved) >= 2
+
+    def graphs(self, timing: Any) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
+        from budget.compile.split import extract
+
+        p = self.parts
+        with self.mode:
+            return extract(p.joint_module, self.saved, p.node_info, 1, self.moved, timing)
+
+
+def _at(gm: torch.fx.GraphModule, op: Any) -> list[int]:
+    """Where ``op``'s calls are among ``gm``'s nodes after its inputs."""
+    order = [n for n in gm.graph.nodes if n.op != "placeholder"]
+    return [i for i, n in enumerate(order) if n.target is op]
+
+
 def test_on_a_gpu_torchs_prefetch_places_reloads_by_budgets_timing_not_by_running_nodes():
-    # a CUDA step (fake tensors) partitioned where there is no GPU: torch's prefetch would
-    # run each backward node on the GPU to time it; it is told budget's node times instead
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
+    # torch's prefetch would run each backward node on the GPU to time it (here: "Torch
+    # not compiled with CUDA"); it is told budget's node times instead
     from budget.compile.offload import Timing
-    from budget.compile.split import extract
 
-    parts = capture(wide_mlp(), compiler="eager").partitions
-    mode = FakeTensorMode(allow_non_fake_inputs=True)  # as partitioning runs: under one
-    with mode:
-        for n in parts.joint_module.graph.nodes:
-            v = n.meta.get("val")
-            if isinstance(v, torch.Tensor):
-                n.meta["val"] = torch.empty_strided(
-                    v.shape, v.stride(), dtype=v.dtype, device="cuda"
-                )
-    saved = list(parts._reference)
-    moved = frozenset(n.name for n in saved if n.target is torch.ops.aten.addmm.default)
-    assert len(moved) >= 2
+    gpu = OnGPU()
+    _, bw = gpu.graphs(Timing())  # nothing hides a copy: every reload as the pass starts
+    assert _at(bw, torch.ops.ao.reload.default) == list(range(len(gpu.moved)))
+    h100 = budget.estimators.get_estimator("flops:h100")
+    _, bw = gpu.graphs(Timing(h100, link=50e9))
+    slow = _at(bw, torch.ops.ao.reload.default)
+    assert len(slow) == len(gpu.moved) and max(slow) > len(gpu.moved)  # each behind one node
 
-    def reloads_at(timing: Timing) -> list[int]:
-        with mode:
-            _, bw = extract(parts.joint_module, saved, parts.node_info, 1, moved, timing)
-        # positions after the backward's inputs
-        order = [n for n in bw.graph.nodes if n.op != "placeholder"]
-        return [i for i, n in enumerate(order) if n.target is torch.ops.ao.reload.default]
 
-    untimed = reloads_at(Timing())  # nothing hides a copy: every reload as the pass starts
-    slow = reloads_at(Timing(budget.estimators.get_estimator("flops:h100"), link=50e9))
-    assert untimed == list(range(len(moved)))
-    assert len(slow) == len(moved) and max(slow) > len(moved)  # each behind one node
+def test_on_a_gpu_each_offloaded_value_leaves_the_device_once_its_copy_is_done():
+    # torch sinks every offload's wait to the forward's end, holding each offloaded value
+    # there; budget places each where its copy is done, and the forward peaks lower
+    from budget.compile.offload import Timing
+    from budget.compile.peak import predict_peak
+
+    gpu = OnGPU()
+    h100 = budget.estimators.get_estimator("flops:h100")
+    peaks, waits = [], []
+    for link in (None, 50e9):  # unknown link: torch's sink stands
+        fw, bw = gpu.graphs(Timing(h100, link))
+        waits.append(_at(fw, torch.ops.ao.wait_tensor.default))
+        p = predict_peak(fw, bw, num_user_outputs=1, measure_workspace=False)
+        peaks.append(max(p.live[: len(fw.graph.nodes)]))
+    end = len([n for n in fw.graph.nodes if n.op != "placeholder"]) - 1  # the output
+    assert waits[0] == list(range(end - len(gpu.moved), end))
+    assert len(waits[1]) == len(gpu.moved) and min(waits[1]) < waits[0][0]
+    assert peaks[1] < peaks[0]
