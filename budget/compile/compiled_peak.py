@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
@@ -52,7 +53,7 @@ import torch.fx as fx
 from ..estimators.live import LiveStorages
 from ..runtime import _torch_private as T
 from ..runtime._torch_private import tangent_held
-from ..runtime.values import generator_state_bytes
+from ..runtime.values import generator_state_bytes, op_tensors
 from .meta_code import CompiledCodeError, CompiledGraph, call_on_meta, host_tensor, meta_tensor
 
 # The graph Inductor is compiling under a CodeCapture (its code not yet known) and, for a
@@ -105,15 +106,29 @@ class _MetaRun(LiveStorages):
     a CUDA graph's copies on a side stream) do on meta tensors what they do to the device's
     memory: an offload's host copy is not counted, a reload's device tensor is (made as
     the op makes it, in the original layout), and a wait frees its ``keepalive``'s storage
-    (the op's ``resize_(0)``) where the device holds it."""
+    (the op's ``resize_(0)``) where the device holds it; code that uses that storage again
+    is refused (:class:`CompiledCodeError`), as the device would fault there."""
 
     supports_higher_order_operators = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # the storages offload waits freed: code that uses one again is refused, as it
+        # would fault on the device (a buffer Inductor reuses after the wait)
+        self.freed: list[weakref.ref] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
         name = func.name() if isinstance(func, T.OpOverload) else ""
         if name.startswith("ao::"):
             return self._offload_op(name, types, args, kwargs)
+        if self.freed and any(
+            ref() is t.untyped_storage()
+            for t in op_tensors(args, kwargs)
+            if T._has_storage(t)
+            for ref in self.freed
+        ):
+            raise CompiledCodeError(f"{func} uses memory an offload's wait freed (resize_(0))")
         if func is torch.ops.higher_order.run_and_save_rng_state:
             size = generator_state_bytes("cpu") if self.device == "cpu" else 0
             state = self.__torch_dispatch__(
@@ -138,16 +153,23 @@ class _MetaRun(LiveStorages):
             return host_tensor(args[0].shape, _contiguous(args[0].shape), args[0].dtype)
         if name == "ao::reload":
             t = args[0]
-            size = args[2] if len(args) > 2 and args[2] is not None else list(t.shape)
-            stride = args[3] if len(args) > 3 and args[3] is not None else list(t.stride())
+            given = {
+                **dict(zip(("original_size", "original_stride"), args[2:], strict=False)),
+                **kwargs,
+            }
+            size = given.get("original_size") or list(t.shape)
+            stride = given.get("original_stride") or list(t.stride())
             empty = torch.ops.aten.empty_strided.default
             return self.__torch_dispatch__(
                 empty, types, (size, stride), {"dtype": t.dtype, "device": "meta"}
             )
         if name == "ao::wait_tensor":
             keepalive = args[1] if len(args) > 1 else kwargs.get("keepalive")
-            if isinstance(keepalive, torch.Tensor):
-                self.free(keepalive.untyped_storage())
+            if isinstance(keepalive, torch.Tensor) and T._has_storage(keepalive):
+                storage = keepalive.untyped_storage()
+                if id(storage) in self.alive:  # the device's: freed, and never used again
+                    self.free(storage)
+                    self.freed.append(weakref.ref(storage))
             return args[0]
         raise CompiledCodeError(f"no meta run of {name}")
 
@@ -252,6 +274,14 @@ def _traced(call: Callable[[list[Any]], Any], tracer: Any, live: LiveStorages) -
     return run
 
 
+def _no_reuse_after_waits(gm: fx.GraphModule) -> contextlib.AbstractContextManager[Any]:
+    """No buffer reuse in a graph where torch's offload waits free storages: Inductor
+    does not know ``ao::wait_tensor`` frees its ``keepalive`` (``resize_(0)``) and would
+    write a later buffer into it (``buf4 = buf0; del buf0  # reuse``)."""
+    waits = any(str(n.target) == "ao.wait_tensor.default" for n in gm.graph.nodes)
+    return T.inductor_config.patch(allow_buffer_reuse=False) if waits else contextlib.nullcontext()
+
+
 class CodeCapture:
     """An Inductor ``inner_compile`` that compiles as Inductor does and keeps each graph's
     wrapper code (CPU or CUDA): :meth:`peak` is then the compiled step's peak (the
@@ -265,7 +295,7 @@ class CodeCapture:
 
         graph = describe(gm)  # before Inductor's passes edit gm
         forward = self.graphs.get("forward") if kwargs.get("is_backward") else None
-        with _compiling(graph, forward):
+        with _compiling(graph, forward), _no_reuse_after_waits(gm):
             compiled = compile_fx_inner(gm, example_inputs, **kwargs)
         source = getattr(compiled, "source_code", None)
         if isinstance(source, str):

@@ -41,8 +41,9 @@ class Timing:
     run time where its prefetch places the backward's reloads (it would run each node on
     the GPU, ``benchmark_node``: a GPU's time and memory at every partition, and a failure
     where there is none), from the planning estimator (0 for a node it cannot price, or
-    where it does not price in seconds); and the host link (bytes/s; None: torch's
-    default) it sizes each copy by."""
+    where it does not price in seconds; ``profile`` measures a node it has not measured
+    before, once); and the host link (bytes/s; None: torch's default) it sizes each copy
+    by."""
 
     estimator: Estimator | None = None
     link: float | None = None
@@ -64,7 +65,10 @@ class Timing:
 def timing(estimator: Estimator, nodes: Sequence[fx.Node], spec: str) -> Timing:
     """The :class:`Timing` of a graph of ``nodes`` planned with ``estimator`` (named
     ``spec``): the link where the estimator's device has one."""
-    tensor = next((n for n in nodes if isinstance(n.meta.get("val"), torch.Tensor)), None)
+    tensors = [n for n in nodes if isinstance(n.meta.get("val"), torch.Tensor)]
+    # the device's: a CPU scalar of a CUDA graph would price the host's link (none)
+    tensor = next((n for n in tensors if n.meta["val"].device.type != "cpu"), None)
+    tensor = tensor if tensor is not None else next(iter(tensors), None)
     try:
         link = host_link(spec, tensor) if tensor is not None else None
     except OffloadError:
@@ -95,7 +99,8 @@ def terms_for(
 
 
 def _movable(nodes: Sequence[fx.Node], num_fwd_outputs: int) -> list[bool]:
-    """What torch's offload pass accepts among the forward's values (its ``can_offload``)."""
+    """What torch's offload pass accepts among the forward's values (its ``can_offload``),
+    less the values whose storage a user output shares (module docstring)."""
     op_types = T.get_default_op_list()
     graph = nodes[0].graph if nodes else None
     outputs: set[fx.Node] = set()
@@ -135,8 +140,8 @@ def offload(
     ``budget.compile.offload.SIDE_STREAM``); elsewhere they are plain copies. A value
     torch's pass will not move (a view, a model output, an input, a non-contiguous tensor)
     is refused by name, never left on the device in silence. The prefetch places reloads
-    by ``timing`` (the planning estimator's node times, the device's host link), never by
-    running nodes on the GPU; the forward's waits go where ``timing`` says each copy is
+    by ``timing`` (the planning estimator's node times, the device's host link), not by
+    torch running every node on the GPU at each partition; the forward's waits go where ``timing`` says each copy is
     done (:func:`place_waits`), not all at the forward's end."""
     devices = {
         n.meta["val"].device.type
@@ -174,11 +179,14 @@ def offload(
 def place_waits(fw: fx.GraphModule, timing: Timing) -> None:
     """Move each offload's wait from the forward's end (where torch sinks it: every
     offloaded value held on the device to the end of the forward) to the first node by
-    which ``timing`` says its copy is done: the copies run one after another on the
-    transfer stream, each from its offload on, for its bytes over the host link, while the
-    compute stream runs the nodes between. A wait frees its value's device memory, so the
-    forward's own peak falls too; one placed early where the copy is slower than told only
-    holds the compute stream until it is done. Left at the end where the link is unknown."""
+    which ``timing`` says its copy is done, and after every read of its storage (a view
+    torch does not follow, ``unbind``'s, may be read after the offload): the copies run one
+    after another on the transfer stream, each from its offload on, for its bytes over the
+    host link, while the compute stream runs the nodes between. A wait frees its value's
+    device memory, so the forward's own peak falls too; one placed early where the copy is
+    slower than told only holds the compute stream until it is done. Left at the end where
+    the link is unknown. Inductor schedules by data dependencies and may move a wait: the
+    compiled peak reads where it runs."""
     if timing.link is None:
         return
     nodes = list(fw.graph.nodes)
@@ -190,18 +198,27 @@ def place_waits(fw: fx.GraphModule, timing: Timing) -> None:
         and n.args[0].target is torch.ops.ao.offload.default
     }
     moved = set(waits.values())
-    elapsed, done, pending = 0.0, 0.0, []  # ms of compute so far; the stream's copies
-    for n in nodes:
+    last_read: dict[int, int] = {}  # storage key -> the last node reading it
+    for i, n in enumerate(nodes):
+        if n.op == "call_function" and n not in moved and n not in waits:
+            for a in n.all_input_nodes:
+                key = storage_of(a.meta.get("val"))
+                if key is not None:
+                    last_read[key[0]] = i
+    elapsed, done = 0.0, 0.0  # ms of compute so far; when the stream's copies are done
+    pending: list[tuple[float, int, fx.Node]] = []  # (done, the last read before it, wait)
+    for i, n in enumerate(nodes):
         if n in waits:  # its copy is queued behind the ones before it
-            copy = _nbytes(n.args[0]) / timing.link * 1e3
-            done = max(done, elapsed) + copy
-            pending.append((done, waits[n]))
+            value = n.args[0]
+            done = max(done, elapsed) + _nbytes(value) / timing.link * 1e3
+            key = storage_of(value.meta.get("val")) if isinstance(value, fx.Node) else None
+            pending.append((done, last_read.get(key[0], i) if key else i, waits[n]))
             continue
         if n.op != "call_function" or n in moved:
             continue
         elapsed += timing.ms(n)
-        while pending and pending[0][0] <= elapsed:
-            n.append(pending.pop(0)[1])  # after n: its copy is done by then
+        while pending and pending[0][0] <= elapsed and pending[0][1] <= i:
+            n.append(pending.pop(0)[2])  # after n: its copy is done, its storage read
 
 
 def _nbytes(node: fx.Node) -> int:

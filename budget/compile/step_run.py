@@ -5,6 +5,7 @@ on the plans of the graphs it follows (:class:`OutsideSaves`)."""
 
 from __future__ import annotations
 
+import os
 import sysconfig
 import traceback
 from collections.abc import Callable
@@ -130,10 +131,16 @@ def _where(e: BaseException) -> str:
     return f" at {line}" if line else ""
 
 
-_OURS = (str(Path(torch.__file__).parent), str(Path(__file__).parents[1]))
+# folders, each ending in a separator (torchvision's is not torch's)
+_OURS = tuple(
+    os.path.join(str(p), "") for p in (Path(torch.__file__).parent, Path(__file__).parents[1])
+)
 # installed packages and the standard library: a model's library code (transformers)
 _LIBRARIES = tuple(
-    {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib", "platstdlib")}
+    {
+        os.path.join(sysconfig.get_paths()[k], "")
+        for k in ("purelib", "platlib", "stdlib", "platstdlib")
+    }
 )
 
 

@@ -194,6 +194,14 @@ class Problem:
             if self.storage[v] >= 0 and int(self.storage[v]) in kept
         ]
 
+    def freeing(self, saved: Iterable[int], offloaded: Iterable[int]) -> list[int]:
+        """``offloaded`` (sorted) without those :meth:`kept_beside` another saved value:
+        the offloads that free device memory (a solver may pick a useless one whose copy
+        is hidden, at no cost)."""
+        saved, offloaded = list(saved), set(offloaded)
+        beside = {v for v, _ in self.kept_beside(saved, offloaded)}
+        return sorted(offloaded - beside)
+
     def host_bytes(self, offloaded: Iterable[int]) -> int:
         """Host bytes the offloaded values take (each storage once)."""
         groups = {int(self.storage[v]) for v in offloaded if self.storage[v] >= 0}

@@ -194,12 +194,9 @@ def finish(request: Request, found: Search, *, solver: str, start: float) -> Sol
     problem, target_bytes, minimize, _ = request
     saved = problem.prune_unused(found.saved)
     kept = set(saved)
-    offloaded = sorted(v for v in set(found.offloaded) if v in kept)
-    # an offload of a storage another saved value keeps on the device frees nothing (a
-    # solver may pick one whose copy is hidden, at no cost): dropped, as torch's pass
-    # would free the storage under the other value
-    beside = {v for v, _ in problem.kept_beside(saved, offloaded)}
-    offloaded = [v for v in offloaded if v not in beside]
+    # an offload of a storage another saved value keeps on the device frees nothing:
+    # dropped, as torch's pass would free the storage under the other value
+    offloaded = problem.freeing(saved, (v for v in found.offloaded if v in kept))
     errors = problem.check(saved, offloaded)
     if errors:  # numerical trouble: never hand back an invalid plan
         raise RuntimeError(f"{solver} returned an invalid plan: {errors[:3]}")

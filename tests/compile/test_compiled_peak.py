@@ -461,6 +461,37 @@ def test_offloaded_values_leave_the_devices_count_at_their_wait_and_return_at_re
     assert compiled_peak(fw, None) == 4 * KiB + 4
 
 
+def test_inductor_reuses_no_buffer_an_offload_wait_frees_and_the_meta_run_refuses_one():
+    """Inductor does not know ``ao::wait_tensor`` frees its keepalive (``resize_(0)``): it
+    would write a later matmul's output into ``a``'s freed buffer. Graphs with such waits
+    are compiled without buffer reuse; code that reuses one anyway is refused."""
+    import torch._functorch._activation_offloading.offload_ops  # noqa: F401 - the ao ops
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from budget.compile.compiled_peak import CodeCapture
+
+    def f(x, w):
+        a = x @ w
+        b = a @ w
+        kept = torch.ops.ao.wait_tensor.default(torch.ops.ao.offload.default(a), a)
+        return (b @ w) @ w, kept
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(64, 64), torch.randn(64, 64))
+    capture = CodeCapture()
+    capture(gm, [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"])
+    source = capture.graphs["forward"].source
+    assert "torch.ops.ao.wait_tensor.default(" in source and "# reuse" not in source
+    # the CUDA forward above, with relu's freed buffer reused for the loss
+    indent = " " * 12  # call()'s body, inside the device guard
+    reused = OFFLOAD_FORWARD.replace(
+        f"{indent}del buf1\n", f"{indent}buf5 = buf1; del buf1  # reuse\n{indent}buf5.zero_()\n"
+    )
+    fw = CompiledGraph(reused, ["primals_1", "primals_2"], ["mean", "primals_1", "relu"], _X_W)
+    fw.device = "cuda"
+    with pytest.raises(CompiledCodeError, match="an offload's wait freed"):
+        compiled_peak(fw, None)
+
+
 # One attention layer in float16: qkv = x @ w_qkv.T (256 x 192), flash attention over
 # (batch 2, heads 4, seq 128, head 16) views of it, out = attention @ w_o.T, the loss its
 # mean; Inductor falls back to ATen's flash attention and its backward.

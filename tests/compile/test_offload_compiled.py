@@ -260,3 +260,28 @@ def test_on_a_gpu_each_offloaded_value_leaves_the_device_once_its_copy_is_done()
     assert waits[0] == list(range(end - len(gpu.moved), end))
     assert len(waits[1]) == len(gpu.moved) and min(waits[1]) < waits[0][0]
     assert peaks[1] < peaks[0]
+
+
+def test_an_offload_wait_never_frees_a_storage_a_later_node_still_reads():
+    # torch offloads after a value's last use, following views it knows; unbind's are not
+    # among them, so a part of ``a`` is read after its offload: the wait goes after that
+    import torch._functorch._activation_offloading.offload_ops  # noqa: F401 - the ao ops
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from budget.compile.offload import Timing, place_waits
+
+    def f(x, w):
+        a = x @ w
+        part = a.unbind(0)[0]
+        off = torch.ops.ao.offload.default(a)
+        c = (a.sum(0) @ w) @ w  # compute after the offload: its copy is done by then
+        late = part @ w
+        return c + late, torch.ops.ao.wait_tensor.default(off, a)  # sunk to the end
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(2, 64, 64), torch.randn(64, 64))
+    place_waits(gm, Timing(budget.estimators.get_estimator("flops:h100"), link=1e15))
+    nodes = {n.name: n for n in gm.graph.nodes}
+    order = list(nodes)
+    assert nodes["getitem"] in nodes["mm_3"].all_input_nodes  # late's read of a's part
+    # an instant copy would be done after sum_1; the part is read by mm_3
+    assert order.index("mm_3") < order.index("wait_tensor") < order.index("add")

@@ -58,10 +58,10 @@ class MipModel(Protocol):
 
 def _plan(problem: Problem, res: MipResult) -> Plan:
     """The solve's plan, pruned (:meth:`Problem.prune_unused`), offloading only what it
-    still saves."""
+    still saves and what frees device memory (:meth:`Problem.freeing`)."""
     saved = problem.prune_unused(res.saved)
     kept = set(saved)
-    return Plan(saved, sorted(v for v in set(res.offloaded) if v in kept))
+    return Plan(saved, problem.freeing(saved, (v for v in res.offloaded if v in kept)))
 
 
 def _weighted_scale(weights: MipWeights, first: Objective, second: Objective) -> int | None:
