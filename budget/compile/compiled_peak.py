@@ -54,7 +54,14 @@ from ..estimators.live import LiveStorages
 from ..runtime import _torch_private as T
 from ..runtime._torch_private import tangent_held
 from ..runtime.values import generator_state_bytes, op_tensors
-from .meta_code import CompiledCodeError, CompiledGraph, call_on_meta, host_tensor, meta_tensor
+from .meta_code import (
+    STUB_CHECK,
+    CompiledCodeError,
+    CompiledGraph,
+    call_on_meta,
+    host_tensor,
+    meta_tensor,
+)
 
 # The graph Inductor is compiling under a CodeCapture (its code not yet known) and, for a
 # backward, its forward as compiled: compile/reuse.py runs the code as it is generated.
@@ -113,22 +120,29 @@ class _MetaRun(LiveStorages):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # the storages offload waits freed: code that uses one again is refused, as it
-        # would fault on the device (a buffer Inductor reuses after the wait)
-        self.freed: list[weakref.ref] = []
+        # the storages offload waits freed, by id: code that uses one again (an op, or a
+        # generated kernel: meta_code.STUB_CHECK) is refused, as it would fault on the device
+        self.freed: dict[int, weakref.ref] = {}
+
+    def check_freed(self, args: Any, kwargs: Any, what: object = "a generated kernel") -> None:
+        """Raise :class:`CompiledCodeError` where ``args`` use a storage a wait freed."""
+        if not self.freed:
+            return
+        for t in op_tensors(args, kwargs):
+            if T._has_storage(t):
+                storage = t.untyped_storage()
+                ref = self.freed.get(id(storage))
+                if ref is not None and ref() is storage:
+                    raise CompiledCodeError(
+                        f"{what} uses memory an offload's wait freed (resize_(0))"
+                    )
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
         name = func.name() if isinstance(func, T.OpOverload) else ""
         if name.startswith("ao::"):
             return self._offload_op(name, types, args, kwargs)
-        if self.freed and any(
-            ref() is t.untyped_storage()
-            for t in op_tensors(args, kwargs)
-            if T._has_storage(t)
-            for ref in self.freed
-        ):
-            raise CompiledCodeError(f"{func} uses memory an offload's wait freed (resize_(0))")
+        self.check_freed(args, kwargs, func)
         if func is torch.ops.higher_order.run_and_save_rng_state:
             size = generator_state_bytes("cpu") if self.device == "cpu" else 0
             state = self.__torch_dispatch__(
@@ -169,9 +183,18 @@ class _MetaRun(LiveStorages):
                 storage = keepalive.untyped_storage()
                 if id(storage) in self.alive:  # the device's: freed, and never used again
                     self.free(storage)
-                    self.freed.append(weakref.ref(storage))
+                    self.freed[id(storage)] = weakref.ref(storage)
             return args[0]
         raise CompiledCodeError(f"no meta run of {name}")
+
+
+@contextlib.contextmanager
+def _stubs_checked(live: _MetaRun) -> Iterator[None]:
+    token = STUB_CHECK.set(live.check_freed)
+    try:
+        yield
+    finally:
+        STUB_CHECK.reset(token)
 
 
 def _contiguous(shape: Sequence[int]) -> list[int]:
@@ -207,7 +230,7 @@ def compiled_peak(
         else:
             bw_call = _traced(bw_call, tracer, live)
     inputs = {name: meta_tensor(fw.values[name]) for name in fw.inputs}  # resident: made outside
-    with live:
+    with live, _stubs_checked(live):
         try:
             outs = fw_call([inputs[name] for name in fw.inputs])
         except Exception as e:  # noqa: BLE001
@@ -278,7 +301,12 @@ def _no_reuse_after_waits(gm: fx.GraphModule) -> contextlib.AbstractContextManag
     """No buffer reuse in a graph where torch's offload waits free storages: Inductor
     does not know ``ao::wait_tensor`` frees its ``keepalive`` (``resize_(0)``) and would
     write a later buffer into it (``buf4 = buf0; del buf0  # reuse``)."""
-    waits = any(str(n.target) == "ao.wait_tensor.default" for n in gm.graph.nodes)
+    waits = any(  # an offload's (the forward's): a reload's keepalive is the host copy
+        str(n.target) == "ao.wait_tensor.default"
+        and isinstance(n.args[0], fx.Node)
+        and str(n.args[0].target) == "ao.offload.default"
+        for n in gm.graph.nodes
+    )
     return T.inductor_config.patch(allow_buffer_reuse=False) if waits else contextlib.nullcontext()
 
 

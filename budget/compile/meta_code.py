@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import functools
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import CodeType
 from typing import Any
@@ -50,13 +51,24 @@ def _noop(*_: Any, **__: Any) -> None:
     return None
 
 
+# Called with the arguments of every stand-in's call while set: a generated kernel's
+# operands are checked there (compiled_peak: none may be memory an offload's wait freed).
+STUB_CHECK: ContextVar[Callable[[tuple, dict], None] | None] = ContextVar(
+    "budget_stub_check", default=None
+)
+
+
 class _Stub:
     """Stands for what the meta run must not run: a generated kernel (called, launched
     with ``.run(...)``, or a CUDA template's ``kernel.kernel_name(...)``), a module that
     does not import here (``triton``), a device guard, a stream. A call or an attribute
-    gives another stand-in, which is also a context manager that does nothing."""
+    gives another stand-in, which is also a context manager that does nothing; a call's
+    arguments go to :data:`STUB_CHECK` where it is set."""
 
-    def __call__(self, *_: Any, **__: Any) -> _Stub:
+    def __call__(self, *args: Any, **kwargs: Any) -> _Stub:
+        check = STUB_CHECK.get()
+        if check is not None:
+            check(args, kwargs)
         return self
 
     def __getattr__(self, name: str) -> _Stub:

@@ -217,8 +217,10 @@ def place_waits(fw: fx.GraphModule, timing: Timing) -> None:
         if n.op != "call_function" or n in moved:
             continue
         elapsed += timing.ms(n)
-        while pending and pending[0][0] <= elapsed and pending[0][1] <= i:
-            n.append(pending.pop(0)[2])  # after n: its copy is done, its storage read
+        ready = [p for p in pending if p[0] <= elapsed and p[1] <= i]
+        for p in reversed(ready):  # after n, in the order queued: copy done, storage read
+            n.append(p[2])
+            pending.remove(p)
 
 
 def _nbytes(node: fx.Node) -> int:

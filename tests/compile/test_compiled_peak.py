@@ -483,13 +483,14 @@ def test_inductor_reuses_no_buffer_an_offload_wait_frees_and_the_meta_run_refuse
     assert "torch.ops.ao.wait_tensor.default(" in source and "# reuse" not in source
     # the CUDA forward above, with relu's freed buffer reused for the loss
     indent = " " * 12  # call()'s body, inside the device guard
-    reused = OFFLOAD_FORWARD.replace(
-        f"{indent}del buf1\n", f"{indent}buf5 = buf1; del buf1  # reuse\n{indent}buf5.zero_()\n"
-    )
-    fw = CompiledGraph(reused, ["primals_1", "primals_2"], ["mean", "primals_1", "relu"], _X_W)
-    fw.device = "cuda"
-    with pytest.raises(CompiledCodeError, match="an offload's wait freed"):
-        compiled_peak(fw, None)
+    for use in ("buf5.zero_()", "triton_poi_fused_relu_0.run(buf5, 1024, stream=stream0)"):
+        reused = OFFLOAD_FORWARD.replace(
+            f"{indent}del buf1\n", f"{indent}buf5 = buf1; del buf1  # reuse\n{indent}{use}\n"
+        )
+        names = ["mean", "primals_1", "relu"]
+        fw = CompiledGraph(reused, ["primals_1", "primals_2"], names, _X_W, "cuda")
+        with pytest.raises(CompiledCodeError, match="an offload's wait freed"):
+            compiled_peak(fw, None)
 
 
 # One attention layer in float16: qkv = x @ w_qkv.T (256 x 192), flash attention over

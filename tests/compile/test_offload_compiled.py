@@ -264,7 +264,8 @@ def test_on_a_gpu_each_offloaded_value_leaves_the_device_once_its_copy_is_done()
 
 def test_an_offload_wait_never_frees_a_storage_a_later_node_still_reads():
     # torch offloads after a value's last use, following views it knows; unbind's are not
-    # among them, so a part of ``a`` is read after its offload: the wait goes after that
+    # among them, so a part of ``a`` is read after its offload (mm_4): a's wait goes after
+    # that, and does not hold d's, offloaded later, whose storage nothing reads after
     import torch._functorch._activation_offloading.offload_ops  # noqa: F401 - the ao ops
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -274,14 +275,18 @@ def test_an_offload_wait_never_frees_a_storage_a_later_node_still_reads():
         a = x @ w
         part = a.unbind(0)[0]
         off = torch.ops.ao.offload.default(a)
-        c = (a.sum(0) @ w) @ w  # compute after the offload: its copy is done by then
-        late = part @ w
-        return c + late, torch.ops.ao.wait_tensor.default(off, a)  # sunk to the end
+        d = a.sum(0) @ w
+        e = d @ w
+        off_d = torch.ops.ao.offload.default(d)
+        late = e @ w + part @ w
+        waits = torch.ops.ao.wait_tensor.default(off, a), torch.ops.ao.wait_tensor.default(off_d, d)
+        return late, *waits  # sunk to the end, as torch's pass leaves them
 
     gm = make_fx(f, tracing_mode="fake")(torch.randn(2, 64, 64), torch.randn(64, 64))
     place_waits(gm, Timing(budget.estimators.get_estimator("flops:h100"), link=1e15))
     nodes = {n.name: n for n in gm.graph.nodes}
     order = list(nodes)
-    assert nodes["getitem"] in nodes["mm_3"].all_input_nodes  # late's read of a's part
-    # an instant copy would be done after sum_1; the part is read by mm_3
-    assert order.index("mm_3") < order.index("wait_tensor") < order.index("add")
+    assert nodes["getitem"] in nodes["mm_4"].all_input_nodes  # the late read of a's part
+    # instant copies: a's would be done after sum_1, d's after mm_3
+    assert order.index("mm_3") < order.index("wait_tensor_1") < order.index("mm_4")
+    assert order.index("mm_4") < order.index("wait_tensor") < order.index("add")
