@@ -12,10 +12,11 @@ Problem's check: :meth:`budget.core.problem.Problem.kept_beside`).
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from unittest import mock
 
+import numpy as np
 import torch
 import torch.fx as fx
 
@@ -86,16 +87,26 @@ def terms_for(
     nodes: Sequence[fx.Node],
     num_fwd_outputs: int,
     estimator: str,
+    forward: Collection[fx.Node] = (),
 ) -> OffloadTerms:
     """The offload terms of ``problem`` (built from ``nodes`` of a joint graph whose
     forward returns ``num_fwd_outputs`` user outputs first), priced for the estimator's
-    device (its copies overlapping compute as :data:`SIDE_STREAM` says);
+    device (its copies overlapping compute as :data:`SIDE_STREAM` says), each copy from
+    its value's last use among ``forward`` (the nodes the forward runs whatever the plan:
+    torch's pass copies a value after its last use there);
     :class:`OffloadError` where offload cannot be planned (module docstring)."""
     movable = _movable(nodes, num_fwd_outputs)
     tensor = next((n for n, ok in zip(nodes, movable, strict=True) if ok), None)
     if tensor is None:
         raise OffloadError("offload asked for, but no value of this graph can be offloaded")
-    return price_offload(problem, movable, host_link(estimator, tensor), overlap=side_stream())
+    ran = set(forward)
+    runs = {i for i, n in enumerate(nodes) if n in ran}
+    last = np.arange(problem.n)
+    for u, v in problem.edges.tolist():
+        if v in runs:
+            last[u] = max(last[u], v)
+    link = host_link(estimator, tensor)
+    return price_offload(problem, movable, link, overlap=side_stream(), issued=last)
 
 
 def _movable(nodes: Sequence[fx.Node], num_fwd_outputs: int) -> list[bool]:

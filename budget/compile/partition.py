@@ -164,7 +164,8 @@ def _partition(
     problem, nodes = build_problem(graph, node_info, estimator, reference)
     _charge_fixed(problem, graph, node_info, settings.compiler)
     if settings.offload:
-        terms = offload.terms_for(problem, nodes, num_fwd_outputs, settings.estimator)
+        forward = node_info.required_fw_nodes
+        terms = offload.terms_for(problem, nodes, num_fwd_outputs, settings.estimator, forward)
         problem = replace(problem, offload=terms)
     t2 = time.perf_counter()
     log.problems.append(problem)

@@ -15,8 +15,9 @@ Problem's cost unit (seconds: offload needs a time estimator)::
 ``transfer[v]``: one copy of v's storage over the host link (bytes / link bandwidth).
 The copies of one pass share the link: what they take beyond the pass's compute
 (``forward_window``, ``backward_window``) is exposed. ``tail[v]``: what of v's own two
-copies no compute can hide whatever else is copied: the forward's compute after v is
-made is all its offload can overlap, and (the backward reading values in about the
+copies no compute can hide whatever else is copied: the forward's compute after its copy
+starts (after v is made, or after its last forward use where the front end copies then)
+is all its offload can overlap, and (the backward reading values in about the
 reverse order) the reload is hidden by about as much backward compute. The model is
 linear in the decisions, so the exact solvers optimise it exactly; it is a model, and the
 GPU check measures the step times it stands for.
@@ -87,6 +88,7 @@ def offload_terms(
     bandwidth: float,
     backward_factor: float = 2.0,
     overlap: bool = True,
+    issued: np.ndarray | None = None,
 ) -> OffloadTerms:
     """Offload terms of a Problem whose nodes are in forward order with ``cost`` in seconds.
 
@@ -97,12 +99,17 @@ def offload_terms(
     compute made after it, its reload behind about ``backward_factor`` times as much of the
     backward's. ``overlap=False``: the copies run on the compute stream, so no compute
     hides them and each offloaded value costs its two copies in full (windows and tails 0).
+    ``issued``: the node after which each value's copy starts (the compiled path copies
+    after a value's last forward use; default: the value itself): what hides its copies is
+    the compute after that node.
     """
     if bandwidth <= 0:
         raise ValueError(f"offload needs a host link bandwidth > 0 bytes/s, got {bandwidth}")
     cost = np.asarray(cost, dtype=np.float64)
     transfer = np.asarray(storage_bytes_of, dtype=np.float64) / bandwidth
     after = np.concatenate([np.cumsum(cost[::-1])[::-1][1:], [0.0]])  # compute after v
+    if issued is not None:
+        after = after[np.asarray(issued, dtype=np.int64)]
     tail = np.maximum(0.0, transfer - after) + np.maximum(0.0, transfer - backward_factor * after)
     ok = np.asarray(offloadable, dtype=bool) & (transfer > 0)
     total = float(cost.sum())

@@ -47,12 +47,18 @@ def host_link(estimator: str, node: fx.Node) -> float:
 
 
 def price_offload(
-    problem: Problem, movable: Sequence[bool], bandwidth: float, *, overlap: bool = True
+    problem: Problem,
+    movable: Sequence[bool],
+    bandwidth: float,
+    *,
+    overlap: bool = True,
+    issued: Sequence[int] | None = None,
 ) -> OffloadTerms:
     """The offload terms of ``problem`` where the front end may move the ``movable``
     values: one value per storage (a storage shared by two values is moved once, by the
     first movable one, which made it), never a graph input. ``overlap``: whether the
-    front end's copies run beside compute (a side stream) or on its stream."""
+    front end's copies run beside compute (a side stream) or on its stream; ``issued``:
+    where each copy starts (:func:`~budget.core.offload.offload_terms`)."""
     seen: set[int] = set()
     owner = np.zeros(problem.n, dtype=bool)
     for v in range(problem.n):
@@ -61,4 +67,7 @@ def price_offload(
             seen.add(g)
             owner[v] = True
     sizes = np.asarray([problem.node_bytes(v) for v in range(problem.n)], dtype=np.float64)
-    return offload_terms(problem.cost, sizes, owner, bandwidth=bandwidth, overlap=overlap)
+    at = None if issued is None else np.asarray(issued, dtype=np.int64)
+    return offload_terms(
+        problem.cost, sizes, owner, bandwidth=bandwidth, overlap=overlap, issued=at
+    )

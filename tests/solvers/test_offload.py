@@ -155,6 +155,15 @@ def test_offload_terms_from_forward_costs():
     # tails: max(0, 5 - 9) + max(0, 5 - 18) = 0; max(0, 10 - 4) + max(0, 10 - 8) = 8
     assert t.tail[[0, 2]].tolist() == [0.0, 8.0]
     assert (t.forward_window, t.backward_window) == (10.0, 20.0)
+    # copied after its last forward use (node 2), value 0's copies hide behind 4 s and 8 s
+    late = offload_terms(
+        np.array([1.0, 2.0, 3.0, 4.0]),
+        np.array([10.0, 0.0, 20.0, 40.0]),
+        np.array([True, True, True, False]),
+        bandwidth=2.0,
+        issued=np.array([2, 1, 2, 3]),
+    )
+    assert late.tail[[0, 2]].tolist() == [1.0, 8.0]  # max(0, 5 - 4) + max(0, 5 - 8)
     with pytest.raises(ValueError, match="bandwidth > 0"):
         offload_terms(np.zeros(1), np.zeros(1), np.ones(1, bool), bandwidth=0.0)
 
