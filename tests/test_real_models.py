@@ -76,7 +76,7 @@ def _reference_step(m: Any, compiler: str) -> Any:
     tolerances (the decomposed step is what budget's eager compiler runs, to rounding).
     Under Inductor, random and batch-norm steps are compared with torch's own Inductor
     step: its kernels round otherwise than the decomposed ops, which the ill-conditioned
-    variance carries far past the tolerances (ResNet-18 at b=1, torch's own plan)."""
+    variance carries far past the tolerances, whatever the plan."""
     norms = any(isinstance(x, torch.nn.modules.batchnorm._BatchNorm) for x in m.model.modules())
     if (m.random or norms) and compiler == "inductor":
         return torch.compile(m.step, backend="inductor")

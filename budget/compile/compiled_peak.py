@@ -164,7 +164,7 @@ class _MetaRun(LiveStorages):
 
     def _offload_op(self, name: str, types: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         if name == "ao::offload":  # a host copy: host memory, not the device's
-            return host_tensor(args[0].shape, _contiguous(args[0].shape), args[0].dtype)
+            return host_tensor(args[0].shape, None, args[0].dtype)  # contiguous, as torch's
         if name == "ao::reload":
             t = args[0]
             given = {
@@ -195,14 +195,6 @@ def _stubs_checked(live: _MetaRun) -> Iterator[None]:
         yield
     finally:
         STUB_CHECK.reset(token)
-
-
-def _contiguous(shape: Sequence[int]) -> list[int]:
-    strides, step = [], 1
-    for n in reversed(list(shape)):
-        strides.append(step)
-        step *= max(int(n), 1)
-    return strides[::-1]
 
 
 def compiled_peak(

@@ -207,12 +207,14 @@ def _empty(
 
 
 def host_tensor(
-    size: Sequence[int], stride: Sequence[int], dtype: torch.dtype | None = None, **_: Any
+    size: Sequence[int], stride: Sequence[int] | None, dtype: torch.dtype | None = None, **_: Any
 ) -> torch.Tensor:
     """A meta tensor standing for one in host memory beside an accelerator's code (an
-    offload's copy, ``empty_strided_cpu`` in CUDA code): made with the run's counting
-    mode off, so the device's count never sees it."""
+    offload's copy, ``empty_strided_cpu`` in CUDA code; ``stride`` None: contiguous): made
+    with the run's counting mode off, so the device's count never sees it."""
     with _disable_current_modes():
+        if stride is None:
+            return torch.empty(size, dtype=dtype, device="meta")
         return torch.empty_strided(size, stride, dtype=dtype, device="meta")
 
 

@@ -791,8 +791,8 @@ def test_t5s_first_plan_for_a_peak_budget_compiles_at_its_prediction(monkeypatch
 @pytest.mark.full  # 157 s in CI; the refusal itself: test_peak_check.py, with stand-in compiles
 def test_a_peak_budget_below_every_compiled_peak_is_refused_naming_the_lowest():
     m = _t5()
-    # under the lowest compiled peak the search finds (883.0 KiB; 900 KiB is met since the
-    # peak tie-break), over the lowest prediction: the graphs accept it, every code misses
+    # under the lowest compiled peak the search finds, over the lowest prediction: the
+    # graphs accept it, and every plan's code misses it
     target = 870 * KiB
     be = budget.backend(peak_memory_budget=f"{target}B")
     step = torch.compile(m.step, backend=be)
