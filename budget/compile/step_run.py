@@ -26,7 +26,7 @@ from ..runtime._torch_private import (
     tree_map,
 )
 from ..runtime.restore import modules_of, optimizers_of, references_kept, restored
-from ..runtime.values import upper_bound
+from ..runtime.values import hint, upper_bound
 from .backend import BudgetBackend, in_compiled_graph
 from .own_code import compiled_modules, own_code
 
@@ -170,8 +170,9 @@ class OutsideSaves:
     """What autograd saves outside the compiled graphs during a preview's run: eager
     code's own activations, which no plan covers. Each distinct storage once, parameters
     and the step's inputs aside, sized by its upper bound where its size depends on data
-    (a MoE's routing, on fake tensors), and put on the plan of the graph it follows, with
-    the line of the step's code that saved it (``Plan.eager_saved_at``)."""
+    (a MoE's routing, on fake tensors), at a guess where torch bounds it nowhere
+    (``Plan.eager_guessed_at``), and put on the plan of the graph it follows, with the
+    line of the step's code that saved it (``Plan.eager_saved_at``)."""
 
     def __init__(self, be: BudgetBackend, inputs: Any, mode: Any) -> None:
         self.be = be
@@ -180,6 +181,7 @@ class OutsideSaves:
         self.inputs = {id(t.untyped_storage()) for t in leaves}
         # id(storage) -> (bytes, runs before, the FILE:LINE of the code that saved it)
         self.saved: dict[int, tuple[int, int, str]] = {}
+        self.guessed: set[int] = set()  # the ids of those sized at a guess
         self.keep: list[Any] = []  # the storages, alive so that their ids stay theirs
 
     def pack(self, t: Any) -> Any:
@@ -191,16 +193,13 @@ class OutsideSaves:
             key = id(storage)
             if key not in self.inputs and key not in self.saved:
                 line = user_line(traceback.extract_stack())
-                self.saved[key] = (self._nbytes(storage), len(self.be.preview_runs), line)
+                n = storage.nbytes()
+                if not isinstance(n, int) and upper_bound(n) is None:
+                    self.guessed.add(key)
+                # a data-dependent size at its upper bound, or at the graphs' guess
+                self.saved[key] = (hint(n), len(self.be.preview_runs), line)
                 self.keep.append(storage)
         return t
-
-    def _nbytes(self, storage: Any) -> int:
-        n = storage.nbytes()
-        if isinstance(n, int):
-            return n
-        upper = upper_bound(n)  # a data-dependent size: its upper bound
-        return 0 if upper is None else upper  # no bound: not counted
 
     def attribute(self) -> None:
         """Each plan's eager saves (those after a run of its graph, until the next graph's
@@ -212,8 +211,9 @@ class OutsideSaves:
         ran = [i for i in runs if i is not None]
         eager = [0] * len(plans)
         at: list[dict[str, int]] = [{} for _ in plans]  # each plan's, by line
+        guessed: list[list[str]] = [[] for _ in plans]
         saves_before = [0] * (len(runs) + 1)  # eager bytes saved after k runs, by k
-        for nbytes, k, line in self.saved.values():
+        for key, (nbytes, k, line) in self.saved.items():
             saves_before[min(k, len(runs))] += nbytes
             last = next((i for i in reversed(runs[:k]) if i is not None), None)
             i = last if last is not None else (ran[0] if ran else 0)
@@ -221,6 +221,8 @@ class OutsideSaves:
             if nbytes:
                 where = line or "?"  # no frame of the step's own (torch or budget code)
                 at[i][where] = at[i].get(where, 0) + nbytes
+                if key in self.guessed and where not in guessed[i]:
+                    guessed[i].append(where)
         held: list[int] = [0] * len(plans)
         outside = 0  # the step's bytes outside the graph about to run
         for k, i in enumerate(runs):
@@ -231,7 +233,11 @@ class OutsideSaves:
         for i in range(len(plans)):
             lines = dict(sorted(at[i].items(), key=lambda kv: -kv[1]))  # the most first
             self.be.log.update(
-                i, eager_saved_bytes=eager[i], eager_saved_at=lines, held_bytes=held[i]
+                i,
+                eager_saved_bytes=eager[i],
+                eager_saved_at=lines,
+                eager_guessed_at=guessed[i],
+                held_bytes=held[i],
             )
         self.be.preview_eager = saves_before
         self.keep.clear()

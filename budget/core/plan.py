@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from .problem import Problem
 
-PLAN_FORMAT_VERSION = 13
+PLAN_FORMAT_VERSION = 14
 # version 1: no peak_bytes, no timeline; version 2: no recomputed_again, again_cost/flops
 # version 3: no eager_saved_bytes; version 4: no compiled_peak_bytes; version 5: no
 # reference_peak_bytes; version 6: no tie_break, previewed_on, held_bytes; version 7: no
@@ -25,8 +25,9 @@ PLAN_FORMAT_VERSION = 13
 # version 8: no reference_compiled_peak_bytes, training_check; version 9: no
 # LivePoint.peak_bytes, no RegionChoice.backward_at (eager plans); version 10: no
 # guessed_sizes; version 11: no torch_plan; version 12: no bounded_sizes,
-# TorchPlan.budget_recompute_cost or TorchPlan.kept_inside_bytes
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
+# TorchPlan.budget_recompute_cost or TorchPlan.kept_inside_bytes; version 13: no
+# eager_guessed_at
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14)
 # how the note of a peak tie-break that keeps the budget's cheapest plan begins (the notes:
 # budget.planning.tie_break)
 TIE_KEPT_NOTE = "the cheapest plan peaks lowest"
@@ -212,6 +213,11 @@ class Plan:
     # each (its innermost frame outside torch and budget; in an installed library, followed
     # by " from FILE:LINE" of the innermost frame outside libraries), the most first
     eager_saved_at: dict[str, int] = field(default_factory=dict)
+    # the lines among those that saved a value whose size depends on tensor values in a
+    # way torch's value ranges do not bound (a ``repeat_interleave`` by a tensor's
+    # counts): each counted in eager_saved_bytes at budget.runtime.values.FALLBACK_SIZE's
+    # guess, as the graphs' guessed_sizes are; [] where every eager save is known or bounded
+    eager_guessed_at: list[str] = field(default_factory=list)
     # the step's bytes outside this graph while it runs: what the graphs run before it
     # save and keep for their backward, and (previews) what eager code before it saves;
     # where a graph runs several times in a step, its last run (previews: the runs as the

@@ -121,6 +121,12 @@ def _outside_lines(plan: Plan) -> list[str]:
         most = [f"{_file_names(w)} ({format_bytes(n)})" for w, n in plan.eager_saved_at.items()]
         if most:
             lines.append("             at " + shorten(", ".join(most[:3]), WIDTH - 16))
+        if plan.eager_guessed_at:
+            guessed = ", ".join(_file_names(w) for w in plan.eager_guessed_at)
+            lines += [
+                "             of which a guess, sizes torch bounds nowhere (a",
+                "             torch._check(n <= K) bounds them): " + shorten(guessed, WIDTH - 48),
+            ]
     return lines
 
 

@@ -394,6 +394,50 @@ def test_eager_saves_of_data_dependent_sizes_are_bounded_above():
         model.route(h, model.gate(h).argmax(-1))
     assert sum(real.values()) > 0
     assert sum(p.eager_saved_bytes for p in plans) >= sum(real.values())
+    assert all(p.eager_guessed_at == [] for p in plans)  # nonzero's rows: bounded
+
+
+class EagerRepeats(torch.nn.Module):
+    """Eager code between graphs repeats each row as often as the data says
+    (``repeat_interleave`` by a tensor of counts, whose sum torch bounds nowhere) and saves
+    the repeated rows for sin's backward."""
+
+    def __init__(self, d: int = 16) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(d, d)
+
+    @torch._dynamo.disable
+    def repeat(self, h: torch.Tensor) -> torch.Tensor:
+        counts = (h[:, 0] > 0).long() + 1
+        return h.repeat_interleave(counts, dim=0).sin()  # saves the repeated rows
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.repeat(self.up(x)).pow(2).sum()
+
+
+def test_eager_saves_of_sizes_torch_bounds_nowhere_are_priced_at_a_guess_and_named():
+    """The repeated rows are counted at the graphs' guess for such sizes (not left out),
+    and the plan and its report name the line that saved them as a guess."""
+    from budget.core.report import plan_header
+    from budget.runtime.values import FALLBACK_SIZE
+
+    torch.manual_seed(0)
+    d = 16
+    plans = budget.plans(EagerRepeats(d), torch.randn(8, d), memory_budget=0.5, compiler="eager")
+    (line,) = [
+        n
+        for n, text in enumerate(open(__file__), 1)
+        if text.rstrip().endswith("# saves the repeated rows")
+    ]
+    where = f"{__file__}:{line}"
+    assert plans[0].previewed_on == "fake tensors"
+    # the rows for sin (float32) and their source rows' indices for index_select's
+    # backward (int64), each of a number of rows torch bounds nowhere
+    guess = FALLBACK_SIZE * (d * 4 + 8)
+    assert plans[0].eager_saved_at == {where: guess}
+    assert plans[0].eager_saved_bytes == guess
+    assert plans[0].eager_guessed_at == [where]
+    assert "a guess, sizes torch bounds nowhere" in plan_header(plans[0])
 
 
 class BreakBetween(torch.nn.Module):
