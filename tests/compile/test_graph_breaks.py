@@ -3,6 +3,8 @@ code before it (budget.compile.backend.graph_break, Plan.kept_input_bytes)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from helpers.graph_breaks import BreakInTheMiddle, ThreeGraphs
@@ -426,7 +428,7 @@ def test_eager_saves_of_sizes_torch_bounds_nowhere_are_priced_at_a_guess_and_nam
     plans = budget.plans(EagerRepeats(d), torch.randn(8, d), memory_budget=0.5, compiler="eager")
     (line,) = [
         n
-        for n, text in enumerate(open(__file__), 1)
+        for n, text in enumerate(Path(__file__).read_text().splitlines(), 1)
         if text.rstrip().endswith("# saves the repeated rows")
     ]
     where = f"{__file__}:{line}"
