@@ -62,6 +62,7 @@ from .meta_code import (
     host_tensor,
     meta_tensor,
 )
+from .offload import pin_waits
 
 # The graph Inductor is compiling under a CodeCapture (its code not yet known) and, for a
 # backward, its forward as compiled: compile/reuse.py runs the code as it is generated.
@@ -289,17 +290,22 @@ def _traced(call: Callable[[list[Any]], Any], tracer: Any, live: LiveStorages) -
     return run
 
 
-def _no_reuse_after_waits(gm: fx.GraphModule) -> contextlib.AbstractContextManager[Any]:
-    """No buffer reuse in a graph where torch's offload waits free storages: Inductor
-    does not know ``ao::wait_tensor`` frees its ``keepalive`` (``resize_(0)``) and would
-    write a later buffer into it (``buf4 = buf0; del buf0  # reuse``)."""
+def _offload_waits(gm: fx.GraphModule) -> contextlib.AbstractContextManager[Any]:
+    """A graph where torch's offload waits free storages, made safe for Inductor, which
+    does not know ``ao::wait_tensor`` frees its ``keepalive`` (``resize_(0)``): each wait
+    pinned after the reads of what it frees (:func:`budget.compile.offload.pin_waits`),
+    and no buffer reuse (a later buffer would be written into the freed one:
+    ``buf4 = buf0; del buf0  # reuse``)."""
     waits = any(  # an offload's (the forward's): a reload's keepalive is the host copy
         str(n.target) == "ao.wait_tensor.default"
         and isinstance(n.args[0], fx.Node)
         and str(n.args[0].target) == "ao.offload.default"
         for n in gm.graph.nodes
     )
-    return T.inductor_config.patch(allow_buffer_reuse=False) if waits else contextlib.nullcontext()
+    if not waits:
+        return contextlib.nullcontext()
+    pin_waits(gm)
+    return T.inductor_config.patch(allow_buffer_reuse=False)
 
 
 class CodeCapture:
@@ -315,7 +321,7 @@ class CodeCapture:
 
         graph = describe(gm)  # before Inductor's passes edit gm
         forward = self.graphs.get("forward") if kwargs.get("is_backward") else None
-        with _compiling(graph, forward), _no_reuse_after_waits(gm):
+        with _compiling(graph, forward), _offload_waits(gm):
             compiled = compile_fx_inner(gm, example_inputs, **kwargs)
         source = getattr(compiled, "source_code", None)
         if isinstance(source, str):

@@ -198,8 +198,8 @@ def place_waits(fw: fx.GraphModule, timing: Timing) -> None:
     host link, while the compute stream runs the nodes between. A wait frees its value's
     device memory, so the forward's own peak falls too; one placed early where the copy is
     slower than told only holds the compute stream until it is done. Left at the end where
-    the link is unknown. Inductor schedules by data dependencies and may move a wait: the
-    compiled peak reads where it runs."""
+    the link is unknown. Inductor keeps each wait after the reads of its storage
+    (:func:`pin_waits`) and may run it later: the compiled peak reads where it runs."""
     if timing.link is None:
         return
     nodes = list(fw.graph.nodes)
@@ -239,3 +239,40 @@ def place_waits(fw: fx.GraphModule, timing: Timing) -> None:
 def _nbytes(node: fx.Node) -> int:
     val = node.meta.get("val")
     return storage_of(val)[1] if storage_of(val) is not None else 0
+
+
+def pin_waits(fw: fx.GraphModule) -> int:
+    """Keep each offload's wait after every read of the storage it frees, under Inductor;
+    returns how many waits it pinned.
+
+    Inductor orders a graph by its data dependencies. A wait only reads its ``keepalive``,
+    as the value's other readers do, so nothing orders the wait after them, and Inductor
+    moved one before the matmul reading the value it frees (Inductor's CPU code of an
+    offloaded MLP: ``ao.wait_tensor(buf3, buf1)`` then ``mm(buf1, ...)``, a read of a
+    storage ``resize_(0)`` emptied). Each wait is made to wait, with Inductor's
+    ``control_deps`` (as :func:`budget.compile.schedule.pin_order` pins recomputations),
+    for every op before it that reads its storage, through a view too. Called on the graph
+    Inductor compiles, after the predictions, which read the waits as torch's ops."""
+    wait, offload_op = torch.ops.ao.wait_tensor.default, torch.ops.ao.offload.default
+    op_types = T.get_default_op_list()
+    deps: dict[fx.Node, list[fx.Node]] = {}
+    readers: dict[int, list[fx.Node]] = {}  # storage key -> the ops that read it so far
+    for n in fw.graph.nodes:
+        if n.op != "call_function":
+            continue
+        if n.target is wait and isinstance(n.args[0], fx.Node) and n.args[0].target is offload_op:
+            key = storage_of(n.args[0].args[0].meta.get("val"))
+            before = readers.get(key[0], []) if key else []
+            if before:
+                deps[n] = list(before)
+            continue
+        if n.target is offload_op or n.target is operator.getitem or op_types.is_view(n):
+            continue  # the copy itself; a view reads nothing (its readers do)
+        for a in n.all_input_nodes:
+            key = storage_of(a.meta.get("val"))
+            if key is not None and n not in readers.setdefault(key[0], []):
+                readers[key[0]].append(n)
+    if deps:
+        T.preserve_node_ordering(fw.graph, deps)
+        fw.recompile()
+    return len(deps)

@@ -290,3 +290,45 @@ def test_an_offload_wait_never_frees_a_storage_a_later_node_still_reads():
     # instant copies: a's would be done after sum_1, d's after mm_3
     assert order.index("mm_3") < order.index("wait_tensor_1") < order.index("mm_4")
     assert order.index("mm_4") < order.index("wait_tensor") < order.index("add")
+
+
+def test_under_inductor_no_wait_runs_before_a_read_of_the_storage_it_frees():
+    # A wait only reads its keepalive, as the value's other readers do: nothing in the
+    # data orders it after them, and Inductor ran one before the matmul reading the value
+    # it frees (resize_(0)). The waits are pinned after those reads in the graph Inductor
+    # compiles; here Inductor's CPU code is read, not run (the ao ops need a GPU).
+    import re
+
+    import torch._functorch._activation_offloading.offload_ops  # noqa: F401 - the ao ops
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from budget.compile.compiled_peak import CodeCapture
+    from budget.compile.offload import Timing, place_waits
+
+    wait, offload = torch.ops.ao.wait_tensor.default, torch.ops.ao.offload.default
+
+    def f(x, w):
+        a = (x @ w).relu()
+        off_a = offload(a)
+        b = (a @ w).relu()
+        off_b = offload(b)
+        e = ((b @ w).relu() @ w).relu()
+        return e, wait(off_a, a), wait(off_b, b)
+
+    x, w = torch.randn(256, 256), torch.randn(256, 256)
+    gm = make_fx(f, tracing_mode="fake")(x, w)
+    # instant copies: each wait right after its value's last read, a matmul
+    place_waits(gm, Timing(budget.estimators.get_estimator("flops:h100"), link=1e15))
+    capture = CodeCapture()
+    capture(gm, [x, w])
+    lines = capture.graphs["forward"].source.splitlines()
+    freed = [
+        (i, m.group(1))
+        for i, line in enumerate(lines)
+        if (m := re.search(r"ao\.wait_tensor\.default\(\w+, (\w+)", line))
+    ]
+    assert len(freed) == 2
+    for i, buf in freed:
+        assert any(f"mm({buf}," in line for line in lines[:i])  # read before its wait
+        later = [line.strip() for line in lines[i + 1 :] if re.search(rf"\b{buf}\b", line)]
+        assert all(line == f"del {buf}" for line in later), (buf, later)
