@@ -66,15 +66,24 @@ class Timing:
 def timing(estimator: Estimator, nodes: Sequence[fx.Node], spec: str) -> Timing:
     """The :class:`Timing` of a graph of ``nodes`` planned with ``estimator`` (named
     ``spec``): the link where the estimator's device has one."""
-    tensors = [n for n in nodes if isinstance(n.meta.get("val"), torch.Tensor)]
-    # the device's: a CPU scalar of a CUDA graph would price the host's link (none)
-    tensor = next((n for n in tensors if n.meta["val"].device.type != "cpu"), None)
-    tensor = tensor if tensor is not None else next(iter(tensors), None)
     try:
-        link = host_link(spec, tensor) if tensor is not None else None
+        link = graph_link(spec, nodes)
     except OffloadError:
         link = None
     return Timing(estimator, link)
+
+
+def graph_link(estimator: str, nodes: Sequence[fx.Node]) -> float:
+    """The host link of the device ``estimator`` prices the graph of ``nodes`` for, as
+    the terms price copies and torch's pass is told; :class:`OffloadError` where there is
+    none. The device's is read off a tensor on it: a CPU scalar of a CUDA graph would
+    give the host's (none)."""
+    tensors = [n for n in nodes if isinstance(n.meta.get("val"), torch.Tensor)]
+    tensor = next((n for n in tensors if n.meta["val"].device.type != "cpu"), None)
+    tensor = tensor if tensor is not None else next(iter(tensors), None)
+    if tensor is None:
+        raise OffloadError("offload asked for, but this graph has no tensor to offload")
+    return host_link(estimator, tensor)
 
 
 def side_stream() -> bool:
@@ -96,8 +105,7 @@ def terms_for(
     torch's pass copies a value after its last use there);
     :class:`OffloadError` where offload cannot be planned (module docstring)."""
     movable = _movable(nodes, num_fwd_outputs)
-    tensor = next((n for n, ok in zip(nodes, movable, strict=True) if ok), None)
-    if tensor is None:
+    if not any(movable):
         raise OffloadError("offload asked for, but no value of this graph can be offloaded")
     ran = set(forward)
     runs = {i for i, n in enumerate(nodes) if n in ran}
@@ -105,7 +113,7 @@ def terms_for(
     for u, v in problem.edges.tolist():
         if v in runs:
             last[u] = max(last[u], v)
-    link = host_link(estimator, tensor)
+    link = graph_link(estimator, nodes)
     return price_offload(problem, movable, link, overlap=side_stream(), issued=last)
 
 
