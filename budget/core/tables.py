@@ -119,7 +119,8 @@ def module_table(plan: Plan, depth: int = 2) -> str:
 
 
 def largest_decisions(plan: Plan, top: int = 10) -> str:
-    """The ``top`` largest saves (by bytes) and recomputes (by cost, then bytes)."""
+    """The ``top`` largest saves (by bytes) and recomputes (by cost, then bytes; by bytes
+    where none costs anything, as the pointwise ops a flops count prices at 0)."""
     saves = sorted(
         (d for d in plan.decisions if d.decision == "save"), key=lambda d: (-d.bytes, d.name)
     )
@@ -127,22 +128,24 @@ def largest_decisions(plan: Plan, top: int = 10) -> str:
         (d for d in plan.decisions if d.decision == "recompute"),
         key=lambda d: (-d.cost, -d.bytes, d.name),
     )
+    free = bool(recomputes) and recomputes[0].cost == 0  # the costliest costs nothing
     out = []
-    for label, rows, by in (("saves", saves, "bytes"), ("recomputes", recomputes, "cost")):
+    for label, rows, by in (
+        ("saves", saves, "bytes"),
+        ("recomputes", recomputes, "bytes, each free" if free else "cost"),
+    ):
         if not rows:
             out.append(f"largest {label}: none")
             continue
         shown = rows[:top]
         scale = cost_scale([d.cost for d in shown], plan.cost_unit)
         out.append(f"largest {label} ({len(shown)} of {len(rows)}, by {by})")
-        first = "bytes" if by == "bytes" else "cost"
+        in_bytes = by.startswith("bytes")
         mod_w = WIDTH - 2 - 13 - 2 - 20 - 1 - 14 - 1
-        out.append(f"  {first:>13}  {'node':<20} {'op':<14} module")
+        out.append(f"  {'bytes' if in_bytes else 'cost':>13}  {'node':<20} {'op':<14} module")
         for d in shown:
             value = (
-                format_bytes(d.bytes)
-                if by == "bytes"
-                else format_cost(d.cost, plan.cost_unit, scale)
+                format_bytes(d.bytes) if in_bytes else format_cost(d.cost, plan.cost_unit, scale)
             )
             out.append(
                 f"  {value:>13}  {shorten(d.name, 20):<20} {shorten(short_op(d.op), 14):<14} "

@@ -63,6 +63,19 @@ def test_largest_decisions_sorted_and_limited():
     assert "gelu" not in text
 
 
+def test_recomputes_that_cost_nothing_are_listed_by_bytes_and_said_to_be_free():
+    # a flops count prices pointwise ops at 0: a list "by cost" of zeros says nothing
+    plan = make_plan()
+    for d in plan.decisions:
+        d.cost = 0.0
+    recomputes = largest_decisions(plan, top=2).split("largest recomputes")[1]
+    rows = [d for d in plan.decisions if d.decision == "recompute"]
+    top = max(rows, key=lambda d: d.bytes)
+    assert "(2 of 3, by bytes, each free)" in recomputes
+    assert recomputes.splitlines()[1].split()[0] == "bytes"
+    assert f"{format_bytes(top.bytes)}  {top.name} " in recomputes
+
+
 def test_module_table_has_a_total_row():
     text = module_table(make_plan(), depth=2)
     total = text.splitlines()[-1].split()
