@@ -66,7 +66,8 @@ class PlanMismatchError(BudgetError, ValueError):
 class OffloadError(BudgetError, ValueError):
     """Offload was asked for where it cannot be planned: the device is the host (a CPU),
     its host link is unknown, the estimator does not price time, or the path does not
-    offload yet."""
+    offload yet; or a compiled step whose plan offloads on a GPU is backpropagated twice
+    (its backward frees the host copies it reloads)."""
 
 
 class PreviewError(BudgetError, ValueError):

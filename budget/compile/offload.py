@@ -12,8 +12,9 @@ Problem's check: :meth:`budget.core.problem.Problem.kept_beside`).
 from __future__ import annotations
 
 import operator
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 from unittest import mock
 
 import numpy as np
@@ -21,6 +22,7 @@ import torch
 import torch.fx as fx
 
 from ..core.offload import OffloadTerms
+from ..core.plan import Plan
 from ..core.problem import Problem
 from ..errors import OffloadError, PlanMismatchError
 from ..estimators.base import Estimator
@@ -284,3 +286,59 @@ def pin_waits(fw: fx.GraphModule) -> int:
         T.preserve_node_ordering(fw.graph, deps)
         fw.recompile()
     return len(deps)
+
+
+def frees_host_copies(plans: Sequence[Plan], example_inputs: Sequence[Any]) -> bool:
+    """Whether the backward of a graph with these plans frees the host copies it reloads:
+    torch's side-stream pass (a CUDA graph's, with :data:`SIDE_STREAM`) hands each host
+    copy back once its reload is done, so a second backward through the step would read
+    freed memory (:func:`backward_once`)."""
+    cuda = any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in example_inputs)
+    return cuda and side_stream() and any(p.offloaded for p in plans)
+
+
+def backward_once(compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """``compiled`` (a forward dynamo runs), whose outputs' backward refuses to run a
+    second time in a step (``retain_graph=True``, or another output's backward after the
+    first) with an :class:`OffloadError` that says why, instead of reloading host copies
+    torch's pass has freed (a crash, or another value's bytes from a pooled buffer)."""
+
+    def run(*args: Any) -> Any:
+        outputs = compiled(*args)
+        node = _function_node(outputs)
+        if node is not None:
+            ran: list[bool] = []
+
+            def first_only(grad_outputs: Any) -> None:
+                if ran:
+                    raise OffloadError(
+                        "a second backward through a compiled step whose plan offloads "
+                        "(retain_graph=True, or a backward from another of its outputs): "
+                        "torch's offload frees each host copy once it is reloaded. "
+                        "Backpropagate once per step, or plan without offload "
+                        "(offload=False)"
+                    )
+                ran.append(True)
+
+            node.register_prehook(first_only)
+        return outputs
+
+    run._boxed_call = getattr(compiled, "_boxed_call", False)  # type: ignore[attr-defined]
+    return run
+
+
+def _function_node(outputs: Any) -> Any:
+    """The autograd node of the compiled function behind ``outputs`` (AOTAutograd's
+    ``CompiledFunctionBackward``, which every output that needs a gradient reaches), or
+    None where no output needs one."""
+    todo = [t.grad_fn for t in T.tree_leaves(outputs) if isinstance(t, torch.Tensor)]
+    seen: set[int] = set()
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if type(node).__name__ == "CompiledFunctionBackward":
+            return node
+        todo += [f for f, _ in node.next_functions]
+    return None

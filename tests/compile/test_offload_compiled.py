@@ -332,3 +332,43 @@ def test_under_inductor_no_wait_runs_before_a_read_of_the_storage_it_frees():
         assert any(f"mm({buf}," in line for line in lines[:i])  # read before its wait
         later = [line.strip() for line in lines[i + 1 :] if re.search(rf"\b{buf}\b", line)]
         assert all(line == f"del {buf}" for line in later), (buf, later)
+
+
+def test_only_a_gpu_steps_side_stream_offload_frees_the_host_copies(monkeypatch):
+    from helpers.plans import make_plan
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from budget.compile import offload
+
+    plain = make_plan()
+    moving = make_plan()
+    next(d for d in moving.decisions if d.decision == "save").decision = "offload"
+    with FakeTensorMode():
+        on_gpu = [torch.empty(4, device="cuda")]
+    on_cpu = [torch.empty(4)]
+    assert offload.frees_host_copies([plain, moving], on_gpu)
+    assert not offload.frees_host_copies([plain], on_gpu)  # nothing offloaded
+    assert not offload.frees_host_copies([moving], on_cpu)  # plain copies, kept
+    monkeypatch.setattr(offload, "SIDE_STREAM", False)  # copies on the compute stream
+    assert not offload.frees_host_copies([moving], on_gpu)
+
+
+def test_a_second_backward_through_a_step_whose_backward_frees_host_copies_is_refused(
+    monkeypatch,
+):
+    # torch's side-stream pass hands each host copy back once reloaded: a second backward
+    # would read freed memory (on a CPU, resize_(0) then a copy from it crashes Python).
+    # Here the CPU step is made to count as such a GPU step.
+    from budget.compile import offload
+
+    monkeypatch.setattr(offload, "frees_host_copies", lambda plans, inputs: True)
+    torch.manual_seed(0)
+    model, x = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU()), torch.randn(4, 16)
+    step = torch.compile(lambda x: model(x).pow(2).sum(), backend=budget.backend(0.5))
+    loss = step(x)
+    loss.backward(retain_graph=True)
+    with pytest.raises(budget.OffloadError, match="second backward .* Backpropagate once"):
+        loss.backward()
+    step(x).backward()  # the next step's backward runs, once
+    grads = torch.autograd.grad(step(x), list(model.parameters()))
+    assert all(g is not None for g in grads)
