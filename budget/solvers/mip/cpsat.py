@@ -141,8 +141,8 @@ def _add_hint(model, problem: Problem, saved: Sequence[int], s, r, y) -> None:  
 def _build(model, problem: Problem, target_bytes: int | None):  # type: ignore[no-untyped-def]
     """The closure model's variables and rows (DESIGN.md), with offload where the problem
     plans it: o_v keeps a saved value on the host (o_v -> s_v; its storage is then on the
-    device only through another saved value), priced by its tail and by the two passes'
-    link time beyond their windows (budget.core.offload). Returns s, r, y, o and the
+    device only through another saved value), priced by each pass's queued copy time
+    beyond the compute ahead of it (budget.core.offload). Returns s, r, y, o and the
     offload part of the cost objective."""
     m = closure_model(problem)
     units = offload_units(problem, m)
@@ -169,11 +169,9 @@ def _build(model, problem: Problem, target_bytes: int | None):  # type: ignore[n
         model.add(sum(int(problem.storage_bytes[g]) * y[g] for g in y) <= int(target_bytes))
     offload_expr = 0
     if units is not None and o:
-        link = sum(units.transfer[v] * o[v] for v in o)
-        total = sum(units.transfer.values())
-        offload_expr = sum(units.tail[v] * o[v] for v in o if units.tail[v])
-        for window in (units.forward_window, units.backward_window):
-            exposed = model.new_int_var(0, max(0, total - window), "exposed")
-            model.add(exposed >= link - window)
+        for p in (0, 1):  # the forward's exposure, the backward's
+            exposed = model.new_int_var(0, max(0, units.upper(p)), "exposed")
+            for members, window in units.pass_rows(p):
+                model.add(exposed >= sum(units.transfer[v] * o[v] for v in members) - window)
             offload_expr += exposed
     return s, r, y, o, offload_expr
