@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ...core.problem import Problem
 from ..base import InfeasibleError, Objective, Request, Search, SolverBase, no_plan_in_time
@@ -169,9 +169,18 @@ def _build(model, problem: Problem, target_bytes: int | None):  # type: ignore[n
         model.add(sum(int(problem.storage_bytes[g]) * y[g] for g in y) <= int(target_bytes))
     offload_expr = 0
     if units is not None and o:
+        # the copies queued from each issue point on, as a chain of partial sums (the rows'
+        # members are prefixes of one order): a term per copy, not one per row it is in
+        queued: dict[tuple[int, ...], Any] = {}
+        before: tuple[int, ...] = ()
+        for members in sorted({m for _, m, _ in units.rows}, key=len):
+            q = model.new_int_var(0, sum(units.transfer[v] for v in members), "queued")
+            new = sum(units.transfer[v] * o[v] for v in members[len(before) :])
+            model.add(q == (queued[before] if before else 0) + new)
+            queued[members], before = q, members
         for p in (0, 1):  # the forward's exposure, the backward's
             exposed = model.new_int_var(0, max(0, units.upper(p)), "exposed")
             for members, window in units.pass_rows(p):
-                model.add(exposed >= sum(units.transfer[v] * o[v] for v in members) - window)
+                model.add(exposed >= queued[members] - window)
             offload_expr += exposed
     return s, r, y, o, offload_expr

@@ -159,15 +159,19 @@ def offload_units(problem: Problem, m: ClosureModel) -> OffloadUnits | None:
     nodes = sorted((v for v in m.save if o.offloadable[v]), key=lambda v: (o.after[v], v))
     transfer = {v: int(round(o.transfer[v] * k)) for v in nodes}
     rows: list[tuple[int, tuple[int, ...], int]] = []
+    most = [0, 0]  # each pass's previous row's value with every copy in it offloaded
+    queued = 0
     for i, v in enumerate(nodes):
+        queued += transfer[v]
         if i + 1 < len(nodes) and o.after[nodes[i + 1]] == o.after[v]:
             continue  # one row per issue point: the last of those issued together
-        members = tuple(nodes[: i + 1])
-        queued = sum(transfer[u] for u in members)
         for p, f in enumerate(o.factors):
             window = int(round(f * o.after[v] * k))
-            if queued > window:
-                rows.append((p, members, window))
+            # Where the copies issued since the previous point cannot fill the compute
+            # between them, this row is at most that one, whatever is offloaded: left out.
+            if queued - window > max(0, most[p]):
+                rows.append((p, tuple(nodes[: i + 1]), window))
+            most[p] = queued - window
     return OffloadUnits(transfer, rows)
 
 
