@@ -203,3 +203,18 @@ def test_copies_on_the_compute_stream_are_priced_in_full():
     # each value's offload and reload, both in full: 2 * (5 + 20)
     assert exposed.price([0, 2]) == 50.0 and exposed.price([1]) == 20.0
     assert hidden.price([0]) == 0.0  # the forward's 5 s after it hide its 5 s copy
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_mip_rows_price_every_offload_set_as_the_queue_does(seed):
+    # the rows left out (no offload makes them a pass's worst) change no price
+    from budget.solvers.mip.model import closure_model, offload_units, unit_scale
+
+    p = with_offload(random_problem(seed, n=9), seed)
+    units = offload_units(p, closure_model(p))
+    assert units is not None
+    k, nodes = unit_scale(p), list(units.transfer)
+    for r in range(len(nodes) + 1):
+        for away in itertools.combinations(nodes, r):
+            want = k * sum(oracle.queue_exposures(p.offload.transfer, p.offload.after, 2.0, away))
+            assert abs(units.price(away) - want) <= len(nodes) + 1, (seed, away)
