@@ -36,7 +36,7 @@ from ..core.plan_files import PlanSource
 from ..core.settings import PlanLog, PlanSettings
 from ..errors import BudgetTooSmallError
 from ..planning.options import resolve_settings
-from . import offload, step_budget
+from . import offload_safety, step_budget
 from .dynamo_graph import fake_cache_off, graph_break, held_inputs
 from .inductor_compile import GraphJob, compile_within_peak
 from .inductor_hooks import InductorPartitioner, run_uncompiled
@@ -125,8 +125,8 @@ class BudgetBackend:
         if self.preview:  # autograd's saves outside graphs: eager code's
             plan = made if len(self.log.plans) > made else None
             return _marked(compiled, lambda: self.preview_runs.append(plan))
-        if offload.frees_host_copies(self.log.plans[made:], example_inputs):
-            compiled = offload.backward_once(compiled)
+        if offload_safety.frees_host_copies(self.log.plans[made:], example_inputs):
+            compiled = offload_safety.backward_once(compiled)
         if self.runs is not None and len(self.log.plans) > made:  # run more than planned for
             return self.runs.tracked(compiled, made, _dynamic(example_inputs))
         return compiled

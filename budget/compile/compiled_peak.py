@@ -62,7 +62,7 @@ from .meta_code import (
     host_tensor,
     meta_tensor,
 )
-from .offload import pin_waits
+from .offload_safety import pin_waits_pass
 
 # The graph Inductor is compiling under a CodeCapture (its code not yet known) and, for a
 # backward, its forward as compiled: compile/reuse.py runs the code as it is generated.
@@ -293,7 +293,7 @@ def _traced(call: Callable[[list[Any]], Any], tracer: Any, live: LiveStorages) -
 def _offload_waits(gm: fx.GraphModule) -> contextlib.AbstractContextManager[Any]:
     """A graph where torch's offload waits free storages, made safe for Inductor, which
     does not know ``ao::wait_tensor`` frees its ``keepalive`` (``resize_(0)``): each wait
-    pinned after the reads of what it frees (:func:`budget.compile.offload.pin_waits`),
+    pinned after the reads of what it frees (:func:`budget.compile.offload_safety.pin_waits`),
     and no buffer reuse (a later buffer would be written into the freed one:
     ``buf4 = buf0; del buf0  # reuse``)."""
     waits = any(  # an offload's (the forward's): a reload's keepalive is the host copy
@@ -304,8 +304,13 @@ def _offload_waits(gm: fx.GraphModule) -> contextlib.AbstractContextManager[Any]
     )
     if not waits:
         return contextlib.nullcontext()
-    pin_waits(gm)
-    return T.inductor_config.patch(allow_buffer_reuse=False)
+    passes = T.inductor_config.post_grad_custom_post_pass  # none, one, or several
+    passes = (
+        [] if passes is None else list(passes) if isinstance(passes, list | tuple) else [passes]
+    )
+    return T.inductor_config.patch(
+        allow_buffer_reuse=False, post_grad_custom_post_pass=[*passes, pin_waits_pass()]
+    )
 
 
 class CodeCapture:

@@ -12,9 +12,8 @@ Problem's check: :meth:`budget.core.problem.Problem.kept_beside`).
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 from unittest import mock
 
 import numpy as np
@@ -22,7 +21,6 @@ import torch
 import torch.fx as fx
 
 from ..core.offload import OffloadTerms
-from ..core.plan import Plan
 from ..core.problem import Problem
 from ..errors import OffloadError, PlanMismatchError
 from ..estimators.base import Estimator
@@ -209,7 +207,8 @@ def place_waits(fw: fx.GraphModule, timing: Timing) -> None:
     device memory, so the forward's own peak falls too; one placed early where the copy is
     slower than told only holds the compute stream until it is done. Left at the end where
     the link is unknown. Inductor keeps each wait after the reads of its storage
-    (:func:`pin_waits`) and may run it later: the compiled peak reads where it runs."""
+    (:func:`budget.compile.offload_safety.pin_waits`) and may run it later: the compiled
+    peak reads where it runs."""
     if timing.link is None:
         return
     nodes = list(fw.graph.nodes)
@@ -249,96 +248,3 @@ def place_waits(fw: fx.GraphModule, timing: Timing) -> None:
 def _nbytes(node: fx.Node) -> int:
     val = node.meta.get("val")
     return storage_of(val)[1] if storage_of(val) is not None else 0
-
-
-def pin_waits(fw: fx.GraphModule) -> int:
-    """Keep each offload's wait after every read of the storage it frees, under Inductor;
-    returns how many waits it pinned.
-
-    Inductor orders a graph by its data dependencies. A wait only reads its ``keepalive``,
-    as the value's other readers do, so nothing orders the wait after them, and Inductor
-    moved one before the matmul reading the value it frees (Inductor's CPU code of an
-    offloaded MLP: ``ao.wait_tensor(buf3, buf1)`` then ``mm(buf1, ...)``, a read of a
-    storage ``resize_(0)`` emptied). Each wait is made to wait, with Inductor's
-    ``control_deps`` (as :func:`budget.compile.schedule.pin_order` pins recomputations),
-    for every op before it that reads its storage, through a view too. Called on the graph
-    Inductor compiles, after the predictions, which read the waits as torch's ops."""
-    wait, offload_op = torch.ops.ao.wait_tensor.default, torch.ops.ao.offload.default
-    op_types = T.get_default_op_list()
-    deps: dict[fx.Node, list[fx.Node]] = {}
-    readers: dict[int, list[fx.Node]] = {}  # storage key -> the ops that read it so far
-    for n in fw.graph.nodes:
-        if n.op != "call_function":
-            continue
-        if n.target is wait and isinstance(n.args[0], fx.Node) and n.args[0].target is offload_op:
-            key = storage_of(n.args[0].args[0].meta.get("val"))
-            before = readers.get(key[0], []) if key else []
-            if before:
-                deps[n] = list(before)
-            continue
-        if n.target is offload_op or n.target is operator.getitem or op_types.is_view(n):
-            continue  # the copy itself; a view reads nothing (its readers do)
-        for a in n.all_input_nodes:
-            key = storage_of(a.meta.get("val"))
-            if key is not None and n not in readers.setdefault(key[0], []):
-                readers[key[0]].append(n)
-    if deps:
-        T.preserve_node_ordering(fw.graph, deps)
-        fw.recompile()
-    return len(deps)
-
-
-def frees_host_copies(plans: Sequence[Plan], example_inputs: Sequence[Any]) -> bool:
-    """Whether the backward of a graph with these plans frees the host copies it reloads:
-    torch's side-stream pass (a CUDA graph's, with :data:`SIDE_STREAM`) hands each host
-    copy back once its reload is done, so a second backward through the step would read
-    freed memory (:func:`backward_once`)."""
-    cuda = any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in example_inputs)
-    return cuda and side_stream() and any(p.offloaded for p in plans)
-
-
-def backward_once(compiled: Callable[..., Any]) -> Callable[..., Any]:
-    """``compiled`` (a forward dynamo runs), whose outputs' backward refuses to run a
-    second time in a step (``retain_graph=True``, or another output's backward after the
-    first) with an :class:`OffloadError` that says why, instead of reloading host copies
-    torch's pass has freed (a crash, or another value's bytes from a pooled buffer)."""
-
-    def run(*args: Any) -> Any:
-        outputs = compiled(*args)
-        node = _function_node(outputs)
-        if node is not None:
-            ran: list[bool] = []
-
-            def first_only(grad_outputs: Any) -> None:
-                if ran:
-                    raise OffloadError(
-                        "a second backward through a compiled step whose plan offloads "
-                        "(retain_graph=True, or a backward from another of its outputs): "
-                        "torch's offload frees each host copy once it is reloaded. "
-                        "Backpropagate once per step, or plan without offload "
-                        "(offload=False)"
-                    )
-                ran.append(True)
-
-            node.register_prehook(first_only)
-        return outputs
-
-    run._boxed_call = getattr(compiled, "_boxed_call", False)  # type: ignore[attr-defined]
-    return run
-
-
-def _function_node(outputs: Any) -> Any:
-    """The autograd node of the compiled function behind ``outputs`` (AOTAutograd's
-    ``CompiledFunctionBackward``, which every output that needs a gradient reaches), or
-    None where no output needs one."""
-    todo = [t.grad_fn for t in T.tree_leaves(outputs) if isinstance(t, torch.Tensor)]
-    seen: set[int] = set()
-    while todo:
-        node = todo.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        if type(node).__name__ == "CompiledFunctionBackward":
-            return node
-        todo += [f for f, _ in node.next_functions]
-    return None

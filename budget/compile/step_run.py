@@ -26,7 +26,7 @@ from ..runtime._torch_private import (
     tree_map,
 )
 from ..runtime.restore import modules_of, optimizers_of, references_kept, restored
-from ..runtime.values import hint, upper_bound
+from ..runtime.values import data_dependent, hint
 from .backend import BudgetBackend, in_compiled_graph
 from .own_code import compiled_modules, own_code
 
@@ -193,11 +193,10 @@ class OutsideSaves:
             key = id(storage)
             if key not in self.inputs and key not in self.saved:
                 line = user_line(traceback.extract_stack())
-                n = storage.nbytes()
-                if not isinstance(n, int) and upper_bound(n) is None:
+                if data_dependent(t) == "guessed":
                     self.guessed.add(key)
                 # a data-dependent size at its upper bound, or at the graphs' guess
-                self.saved[key] = (hint(n), len(self.be.preview_runs), line)
+                self.saved[key] = (hint(storage.nbytes()), len(self.be.preview_runs), line)
                 self.keep.append(storage)
         return t
 

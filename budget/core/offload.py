@@ -13,18 +13,18 @@ Problem's cost unit (seconds: offload needs a time estimator), per pass::
     price(O) = exposed(O, 1) + exposed(O, backward_factor)
 
 ``transfer[v]``: one copy of v's storage over the host link (bytes / link bandwidth).
-``after[v]``: the forward's compute after v's copy is issued (after v is made, or after
-its last forward use where the front end copies then). The copies run one after another
-on one transfer stream, in the order they are issued, as torch's side stream and
-``budget.apply``'s run them: the forward's last copy is done once, for some copy ``k``,
-every copy issued with it or after it has run from ``k``'s issue on, and what of those
-copies the forward's compute after ``k`` does not cover is exposed. The backward reloads
-in the reverse order, each before its use, with about ``backward_factor`` times as much
-compute ahead of it: the same sums, against that much. One copy alone exposes what of it
-the compute after it does not hide; copies issued together queue. A maximum of sums linear
-in the decisions: the exact solvers optimise it exactly (one exposure variable per pass,
-one row per issue point). It is a model of the queue, with the node times of the
-estimator; the GPU check measures the step times it stands for.
+``after[v]``: the forward's compute after v's copy is issued (after v is made, or after its
+last forward use where the front end copies then). The copies run one after another on one
+transfer stream, in the order they are issued, as torch's side stream runs them
+(``budget.apply``'s hooks wait for each at the next offloaded save instead): the forward's
+last copy is done once, for some copy ``k``, every copy issued with it or after it has run
+from ``k``'s issue on, and what of those copies the forward's compute after ``k`` does not
+cover is exposed. The backward reloads in the reverse order, each before its use, with about
+``backward_factor`` times as much compute ahead of it: the same sums, against that much. One
+copy alone exposes what of it the compute after it does not hide; copies issued together
+queue. A maximum of sums linear in the decisions: the exact solvers optimise it exactly (one
+exposure variable per pass, one row per issue point). It is a model of the queue, with the
+node times of the estimator; the GPU check measures the step times it stands for.
 
 Which values can be offloaded is the front end's call (``transfer`` is NaN elsewhere):
 torch's offload pass moves only whole, contiguous tensors that are not views, model

@@ -92,9 +92,10 @@ _LAZY: dict[str, tuple[str, str | None]] = {
         "preserve_node_ordering",
     ),
     "OutputCode": ("torch._inductor.output_code", "OutputCode"),
-    "CustomPartitionerFn": ("torch._inductor.custom_graph_pass", "CustomPartitionerFn"),
-    "CustomKnapsackSolver": ("torch._inductor.custom_graph_pass", "CustomKnapsackSolver"),
-    "CustomRuntimeEstimator": ("torch._inductor.custom_graph_pass", "CustomRuntimeEstimator"),
+    **{  # Inductor's hooks for passes, partitioners, knapsacks, runtime estimates
+        f"Custom{k}": ("torch._inductor.custom_graph_pass", f"Custom{k}")
+        for k in ("GraphPass", "PartitionerFn", "KnapsackSolver", "RuntimeEstimator")
+    },
     "GraphLowering": ("torch._inductor.graph", "GraphLowering"),  # compile/layout.py
     "inductor_config": ("torch._inductor.config", None),
     "inductor_virtualized": ("torch._inductor.virtualized", "V"),  # compile/fusion.py

@@ -338,7 +338,7 @@ def test_only_a_gpu_steps_side_stream_offload_frees_the_host_copies(monkeypatch)
     from helpers.plans import make_plan
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from budget.compile import offload
+    from budget.compile import offload, offload_safety
 
     plain = make_plan()
     moving = make_plan()
@@ -346,11 +346,11 @@ def test_only_a_gpu_steps_side_stream_offload_frees_the_host_copies(monkeypatch)
     with FakeTensorMode():
         on_gpu = [torch.empty(4, device="cuda")]
     on_cpu = [torch.empty(4)]
-    assert offload.frees_host_copies([plain, moving], on_gpu)
-    assert not offload.frees_host_copies([plain], on_gpu)  # nothing offloaded
-    assert not offload.frees_host_copies([moving], on_cpu)  # plain copies, kept
+    assert offload_safety.frees_host_copies([plain, moving], on_gpu)
+    assert not offload_safety.frees_host_copies([plain], on_gpu)  # nothing offloaded
+    assert not offload_safety.frees_host_copies([moving], on_cpu)  # plain copies, kept
     monkeypatch.setattr(offload, "SIDE_STREAM", False)  # copies on the compute stream
-    assert not offload.frees_host_copies([moving], on_gpu)
+    assert not offload_safety.frees_host_copies([moving], on_gpu)
 
 
 def test_a_second_backward_through_a_step_whose_backward_frees_host_copies_is_refused(
@@ -359,9 +359,9 @@ def test_a_second_backward_through_a_step_whose_backward_frees_host_copies_is_re
     # torch's side-stream pass hands each host copy back once reloaded: a second backward
     # would read freed memory (on a CPU, resize_(0) then a copy from it crashes Python).
     # Here the CPU step is made to count as such a GPU step.
-    from budget.compile import offload
+    from budget.compile import offload_safety
 
-    monkeypatch.setattr(offload, "frees_host_copies", lambda plans, inputs: True)
+    monkeypatch.setattr(offload_safety, "frees_host_copies", lambda plans, inputs: True)
     torch.manual_seed(0)
     model, x = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU()), torch.randn(4, 16)
     step = torch.compile(lambda x: model(x).pow(2).sum(), backend=budget.backend(0.5))
@@ -372,3 +372,64 @@ def test_a_second_backward_through_a_step_whose_backward_frees_host_copies_is_re
     step(x).backward()  # the next step's backward runs, once
     grads = torch.autograd.grad(step(x), list(model.parameters()))
     assert all(g is not None for g in grads)
+
+
+def test_under_inductor_a_wait_stays_after_reads_its_rewrites_move_onto_the_value():
+    # Inductor drops a clone (a no-op to it): the matmul reading the clone reads the
+    # offloaded value itself, so its wait is pinned on the graph Inductor lowers
+    import re
+
+    import torch._functorch._activation_offloading.offload_ops  # noqa: F401 - the ao ops
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from budget.compile.compiled_peak import CodeCapture
+
+    wait, offload = torch.ops.ao.wait_tensor.default, torch.ops.ao.offload.default
+
+    def f(x, w):
+        a = (x @ w).relu()
+        off = offload(a)
+        c = a.clone()
+        done = wait(off, a)  # after a's last read, in this graph
+        return (c @ w).relu(), done
+
+    x, w = torch.randn(256, 256), torch.randn(256, 256)
+    gm = make_fx(f, tracing_mode="fake")(x, w)
+    capture = CodeCapture()
+    capture(gm, [x, w])
+    lines = capture.graphs["forward"].source.splitlines()
+    assert not any("clone" in line for line in lines)  # the matmul reads a itself
+    (i, buf) = next(
+        (i, m.group(1))
+        for i, line in enumerate(lines)
+        if (m := re.search(r"ao\.wait_tensor\.default\(\w+, (\w+)", line))
+    )
+    assert any(f"mm({buf}," in line for line in lines[:i])
+    later = [line.strip() for line in lines[i + 1 :] if re.search(rf"\b{buf}\b", line)]
+    assert all(line == f"del {buf}" for line in later), later
+
+
+def test_under_inductor_a_forward_returning_what_a_wait_frees_is_refused():
+    # the clone returned is a no-op to Inductor: the forward would hand out the storage
+    # the wait empties
+    import torch._functorch._activation_offloading.offload_ops  # noqa: F401 - the ao ops
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from budget.compile.backend import root_error
+    from budget.compile.compiled_peak import CodeCapture
+
+    wait, offload = torch.ops.ao.wait_tensor.default, torch.ops.ao.offload.default
+
+    def f(x, w):
+        a = (x @ w).relu()
+        off = offload(a)
+        kept = a.clone()
+        return kept, wait(off, a)
+
+    x, w = torch.randn(64, 64), torch.randn(64, 64)
+    gm = make_fx(f, tracing_mode="fake")(x, w)
+    with pytest.raises(Exception) as info:
+        CodeCapture()(gm, [x, w])
+    error = root_error(info.value)
+    assert isinstance(error, budget.OffloadError)
+    assert "returns relu, in the storage that offloading relu frees" in str(error)

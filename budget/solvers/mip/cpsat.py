@@ -50,7 +50,7 @@ class CpSat(SolverBase):
         # at most half a unit, so the tie-break admits the cheapest cost plus one unit per
         # rounded term (a relative 1e-9 each) rather than miss the plan with fewer bytes.
         rounded = minimize == "cost" and unit_scale(problem) != 1.0
-        slack = (sum(1 for v in r if w[v] > 0) + 2 * len(o)) if rounded else 0
+        slack = (sum(1 for v in r if w[v] > 0) + 2 * len(o) + 2 * bool(o)) if rounded else 0
 
         model.minimize(first)
         solver, status = self._run(cp_model, model, time_limit)

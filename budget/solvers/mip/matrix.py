@@ -19,14 +19,15 @@ class ClosureMatrix:
     """The closure ILP as arrays, for MIP APIs that take a matrix (``highs``, ``mip``).
 
     Columns: ``s`` for ``ClosureModel.save``, then ``r`` for its ``recompute``, then ``y``
-    for its ``groups``, then ``o`` for its ``offload`` and, with offload, the two exposure
-    columns ``e`` (``s_col``/``r_col``/``y_col``/``o_col`` map node or storage ids to
-    columns, ``e_col`` lists the exposures). Every column is ``0 <= x <= col_upper``,
-    integer where ``integer`` (s, r, y, o: binary) and continuous elsewhere (e: at an
-    optimum it equals its pass's largest ``queued - window`` or 0, an integer, so the exactness argument
-    of :class:`MipWeights` holds). Rows ``row_lower <= A x <= row_upper`` in CSR form
-    (``start``, ``index``, ``value``): the need, closure, storage, offload and memory rows
-    of :class:`ClosureModel`, and any cap rows added by :meth:`cap`.
+    for its ``groups``, then ``o`` for its ``offload`` and, with offload, the two
+    exposure columns ``e`` (``s_col``/``r_col``/``y_col``/``o_col`` map node or storage
+    ids to columns, ``e_col`` lists the exposures). Every column is ``0 <= x <=
+    col_upper``, integer where ``integer`` (s, r, y, o: binary) and continuous elsewhere
+    (e: at an optimum it equals its pass's largest ``queued - window`` or 0, an integer,
+    so the exactness argument of :class:`MipWeights` holds). Rows ``row_lower <= A x <=
+    row_upper`` in CSR form (``start``, ``index``, ``value``): the need, closure,
+    storage, offload and memory rows of :class:`ClosureModel`, and any cap rows added by
+    :meth:`cap`.
     ``objective[which]``: dense coefficients in units.
     """
 

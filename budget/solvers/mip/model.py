@@ -104,7 +104,7 @@ class OffloadUnits:
 
     transfer: dict[int, int]
     # (pass: 0 forward, 1 backward; the copies queued with and after one issue point; the
-    # compute ahead of them): rows that could never be positive are left out
+    # compute ahead of them): rows no offload makes their pass's worst are left out
     rows: list[tuple[int, tuple[int, ...], int]]
 
     def values(self) -> list[int]:
@@ -244,7 +244,8 @@ def mip_weights(problem: Problem, m: ClosureModel, target_bytes: int | None) -> 
     sizes = {gr: int(problem.storage_bytes[gr]) for gr in m.groups}
     b = math.gcd(*sizes.values()) if sizes else 1
     b = max(b, 1)
-    rounded = sum(1 for v in m.recompute if w[v] > 0) + 2 * len(m.offload)
+    # a recompute term each; per pass, a copy each and its worst row's window
+    rounded = sum(1 for v in m.recompute if w[v] > 0) + 2 * len(m.offload) + 2
     return MipWeights(
         cost=w // g,
         size={gr: x // b for gr, x in sizes.items()},
