@@ -270,8 +270,8 @@ def fingerprint(p: Problem) -> bytes:
     if p.offload is not None:
         o = p.offload
         h.update(np.ascontiguousarray(o.transfer).tobytes())
-        h.update(np.ascontiguousarray(o.after).tobytes())
-        h.update(str(o.backward_factor).encode())
+        h.update(np.ascontiguousarray(o.tail).tobytes())
+        h.update(str((o.forward_window, o.backward_window)).encode())
     h.update("\0".join(p.names).encode())
     h.update("\0".join(p.reason).encode())
     return h.digest()

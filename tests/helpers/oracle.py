@@ -22,7 +22,6 @@ bytes), and it is valid when some r does. Exponential: for problems with at most
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
 from typing import Literal
 
 import numpy as np
@@ -153,35 +152,12 @@ def _enumerate(p: Problem) -> dict[tuple[int, ...], Price]:
 # ---- offload: a third decision (budget.core.offload), brute force over every saved set ----
 
 
-def queue_exposures(
-    transfer: Sequence[float], after: Sequence[float], backward_factor: float, away: Iterable[int]
-) -> tuple[float, float]:
-    """The time the compute stream waits for the copies of ``away``, run one at a time on
-    one stream: in the forward, each copy issued once the forward has ``after[v]`` of
-    compute left and the forward's end waiting for the last; in the backward, the reloads
-    queued at its start in the order they are needed, each needed once
-    ``backward_factor * after[v]`` of compute has run (plus the waits before it)."""
-    away = list(away)
-    if not away:
-        return 0.0, 0.0
-    total = max(float(after[v]) for v in away)  # the forward's compute from the first issue
-    free = 0.0  # when the link is next free, from the first issue
-    for v in sorted(away, key=lambda v: -float(after[v])):  # in issue order
-        free = max(free, total - float(after[v])) + float(transfer[v])
-    forward = max(0.0, free - total)
-    ready, waited = 0.0, 0.0
-    for v in sorted(away, key=lambda v: float(after[v])):  # in the order the backward needs
-        ready += float(transfer[v])
-        needed = backward_factor * float(after[v]) + waited
-        waited += max(0.0, ready - needed)
-    return forward, waited
-
-
 def offload_plans(p: Problem) -> list[tuple[float, int, tuple[int, ...], tuple[int, ...]]]:
     """Every valid plan with offload as (cost, device bytes, saved, offloaded): each saved
     set of :func:`plans` with each subset of its offloadable members kept on the host.
-    Reads ``p.offload``'s arrays and prices the copies by running their queue
-    (:func:`queue_exposures`); a storage is on the device while any of its saved
+    Reads ``p.offload``'s arrays and writes its price out again:
+    ``sum tail + max(0, link - forward_window) + max(0, link - backward_window)``, with
+    ``link`` the summed transfer times; a storage is on the device while any of its saved
     members is not offloaded. A plan offloading a value whose storage another saved value
     keeps on the device is not valid (torch's asynchronous pass frees the storage)."""
     o = p.offload
@@ -196,7 +172,12 @@ def offload_plans(p: Problem) -> list[tuple[float, int, tuple[int, ...], tuple[i
                     p.storage[u] == p.storage[v] >= 0 for v in away for u in saved if u not in away
                 ):
                     continue  # its storage stays on the device with u: offloads free it
-                price = sum(queue_exposures(o.transfer, o.after, o.backward_factor, away))
+                link = sum(float(o.transfer[v]) for v in away)
+                price = (
+                    sum(float(o.tail[v]) for v in away)
+                    + max(0.0, link - o.forward_window)
+                    + max(0.0, link - o.backward_window)
+                )
                 groups = {int(p.storage[v]) for v in saved if v not in away and p.storage[v] >= 0}
                 device = sum(int(p.storage_bytes[g]) for g in groups)
                 out.append((cost + price, device, saved, away))

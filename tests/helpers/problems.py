@@ -174,19 +174,21 @@ def empty_problem() -> Problem:
 
 def with_offload(p: Problem, seed: int) -> Problem:
     """``p`` where about 60% of the storages' first members may be offloaded, with random
-    transfer times (about bytes / 100) and compute after each copy's issue (falling in
-    graph order, some copies issued together) small enough that the copies queue."""
+    transfer times (about bytes / 100), tails and windows small enough that the link's
+    contention matters."""
     rng = np.random.default_rng(seed + 7)
     first = {}
     for v in range(p.n):
         if not p.is_input[v] and p.storage[v] >= 0:
             first.setdefault(int(p.storage[v]), v)
     transfer = np.full(p.n, np.nan)
-    after = np.full(p.n, np.nan)
-    left = float(rng.integers(2, 10))  # the forward's compute after the first copy
-    for g, v in sorted(first.items(), key=lambda gv: gv[1]):
+    tail = np.full(p.n, np.nan)
+    for g, v in first.items():
         if p.storage_bytes[g] > 0 and rng.random() < 0.6:
             transfer[v] = float(p.storage_bytes[g]) / 100 * float(rng.choice([0.5, 1.0, 1.5]))
-            after[v] = left
-            left = max(0.0, left - float(rng.choice([0.0, 0.5, 1.0, 2.0])))
-    return dataclasses.replace(p, offload=OffloadTerms(transfer, after))
+            tail[v] = float(rng.choice([0.0, 0.0, 0.5, 2.0]))
+    window = float(rng.integers(0, 8))
+    return dataclasses.replace(
+        p,
+        offload=OffloadTerms(transfer, tail, forward_window=window, backward_window=2 * window),
+    )

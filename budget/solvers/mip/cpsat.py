@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ...core.problem import Problem
 from ..base import InfeasibleError, Objective, Request, Search, SolverBase, no_plan_in_time
@@ -50,7 +50,7 @@ class CpSat(SolverBase):
         # at most half a unit, so the tie-break admits the cheapest cost plus one unit per
         # rounded term (a relative 1e-9 each) rather than miss the plan with fewer bytes.
         rounded = minimize == "cost" and unit_scale(problem) != 1.0
-        slack = (sum(1 for v in r if w[v] > 0) + 2 * len(o) + 2 * bool(o)) if rounded else 0
+        slack = (sum(1 for v in r if w[v] > 0) + 2 * len(o)) if rounded else 0
 
         model.minimize(first)
         solver, status = self._run(cp_model, model, time_limit)
@@ -141,8 +141,8 @@ def _add_hint(model, problem: Problem, saved: Sequence[int], s, r, y) -> None:  
 def _build(model, problem: Problem, target_bytes: int | None):  # type: ignore[no-untyped-def]
     """The closure model's variables and rows (DESIGN.md), with offload where the problem
     plans it: o_v keeps a saved value on the host (o_v -> s_v; its storage is then on the
-    device only through another saved value), priced by each pass's queued copy time
-    beyond the compute ahead of it (budget.core.offload). Returns s, r, y, o and the
+    device only through another saved value), priced by its tail and by the two passes'
+    link time beyond their windows (budget.core.offload). Returns s, r, y, o and the
     offload part of the cost objective."""
     m = closure_model(problem)
     units = offload_units(problem, m)
@@ -169,18 +169,11 @@ def _build(model, problem: Problem, target_bytes: int | None):  # type: ignore[n
         model.add(sum(int(problem.storage_bytes[g]) * y[g] for g in y) <= int(target_bytes))
     offload_expr = 0
     if units is not None and o:
-        # the copies queued from each issue point on, as a chain of partial sums (the rows'
-        # members are prefixes of one order): a term per copy, not one per row it is in
-        queued: dict[tuple[int, ...], Any] = {}
-        before: tuple[int, ...] = ()
-        for members in sorted({m for _, m, _ in units.rows}, key=len):
-            q = model.new_int_var(0, sum(units.transfer[v] for v in members), "queued")
-            new = sum(units.transfer[v] * o[v] for v in members[len(before) :])
-            model.add(q == (queued[before] if before else 0) + new)
-            queued[members], before = q, members
-        for p in (0, 1):  # the forward's exposure, the backward's
-            exposed = model.new_int_var(0, max(0, units.upper(p)), "exposed")
-            for members, window in units.pass_rows(p):
-                model.add(exposed >= queued[members] - window)
+        link = sum(units.transfer[v] * o[v] for v in o)
+        total = sum(units.transfer.values())
+        offload_expr = sum(units.tail[v] * o[v] for v in o if units.tail[v])
+        for window in (units.forward_window, units.backward_window):
+            exposed = model.new_int_var(0, max(0, total - window), "exposed")
+            model.add(exposed >= link - window)
             offload_expr += exposed
     return s, r, y, o, offload_expr

@@ -19,15 +19,14 @@ class ClosureMatrix:
     """The closure ILP as arrays, for MIP APIs that take a matrix (``highs``, ``mip``).
 
     Columns: ``s`` for ``ClosureModel.save``, then ``r`` for its ``recompute``, then ``y``
-    for its ``groups``, then ``o`` for its ``offload`` and, with offload, the two
-    exposure columns ``e`` (``s_col``/``r_col``/``y_col``/``o_col`` map node or storage
-    ids to columns, ``e_col`` lists the exposures). Every column is ``0 <= x <=
-    col_upper``, integer where ``integer`` (s, r, y, o: binary) and continuous elsewhere
-    (e: at an optimum it equals its pass's largest ``queued - window`` or 0, an integer,
-    so the exactness argument of :class:`MipWeights` holds). Rows ``row_lower <= A x <=
-    row_upper`` in CSR form (``start``, ``index``, ``value``): the need, closure,
-    storage, offload and memory rows of :class:`ClosureModel`, and any cap rows added by
-    :meth:`cap`.
+    for its ``groups``, then ``o`` for its ``offload`` and, with offload, the two exposure
+    columns ``e`` (``s_col``/``r_col``/``y_col``/``o_col`` map node or storage ids to
+    columns, ``e_col`` lists the exposures). Every column is ``0 <= x <= col_upper``,
+    integer where ``integer`` (s, r, y, o: binary) and continuous elsewhere (e: at an
+    optimum it equals ``max(0, link - window)``, an integer, so the exactness argument
+    of :class:`MipWeights` holds). Rows ``row_lower <= A x <= row_upper`` in CSR form
+    (``start``, ``index``, ``value``): the need, closure, storage, offload and memory rows
+    of :class:`ClosureModel`, and any cap rows added by :meth:`cap`.
     ``objective[which]``: dense coefficients in units.
     """
 
@@ -122,16 +121,15 @@ def _closure_rows(m: ClosureModel, weights: MipWeights, cols: ClosureMatrix) -> 
 
 
 def _offload_rows(rows: _Rows, weights: MipWeights, cols: ClosureMatrix) -> None:
-    """o_v - s_v <= 0, and per pass and issue point: e - sum(transfer * o) >= -window."""
+    """o_v - s_v <= 0, and per window: e - sum(transfer * o) >= -window."""
     units = weights.offload
     for v, c in cols.o_col.items():
         rows.add([(c, 1.0), (cols.s_col[v], -1.0)], -np.inf, 0.0)
     if units is None or not cols.e_col:
         return
-    for p, e in enumerate(cols.e_col):
-        for members, window in units.pass_rows(p):
-            queued = [(cols.o_col[v], -float(units.transfer[v])) for v in members]
-            rows.add([(e, 1.0), *queued], -float(window), np.inf)
+    link = [(cols.o_col[v], -float(t)) for v, t in units.transfer.items() if t]
+    for e, window in zip(cols.e_col, units.windows, strict=True):
+        rows.add([(e, 1.0), *link], -float(window), np.inf)
 
 
 def _columns(m: ClosureModel, weights: MipWeights) -> ClosureMatrix:
@@ -146,7 +144,8 @@ def _columns(m: ClosureModel, weights: MipWeights) -> ClosureMatrix:
     num_cols = first[-1] + len(e_col)
     upper = np.ones(num_cols)
     if units is not None:
-        upper[e_col] = [max(0, units.upper(p)) for p in (0, 1)]
+        total = sum(units.transfer.values())
+        upper[e_col] = [max(0, total - w) for w in units.windows]
     integer = np.ones(num_cols, bool)
     integer[e_col] = False
     cols = ClosureMatrix(
@@ -165,7 +164,7 @@ def _columns(m: ClosureModel, weights: MipWeights) -> ClosureMatrix:
 
 
 def _objectives(weights: MipWeights, cols: ClosureMatrix) -> dict[str, np.ndarray]:
-    """Dense cost (recompute, exposures), bytes (device) and host objectives."""
+    """Dense cost (recompute, tails, exposures), bytes (device) and host objectives."""
     cost, size, host = (np.zeros(cols.num_cols) for _ in range(3))
     for v, c in cols.r_col.items():
         cost[c] = float(weights.cost[v])
@@ -173,6 +172,7 @@ def _objectives(weights: MipWeights, cols: ClosureMatrix) -> dict[str, np.ndarra
         size[c] = float(weights.size[g])
     if cols.offload is not None:
         for v, c in cols.o_col.items():
+            cost[c] = float(cols.offload.tail[v])
             host[c] = float(weights.host[v])
         cost[cols.e_col] = 1.0
     return {"cost": cost, "bytes": size, "host": host}

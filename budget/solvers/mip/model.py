@@ -8,11 +8,10 @@ for the APIs that take a matrix (``highs``, ``mip``). The lexicographic driver t
 
 Offload (:mod:`budget.core.offload`), where the problem prices it: a binary ``o_v`` per
 offloadable saved node keeps its value on the host (``o_v <= s_v``; its storage row
-becomes ``y_g >= s_v - o_v``), and two non-negative exposure columns, one per pass, with
-``e >= sum(transfer * o over the copies queued with and after an issue point) - window``
-for each issue point (:class:`OffloadUnits`), carry the copy time that compute does not
-hide. The cost objective gains ``e_f + e_b`` and a third objective, ``"host"``, counts the
-host bytes (the last tie-break).
+becomes ``y_g >= s_v - o_v``), and two non-negative exposure columns ``e >= link -
+window`` (``link`` the offloaded transfer units, one per pass's window) carry the link
+time that compute does not hide. The cost objective gains ``sum(tail * o) + e_f + e_b``
+and a third objective, ``"host"``, counts the host bytes (the last tie-break).
 """
 
 from __future__ import annotations
@@ -73,10 +72,11 @@ _MAX_UNITS = 10**9
 
 
 def _largest_term(problem: Problem) -> float:
-    """The largest recompute cost or copy time (what :func:`unit_scale` scales to 1e9)."""
+    """The largest recompute cost or offload term (what :func:`unit_scale` scales to 1e9)."""
     terms = [problem.cost]
     if problem.offload is not None:
-        terms.append(problem.offload.transfer[problem.offload.offloadable])
+        ok = problem.offload.offloadable
+        terms += [problem.offload.transfer[ok], problem.offload.tail[ok]]
     return max((float(t.max()) for t in terms if t.size), default=0.0)
 
 
@@ -98,81 +98,58 @@ def integer_costs(problem: Problem) -> np.ndarray:
 
 @dataclass
 class OffloadUnits:
-    """The offload price (:mod:`budget.core.offload`) in integer objective units, for the
-    offloadable nodes with a save variable: each pass's exposure is at least each of its
-    ``rows``' ``sum(transfer[v] * o_v for v in members) - window``, and at least 0."""
+    """The offload terms (:mod:`budget.core.offload`) in integer objective units, for
+    the offloadable nodes with a save variable."""
 
     transfer: dict[int, int]
-    # (pass: 0 forward, 1 backward; the copies queued with and after one issue point; the
-    # compute ahead of them): rows no offload makes their pass's worst are left out
-    rows: list[tuple[int, tuple[int, ...], int]]
+    tail: dict[int, int]
+    forward_window: int
+    backward_window: int
+
+    @property
+    def windows(self) -> tuple[int, int]:
+        return self.forward_window, self.backward_window
 
     def values(self) -> list[int]:
         """Every term, for a common divisor (:func:`mip_weights`)."""
-        return [*self.transfer.values(), *(w for _, _, w in self.rows)]
+        return [*self.transfer.values(), *self.tail.values(), *self.windows]
 
     def divided(self, g: int) -> OffloadUnits:
         """The terms in units of ``g`` (a divisor of every term)."""
         return OffloadUnits(
             {v: x // g for v, x in self.transfer.items()},
-            [(p, members, w // g) for p, members, w in self.rows],
-        )
-
-    def pass_rows(self, p: int) -> list[tuple[tuple[int, ...], int]]:
-        """Pass ``p``'s rows: (members, window)."""
-        return [(members, w) for q, members, w in self.rows if q == p]
-
-    def upper(self, p: int) -> int:
-        """The most pass ``p`` can expose (everything offloaded)."""
-        return max(
-            (sum(self.transfer[v] for v in members) - w for members, w in self.pass_rows(p)),
-            default=0,
+            {v: x // g for v, x in self.tail.items()},
+            self.forward_window // g,
+            self.backward_window // g,
         )
 
     def exposures(self, offloaded: Iterable[int]) -> list[int]:
-        """The copy time of ``offloaded`` each pass leaves exposed."""
-        chosen = set(offloaded)
-        return [
-            max(
-                [0]
-                + [
-                    sum(self.transfer[v] for v in members if v in chosen) - w
-                    for members, w in self.pass_rows(p)
-                ]
-            )
-            for p in (0, 1)
-        ]
+        """The link time of ``offloaded`` that each pass's window leaves exposed."""
+        link = sum(self.transfer[v] for v in set(offloaded))
+        return [max(0, link - w) for w in self.windows]
 
     def price(self, offloaded: Iterable[int]) -> int:
         """The offload price of ``offloaded`` in units, as the MIP's cost objective has it
-        (the passes' exposures; 0 for nothing offloaded)."""
-        return sum(self.exposures(offloaded))
+        (tails plus exposures; 0 for nothing offloaded)."""
+        chosen = set(offloaded)
+        if not chosen:
+            return 0
+        return sum(self.tail[v] for v in chosen) + sum(self.exposures(chosen))
 
 
 def offload_units(problem: Problem, m: ClosureModel) -> OffloadUnits | None:
-    """``problem``'s offload terms in the units of :func:`unit_scale` (None without): a
-    row per pass and issue point, over the copies issued with it or after it."""
+    """``problem``'s offload terms in the units of :func:`unit_scale` (None without)."""
     o = problem.offload
     if o is None:
         return None
     k = unit_scale(problem)
-    nodes = sorted((v for v in m.save if o.offloadable[v]), key=lambda v: (o.after[v], v))
-    transfer = {v: int(round(o.transfer[v] * k)) for v in nodes}
-    rows: list[tuple[int, tuple[int, ...], int]] = []
-    most = [0, 0]  # each pass's previous row's value with every copy in it offloaded
-    queued = 0
-    for i, v in enumerate(nodes):
-        queued += transfer[v]
-        if i + 1 < len(nodes) and o.after[nodes[i + 1]] == o.after[v]:
-            continue  # one row per issue point: the last of those issued together
-        for p, f in enumerate(o.factors):
-            window = int(round(f * o.after[v] * k))
-            # Where the copies issued since the previous point cannot fill the compute
-            # between them, this row is at most that one, whatever is offloaded: left out.
-            if queued - window > max(0, most[p]):
-                rows.append((p, tuple(nodes[: i + 1]), window))
-            most[p] = queued - window
-    return OffloadUnits(transfer, rows)
+    nodes = [v for v in m.save if o.offloadable[v]]
+    return OffloadUnits(
+        transfer={v: int(round(o.transfer[v] * k)) for v in nodes},
+        tail={v: int(round(o.tail[v] * k)) for v in nodes},
+        forward_window=int(round(o.forward_window * k)),
+        backward_window=int(round(o.backward_window * k)),
+    )
 
 
 @dataclass
@@ -244,8 +221,7 @@ def mip_weights(problem: Problem, m: ClosureModel, target_bytes: int | None) -> 
     sizes = {gr: int(problem.storage_bytes[gr]) for gr in m.groups}
     b = math.gcd(*sizes.values()) if sizes else 1
     b = max(b, 1)
-    # a recompute term each; per pass, a copy each and its worst row's window
-    rounded = sum(1 for v in m.recompute if w[v] > 0) + 2 * len(m.offload) + 2
+    rounded = sum(1 for v in m.recompute if w[v] > 0) + 2 * len(m.offload)
     return MipWeights(
         cost=w // g,
         size={gr: x // b for gr, x in sizes.items()},

@@ -75,19 +75,19 @@ class PulpModel:
     def _offload(
         self, model: Any, weights: MipWeights, s: dict[int, Any], o: dict[int, Any]
     ) -> Any:
-        """The offload rows (o_v <= s_v; per pass and issue point, e >= queued - window
-        with e >= 0) and the offload part of the cost objective (the exposures)."""
+        """The offload rows (o_v <= s_v; per window, e >= link - window with e >= 0) and
+        the offload part of the cost objective (tails and exposures)."""
         pulp, units = self.pulp, weights.offload
         for v, x in o.items():
             model += x <= s[v], f"offload{v}"
         if units is None or not o:
             return 0
-        price = 0
-        for p, name in enumerate(("forward", "backward")):
-            e = model.add_variable(f"exposed_{name}", lowBound=0, upBound=max(0, units.upper(p)))
-            for i, (members, window) in enumerate(units.pass_rows(p)):
-                queued = pulp.lpSum(units.transfer[v] * o[v] for v in members)
-                model += e >= queued - window, f"exposure_{name}{i}"
+        link = pulp.lpSum(units.transfer[v] * x for v, x in o.items() if units.transfer[v])
+        total = sum(units.transfer.values())
+        price = pulp.lpSum(units.tail[v] * x for v, x in o.items() if units.tail[v])
+        for name, window in zip(("forward", "backward"), units.windows, strict=True):
+            e = model.add_variable(f"exposed_{name}", lowBound=0, upBound=max(0, total - window))
+            model += e >= link - window, f"exposure_{name}"
             price += e
         return price
 
