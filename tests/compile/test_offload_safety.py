@@ -4,10 +4,46 @@ one whose backward frees its host copies."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
 import pytest
 import torch
+import torch._functorch._activation_offloading.offload_ops  # noqa: F401 - the ao ops
+from torch.fx.experimental.proxy_tensor import make_fx
 
 import budget
+from budget.compile.compiled_peak import CodeCapture
+
+wait, offload = torch.ops.ao.wait_tensor.default, torch.ops.ao.offload.default
+
+
+def _graph(f: Callable, n: int = 256) -> tuple[torch.fx.GraphModule, list[torch.Tensor]]:
+    """``f(x, w)`` traced on fake tensors, and the inputs to compile it for."""
+    x, w = torch.randn(n, n), torch.randn(n, n)
+    return make_fx(f, tracing_mode="fake")(x, w), [x, w]
+
+
+def _code(gm: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> list[str]:
+    """The lines of the forward's code Inductor generates for ``gm`` (CPU)."""
+    capture = CodeCapture()
+    capture(gm, inputs)
+    return capture.graphs["forward"].source.splitlines()
+
+
+def _freed_after_reads(lines: list[str]) -> list[str]:
+    """The buffers the code's waits free, each asserted read by a matmul before its wait
+    and named after it only by its ``del``."""
+    freed = [
+        (i, m.group(1))
+        for i, line in enumerate(lines)
+        if (m := re.search(r"ao\.wait_tensor\.default\(\w+, (\w+)", line))
+    ]
+    for i, buf in freed:
+        assert any(f"mm({buf}," in line for line in lines[:i]), buf  # read before its wait
+        later = [line.strip() for line in lines[i + 1 :] if re.search(rf"\b{buf}\b", line)]
+        assert all(line == f"del {buf}" for line in later), (buf, later)
+    return [buf for _, buf in freed]
 
 
 def test_under_inductor_no_wait_runs_before_a_read_of_the_storage_it_frees():
@@ -15,15 +51,7 @@ def test_under_inductor_no_wait_runs_before_a_read_of_the_storage_it_frees():
     # data orders it after them, and Inductor ran one before the matmul reading the value
     # it frees (resize_(0)). The waits are pinned after those reads in the graph Inductor
     # compiles; here Inductor's CPU code is read, not run (the ao ops need a GPU).
-    import re
-
-    import torch._functorch._activation_offloading.offload_ops  # noqa: F401 - the ao ops
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    from budget.compile.compiled_peak import CodeCapture
     from budget.compile.offload import Timing, place_waits
-
-    wait, offload = torch.ops.ao.wait_tensor.default, torch.ops.ao.offload.default
 
     def f(x, w):
         a = (x @ w).relu()
@@ -33,23 +61,10 @@ def test_under_inductor_no_wait_runs_before_a_read_of_the_storage_it_frees():
         e = ((b @ w).relu() @ w).relu()
         return e, wait(off_a, a), wait(off_b, b)
 
-    x, w = torch.randn(256, 256), torch.randn(256, 256)
-    gm = make_fx(f, tracing_mode="fake")(x, w)
+    gm, inputs = _graph(f)
     # instant copies: each wait right after its value's last read, a matmul
     place_waits(gm, Timing(budget.estimators.get_estimator("flops:h100"), link=1e15))
-    capture = CodeCapture()
-    capture(gm, [x, w])
-    lines = capture.graphs["forward"].source.splitlines()
-    freed = [
-        (i, m.group(1))
-        for i, line in enumerate(lines)
-        if (m := re.search(r"ao\.wait_tensor\.default\(\w+, (\w+)", line))
-    ]
-    assert len(freed) == 2
-    for i, buf in freed:
-        assert any(f"mm({buf}," in line for line in lines[:i])  # read before its wait
-        later = [line.strip() for line in lines[i + 1 :] if re.search(rf"\b{buf}\b", line)]
-        assert all(line == f"del {buf}" for line in later), (buf, later)
+    assert len(_freed_after_reads(_code(gm, inputs))) == 2
 
 
 def test_only_a_gpu_steps_side_stream_offload_frees_the_host_copies(monkeypatch):
@@ -95,15 +110,6 @@ def test_a_second_backward_through_a_step_whose_backward_frees_host_copies_is_re
 def test_under_inductor_a_wait_stays_after_reads_its_rewrites_move_onto_the_value():
     # Inductor drops a clone (a no-op to it): the matmul reading the clone reads the
     # offloaded value itself, so its wait is pinned on the graph Inductor lowers
-    import re
-
-    import torch._functorch._activation_offloading.offload_ops  # noqa: F401 - the ao ops
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    from budget.compile.compiled_peak import CodeCapture
-
-    wait, offload = torch.ops.ao.wait_tensor.default, torch.ops.ao.offload.default
-
     def f(x, w):
         a = (x @ w).relu()
         off = offload(a)
@@ -111,32 +117,15 @@ def test_under_inductor_a_wait_stays_after_reads_its_rewrites_move_onto_the_valu
         done = wait(off, a)  # after a's last read, in this graph
         return (c @ w).relu(), done
 
-    x, w = torch.randn(256, 256), torch.randn(256, 256)
-    gm = make_fx(f, tracing_mode="fake")(x, w)
-    capture = CodeCapture()
-    capture(gm, [x, w])
-    lines = capture.graphs["forward"].source.splitlines()
+    lines = _code(*_graph(f))
     assert not any("clone" in line for line in lines)  # the matmul reads a itself
-    (i, buf) = next(
-        (i, m.group(1))
-        for i, line in enumerate(lines)
-        if (m := re.search(r"ao\.wait_tensor\.default\(\w+, (\w+)", line))
-    )
-    assert any(f"mm({buf}," in line for line in lines[:i])
-    later = [line.strip() for line in lines[i + 1 :] if re.search(rf"\b{buf}\b", line)]
-    assert all(line == f"del {buf}" for line in later), later
+    assert len(_freed_after_reads(lines)) == 1
 
 
 def test_under_inductor_a_forward_returning_what_a_wait_frees_is_refused():
     # the clone returned is a no-op to Inductor: the forward would hand out the storage
     # the wait empties
-    import torch._functorch._activation_offloading.offload_ops  # noqa: F401 - the ao ops
-    from torch.fx.experimental.proxy_tensor import make_fx
-
     from budget.compile.backend import root_error
-    from budget.compile.compiled_peak import CodeCapture
-
-    wait, offload = torch.ops.ao.wait_tensor.default, torch.ops.ao.offload.default
 
     def f(x, w):
         a = (x @ w).relu()
@@ -144,10 +133,8 @@ def test_under_inductor_a_forward_returning_what_a_wait_frees_is_refused():
         kept = a.clone()
         return kept, wait(off, a)
 
-    x, w = torch.randn(64, 64), torch.randn(64, 64)
-    gm = make_fx(f, tracing_mode="fake")(x, w)
     with pytest.raises(Exception) as info:
-        CodeCapture()(gm, [x, w])
+        _code(*_graph(f, 64))
     error = root_error(info.value)
     assert isinstance(error, budget.OffloadError)
     assert "returns relu, in the storage that offloading relu frees" in str(error)
