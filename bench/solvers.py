@@ -4,6 +4,7 @@
     python bench/solvers.py --quick              # small sizes only
     python bench/solvers.py --markdown           # tables for the README
     python bench/solvers.py --solvers cpsat,cpsat:plain --only-solve   # with/without reduction
+    python bench/solvers.py --offload --layers 4,12,24 --markdown   # planning with offload
 
 For each problem (random layered DAGs of 1k/5k/20k nodes; joint graphs of the built-in
 GPT with 4/12/24/48 layers and the ResNet) and budget 0.1 ... 0.9, every available solver
@@ -199,6 +200,39 @@ def budget_plan_time(make: Callable[[], Any], b: float) -> tuple[float, float]:
     return sum(v for k, v in plan.timings.items() if k not in ("partition", "tie-break")), tie
 
 
+def offload_rows(layers: Sequence[int], d: int, estimator: str) -> list[list[str]]:
+    """Per GPT depth and budget: what budget.plan spends choosing what to save
+    (classify, estimate, both ends and the solve; tracing and the peak tie-break aside)
+    without and with offload (a second search), planned for ``estimator``'s GPU, and the
+    solver's status and the host bytes of the plan with offload."""
+    rows = []
+    for n_layers in layers:
+        ex = get_builtin("gpt", layers=n_layers, d=d, heads=4)
+        for b in (0.5, 0.2):
+            spent = []
+            for offload in (False, True):
+                torch._dynamo.reset()
+                plan = budget.plan(
+                    ex.step, *ex.args, memory_budget=b, offload=offload, estimator=estimator
+                )
+                spent.append(
+                    sum(v for k, v in plan.timings.items() if k not in ("partition", "tie-break"))
+                )
+            log(f"gpt-{n_layers}L b={b}: {spent[0]:.2f}s, with offload {spent[1]:.2f}s")
+            rows.append(
+                [
+                    f"gpt-{n_layers}L d={d}",
+                    f"{b}",
+                    f"{spent[0]:.2f}",
+                    f"{spent[1]:.2f}",
+                    f"{spent[1] / spent[0]:.1f}",
+                    plan.status,
+                    f"{plan.offloaded_bytes / 2**20:.2f}",
+                ]
+            )
+    return rows
+
+
 def first_call(make: Callable[[], Any], b: float, ours: bool) -> float:
     """Seconds of the first compiled training step (compile + run), Inductor on CPU."""
     ex = make()
@@ -275,6 +309,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="solver and reduction tables only (no torch timings, no compile)",
     )
+    ap.add_argument(
+        "--offload",
+        action="store_true",
+        help="only the planning time with offload (budget.plan, estimator flops:h100)",
+    )
     args = ap.parse_args(argv)
     solvers = [s for s in args.solvers.split(",") if s]
     budgets = [round(0.1 * i, 1) for i in range(1, 10)]
@@ -293,6 +332,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "cell: median/max solve time over the budgets; budgets solved within 0.1% of the best "
         "bound (a proven optimum where one exists); worst objective/bound where the bound > 0"
     )
+    if args.offload:
+        table(
+            f"planning with offload (flops:h100, {budget.config.solver}): budget.plan's "
+            "classify, estimate and solve, without and with offload",
+            ["graph", "budget", "plan s", "with offload s", "ratio", "status", "offloaded MiB"],
+            offload_rows(layers, args.d, "flops:h100"),
+            args.markdown,
+        )
+        return 0
     for spec in solvers:
         make_solver(spec)  # unknown names fail before anything runs
     summary, reductions = [], []
