@@ -324,15 +324,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.layers is not None:
         layers = [int(x) for x in args.layers.split(",") if x]
 
-    print(
-        f"torch {torch.__version__}, budget {budget.__version__}, {torch.get_num_threads()} threads, "
-        f"time limit {args.time_limit:g}s, budgets {budgets[0]}..{budgets[-1]}"
-    )
-    print(
-        "cell: median/max solve time over the budgets; budgets solved within 0.1% of the best "
-        "bound (a proven optimum where one exists); worst objective/bound where the bound > 0"
-    )
     if args.offload:
+        print(
+            f"torch {torch.__version__}, budget {budget.__version__}, "
+            f"{torch.get_num_threads()} threads, time limit {budget.config.time_limit:g}s"
+        )
         table(
             f"planning with offload (flops:h100, {budget.config.solver}): budget.plan's "
             "classify, estimate and solve, without and with offload",
@@ -341,6 +337,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.markdown,
         )
         return 0
+    print(
+        f"torch {torch.__version__}, budget {budget.__version__}, {torch.get_num_threads()} threads, "
+        f"time limit {args.time_limit:g}s, budgets {budgets[0]}..{budgets[-1]}"
+    )
+    print(
+        "cell: median/max solve time over the budgets; budgets solved within 0.1% of the best "
+        "bound (a proven optimum where one exists); worst objective/bound where the bound > 0"
+    )
     for spec in solvers:
         make_solver(spec)  # unknown names fail before anything runs
     summary, reductions = [], []
