@@ -206,6 +206,8 @@ def offload_rows(layers: Sequence[int], d: int, estimator: str) -> list[list[str
     without and with offload (a second search), planned for ``estimator``'s GPU, and the
     solver's status and the host bytes of the plan with offload."""
     rows = []
+    warm = get_builtin("gpt", layers=1, d=d, heads=4)  # the solvers' first-use imports
+    budget.plan(warm.step, *warm.args, memory_budget=0.5, offload=True, estimator=estimator)
     for n_layers in layers:
         ex = get_builtin("gpt", layers=n_layers, d=d, heads=4)
         for b in (0.5, 0.2):
