@@ -90,6 +90,7 @@ LAZY = {
     "select_decomp_table": "torch._inductor.compile_fx",
     "OutputCode": "torch._inductor.output_code",
     "CustomPartitionerFn": "torch._inductor.custom_graph_pass",
+    "CustomGraphPass": "torch._inductor.custom_graph_pass",
     "CustomKnapsackSolver": "torch._inductor.custom_graph_pass",
     "CustomRuntimeEstimator": "torch._inductor.custom_graph_pass",
     "GraphLowering": "torch._inductor.graph",
