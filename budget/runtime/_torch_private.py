@@ -2,12 +2,11 @@
 
 budget reuses torch's own machinery (joint-graph node classification, fwd/bwd extraction,
 the b=1.0 min-cut, RNG functionalisation, the compile stack) instead of re-deriving it.
-Every ``torch._*`` and ``torch.utils._*`` module budget uses is imported here and nowhere
-else: ruff's TID251 bans them elsewhere, and tests/test_torch_seam.py checks that each
-name exported here is still the torch object it names. The torch range is pinned in
-pyproject.toml. Names ``import torch`` has loaded already are imported eagerly; the
-compile stack (partitioner, dynamo, Inductor) on first use (PEP 562 ``__getattr__``), so
-importing this module, and with it ``budget.estimators``, loads none of it.
+Every ``torch._*`` and ``torch.utils._*`` module budget uses is imported here only (ruff's
+TID251 bans them elsewhere); tests/test_torch_seam.py checks that each export is still the
+torch object it names. Names ``import torch`` has loaded already are imported eagerly; the
+compile stack on first use (PEP 562 ``__getattr__``), so importing this module, and with it
+``budget.estimators``, loads none of it.
 """
 
 from __future__ import annotations
