@@ -67,6 +67,13 @@ class OffloadTerms:
         """bool[n]: the values that may be offloaded."""
         return ~np.isnan(self.transfer)
 
+    def kept(self, nodes: np.ndarray) -> OffloadTerms:
+        """The terms of a problem of ``nodes`` only (a reduced problem's): the windows are
+        the step's, whatever the nodes."""
+        return OffloadTerms(
+            self.transfer[nodes], self.tail[nodes], self.forward_window, self.backward_window
+        )
+
     def price(self, offloaded: Iterable[int]) -> float:
         """The exposed time of offloading exactly ``offloaded`` (module docstring)."""
         chosen = sorted(set(offloaded))

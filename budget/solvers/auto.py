@@ -67,8 +67,9 @@ class Auto(SolverBase):
     def _search(self, request: Request) -> Search:
         problem, target_bytes, minimize, time_limit = request
         if problem.offload is not None:  # the cut knows saves and recomputations only
+            exact = Reduced(CpSat()) if self.reduction else CpSat()
             return Search.of(
-                CpSat().solve(problem, target_bytes, minimize=minimize, time_limit=time_limit),
+                exact.solve(problem, target_bytes, minimize=minimize, time_limit=time_limit),
                 auto="cpsat (offload)",
             )
         start = time.perf_counter()

@@ -64,8 +64,7 @@ class Reduced(SolverBase):
     def _search(self, request: Request) -> Search:
         problem, target_bytes, minimize, time_limit = request
         start = time.perf_counter()
-        # the rules know saves and recomputations only: an offload problem is solved whole
-        red = identity(problem) if problem.offload is not None else cached_reduction(problem)
+        red = cached_reduction(problem)
         if red.identity:
             return Search.of(
                 self.solver.solve(problem, target_bytes, minimize=minimize, time_limit=time_limit)
@@ -84,18 +83,15 @@ class Reduced(SolverBase):
             raise InfeasibleError(
                 f"no plan saves at most {target_bytes} bytes{more}", min_bytes=low
             ) from None
-        q = red.problem
-        cost = q.recompute_cost(sol.saved) + red.cost_offset
-        nbytes = q.saved_bytes(sol.saved) + red.bytes_offset
+        want = _price(red.problem, sol.saved, sol.offloaded)
+        want = (want[0] + red.cost_offset, want[1] + red.bytes_offset, want[2])
 
         def verify(out: Solution) -> None:
-            got = problem.recompute_cost(out.saved)
-            if not math.isclose(got, cost, rel_tol=1e-9, abs_tol=1e-9) or (
-                problem.saved_bytes(out.saved) != nbytes
-            ):
+            got = _price(problem, out.saved, out.offloaded)
+            if not math.isclose(got[0], want[0], rel_tol=1e-9, abs_tol=1e-9) or got[1:] != want[1:]:
                 raise RuntimeError(
-                    f"{self.name}: the reduced plan expands to ({got}, "
-                    f"{problem.saved_bytes(out.saved)} bytes), expected ({cost}, {nbytes})"
+                    f"{self.name}: the reduced plan expands to {got} (cost, device bytes, "
+                    f"host bytes), expected {want}"
                 )
 
         offset = red.cost_offset if minimize == "cost" else red.bytes_offset
@@ -105,4 +101,11 @@ class Reduced(SolverBase):
             bound=None if sol.bound is None else sol.bound + offset,
             info={**sol.info, "reduced": red.summary()},
             verify=verify,
+            offloaded=red.expand_offloaded(sol.offloaded),
         )
+
+
+def _price(p: Problem, saved: list[int], offloaded: list[int]) -> tuple[float, int, int]:
+    """A plan's recompute cost plus offload price, device bytes and host bytes."""
+    cost = p.recompute_cost(saved) + (p.offload_cost(offloaded) if offloaded else 0.0)
+    return cost, p.saved_bytes(saved, offloaded), p.host_bytes(offloaded)

@@ -48,9 +48,18 @@ at no extra cost. Each rule, for a non-input node v:
 
 Rules 9 and 10 turn view chains (mm -> view -> split -> getitem -> view -> permute) and
 zero-cost pointwise chains (a GELU after its matmul) into nodes that cannot be saved,
-which rules 6-8 then remove; rule 11 joins the q/k/v views of one projection. What is not done: identical layers are not solved once (the memory
-row couples them; the solvers' own symmetry handling and the min-cut's hull walk are
-what handles them).
+which rules 6-8 then remove; rule 11 joins the q/k/v views of one projection. What is
+not done: identical layers are not solved once (the memory row couples them; the solvers'
+own symmetry handling and the min-cut's hull walk are what handles them).
+
+Offload (``Problem.offload``): the reduced problem keeps the offload terms of the nodes it
+keeps, and a plan's price (cost with the offload price, device bytes, host bytes) is kept
+the same way. A value that may be offloaded is never saved for the solver (rule 3), never
+replaced by its users or inputs (9, 10) and never joined to a twin (11): each of those
+would take its offload away. The other rules hold as they are: a value they delete is one
+some optimal plan does not save (2, 4) or cannot save (1, 6-8), and dropping an offload
+lowers its price (tails and the link's exposure grow with what is offloaded) and the host
+bytes; a value rule 5 saves holds no bytes of its own, so offloading it frees nothing.
 """
 
 from __future__ import annotations
@@ -84,6 +93,11 @@ class Reduction:
         for i in saved:
             out.update(self.saves[i])
         return sorted(out)
+
+    def expand_offloaded(self, offloaded: list[int]) -> list[int]:
+        """The original problem's offloaded values for those of a reduced plan (a value that
+        may be offloaded is never joined to another, so each is one original node)."""
+        return sorted(v for i in offloaded for v in self.saves[i])
 
     def summary(self) -> dict[str, object]:
         p, q = self.original, self.problem
@@ -123,6 +137,8 @@ class _Reducer:
         self.needed = p.needed & self.alive
         self.can_save = p.can_save.copy()
         self.can_recompute = p.can_recompute.copy()
+        # values the solver may offload: kept for it to decide (module docstring)
+        self.movable = np.zeros(n, bool) if p.offload is None else p.offload.offloadable
         self.cost = p.cost.astype(np.float64).copy()
         self.flops = p.flops.astype(np.float64).copy()
         self.storage = p.storage.copy()
@@ -238,7 +254,7 @@ class _Reducer:
         if not need and not any(self.can_recompute[w] for w in outs):
             self.delete(v, "irrelevant")
             return
-        if need and not redo:
+        if need and not redo and not self.movable[v]:
             self.forced.extend(self.saves[v])
             g = int(self.storage[v])
             if g >= 0 and self.storage_bytes[g] > 0:
@@ -275,7 +291,7 @@ class _Reducer:
                 self.merge(v, next(iter(outs)))
             return
         g = int(self.storage[v])
-        if save and g >= 0:  # bytes > 0 here (rule 5)
+        if save and g >= 0 and not self.movable[v]:  # bytes > 0 here (rule 5)
             if not need and outs and self.instead(v, outs):
                 self.can_save[v] = False
                 self.rules["views instead"] += 1
@@ -288,7 +304,7 @@ class _Reducer:
                 return
             if need:
                 for w in sorted(self.members[g]):
-                    if w != v and self.needed[w] and self.can_save[w]:
+                    if w != v and self.needed[w] and self.can_save[w] and not self.movable[w]:
                         self.rules["twins"] += 1
                         self.can_recompute[v] &= self.can_recompute[w]
                         self.saves[v] = self.saves[v] + self.saves[w]
@@ -329,6 +345,7 @@ class _Reducer:
             modules=[p.modules[v] for v in kl],
             reason=[p.reason[v] for v in kl],
             graph_hash=p.graph_hash,
+            offload=None if p.offload is None else p.offload.kept(keep),
         )
         return Reduction(
             original=p,

@@ -192,7 +192,7 @@ def offload_optimum(
     device memory), then fewest host bytes (nothing offloaded for nothing); or fewest
     device bytes first (``minimize="bytes"``). None when none fits."""
     fits = [
-        (c, b, _host(p, away))
+        (c, b, host_bytes(p, away))
         for c, b, _, away in offload_plans(p)
         if target is None or b <= target
     ]
@@ -203,5 +203,5 @@ def offload_optimum(
     return min(fits, key=lambda x: (x[1], round(x[0], 9), x[2]))
 
 
-def _host(p: Problem, away: tuple[int, ...]) -> int:
+def host_bytes(p: Problem, away: tuple[int, ...]) -> int:
     return sum(int(p.storage_bytes[int(p.storage[v])]) for v in away)

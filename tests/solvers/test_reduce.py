@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from helpers import oracle
-from helpers.problems import random_problem, rich_problem
+from helpers.problems import random_problem, rich_problem, with_offload
 
 from budget.core.problem import Problem
 from budget.solvers import InfeasibleError, available_solvers, get_solver
@@ -47,6 +47,44 @@ def test_reduction_keeps_the_frontier_and_expands_exactly(kind, seed):
         assert got[1] == b + red.bytes_offset
     shifted = [(c + red.cost_offset, b + red.bytes_offset) for c, b in reduced.values()]
     assert frontier(shifted) == frontier(full.values())
+
+
+def _lexicographic(plans, target):
+    """(cost, device bytes, host bytes) of the best of ``plans`` within ``target``."""
+    fits = [(round(c, 9), b, h) for c, b, h in plans if b <= target]
+    return min(fits) if fits else None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("seed", range(40))
+def test_reduction_with_offload_keeps_every_optimum_and_expands_exactly(kind, seed):
+    """With offload priced, a plan of the reduced problem (offloads included) expands to
+    one of the original problem at its own price plus the offsets, host bytes the same,
+    and the least (cost, device bytes, host bytes) within every target is kept."""
+    p = with_offload(kind(seed, n=10), seed)
+    full = oracle.offload_plans(p)
+    red = reduce_problem(p)
+    if not full:
+        assert red.identity
+        return
+    q = red.problem
+    assert q.offload is not None
+    priced = {(saved, away): (c, b) for c, b, saved, away in full}
+    reduced = oracle.offload_plans(q)
+    for c, b, saved, away in reduced:
+        expanded = (tuple(red.expand(list(saved))), tuple(red.expand_offloaded(list(away))))
+        got = priced.get(expanded)
+        assert got is not None, (saved, away, expanded)  # a valid plan of the original
+        assert got[0] == pytest.approx(c + red.cost_offset, abs=1e-9)
+        assert got[1] == b + red.bytes_offset
+        assert oracle.host_bytes(p, expanded[1]) == oracle.host_bytes(q, away)
+    mine = [(c, b, oracle.host_bytes(p, a)) for c, b, _, a in full]
+    theirs = [
+        (c + red.cost_offset, b + red.bytes_offset, oracle.host_bytes(q, a))
+        for c, b, _, a in reduced
+    ]
+    for target in sorted({b for _, b, _ in mine}):
+        assert _lexicographic(theirs, target) == _lexicographic(mine, target), target
 
 
 def test_every_rule_is_exercised():
