@@ -59,6 +59,96 @@ def test_the_fewest_device_bytes_offload_what_can_be(name, seed):
     assert _same((cost, sol.objective, p.host_bytes(sol.offloaded)), want)
 
 
+@pytest.mark.parametrize("name", PLANNERS)
+@pytest.mark.parametrize("seed", range(10))
+def test_offload_costs_are_proven_within_the_gap_and_ties_broken_among_no_costlier(name, seed):
+    """With a step whose compute dwarfs the costs, the cost's proof gap (0.1% of the
+    step's compute) is about a recomputation: a plan may cost up to that above the
+    optimum, and among the plans no costlier than it, it has the fewest device bytes and
+    then host bytes, exactly."""
+    build = random_problem if seed % 2 else rich_problem
+    p = with_offload(build(seed, n=9), seed)
+    o = p.offload
+    p = dataclasses.replace(p, offload=OffloadTerms(o.transfer, o.tail, 300.0, 600.0))
+    assert p.offload.gap == pytest.approx(0.9)
+    plans = oracle.offload_plans(p)
+    priced = {(saved, away): (c, b, oracle.host_bytes(p, away)) for c, b, saved, away in plans}
+    for target in _targets(p):
+        fits = [x for x in priced.values() if target is None or x[1] <= target]
+        if not fits:
+            continue
+        sol = get_solver(name).solve(p, target)
+        c, b, h = priced[(tuple(sol.saved), tuple(sol.offloaded))]
+        assert c <= min(x[0] for x in fits) + p.offload.gap + 1e-9, (seed, target)
+        assert (b, h) == min((x[1], x[2]) for x in fits if x[0] <= c + 1e-9), (seed, target)
+
+
+def _wide(seed: int):
+    p = with_offload(rich_problem(seed, n=9), seed)
+    o = p.offload
+    return dataclasses.replace(p, offload=OffloadTerms(o.transfer, o.tail, 300.0, 600.0))
+
+
+def test_cpsat_solves_the_cost_alone_to_the_offload_gap(monkeypatch):
+    """The gap reaches the cost's stage only, in CP-SAT's units (1e9 over the largest
+    cost or offload term); the bytes and host bytes are solved exactly (half a unit)."""
+    from budget.solvers.mip.cpsat import CpSat
+
+    p, gaps, run = _wide(3), [], CpSat._run
+
+    def spy(self, cp_model, model, time_limit, gap):  # type: ignore[no-untyped-def]
+        gaps.append(gap)
+        return run(self, cp_model, model, time_limit, gap)
+
+    monkeypatch.setattr(CpSat, "_run", spy)
+    o = p.offload
+    top = max(p.cost.max(), np.nanmax(o.transfer), np.nanmax(o.tail))
+    get_solver("cpsat", reduce=False).solve(p, None)
+    assert gaps == [pytest.approx(o.gap * 1e9 / top), 0.5, 0.5]
+    gaps.clear()
+    get_solver("cpsat", reduce=False).solve(p, None, minimize="bytes")
+    assert gaps == [0.5, pytest.approx(o.gap * 1e9 / top), 0.5]
+    gaps.clear()
+    get_solver("cpsat", reduce=False).solve(dataclasses.replace(p, offload=None), None)
+    assert gaps == [0.5, 0.5]
+
+
+@pytest.mark.parametrize("name", [n for n in PLANNERS if n not in ("cpsat", "auto")])
+def test_mip_backends_solve_the_cost_alone_to_the_offload_gap(name, monkeypatch):
+    from budget.solvers.mip import driver
+
+    p, calls, weights = _wide(3), [], []
+    make_weights = driver.mip_weights
+
+    def spy_weights(*args):  # type: ignore[no-untyped-def]
+        weights.append(make_weights(*args))
+        return weights[-1]
+
+    solver = get_solver(name, reduce=False)
+    build = type(solver).build
+
+    def spy_build(self, *args):  # type: ignore[no-untyped-def]
+        model, info = build(self, *args)
+        minimize = model.minimize
+
+        def spy(objective, time_limit, hint, gap=0.5):  # type: ignore[no-untyped-def]
+            calls.append((sorted(objective), gap))
+            return minimize(objective, time_limit, hint, gap)
+
+        model.minimize = spy
+        return model, info
+
+    monkeypatch.setattr(driver, "mip_weights", spy_weights)
+    monkeypatch.setattr(type(solver), "build", spy_build)
+    solver.solve(p, None)
+    unit = weights[-1].cost_unit
+    assert calls == [
+        (["cost"], pytest.approx(p.offload.gap / unit)),
+        (["bytes"], 0.5),
+        (["host"], 0.5),
+    ]
+
+
 def _chain(windows: float) -> object:
     # x -> a -> b -> c, all needed, 100 B each, recomputing costs 10 each
     p = make(

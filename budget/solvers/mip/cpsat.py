@@ -5,7 +5,8 @@ integer coefficients: bytes exactly, costs rounded to integers after scaling so 
 largest is ~1e9 (FLOP counts are integers already and stay exact below that). CP-SAT
 reports a proven bound, so a time-limited solve returns its gap. Ties are broken by a
 second solve that caps the first objective at its optimum (plus the rounding's slack),
-hinted with the first plan.
+hinted with the first plan. With offload the cost's solve stops within
+``OffloadTerms.gap`` of its bound (CP-SAT's ``absolute_gap_limit``; DESIGN.md, "Offload").
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import ClassVar
 
 from ...core.problem import Problem
 from ..base import InfeasibleError, Objective, Request, Search, SolverBase, no_plan_in_time
-from .model import closure_model, integer_costs, offload_units, unit_scale
+from .model import closure_model, integer_costs, offload_units, proof_gap, unit_scale
 
 
 class CpSat(SolverBase):
@@ -52,8 +53,12 @@ class CpSat(SolverBase):
         rounded = minimize == "cost" and unit_scale(problem) != 1.0
         slack = (sum(1 for v in r if w[v] > 0) + 2 * len(o)) if rounded else 0
 
+        # the cost is proven to within its gap (exact without offload: MipWeights.cost_gap)
+        def gap(goal: object) -> float:
+            return proof_gap(problem) if goal is cost_expr else 0.5
+
         model.minimize(first)
-        solver, status = self._run(cp_model, model, time_limit)
+        solver, status = self._run(cp_model, model, time_limit, gap(first))
         if status == cp_model.INFEASIBLE:
             raise InfeasibleError(f"no plan saves at most {target_bytes} bytes")
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -81,7 +86,7 @@ class CpSat(SolverBase):
                 capped <= int(round(solver.objective_value if value is None else value)) + extra
             )
             model.minimize(goal)
-            solver, status = self._run(cp_model, model, remaining)
+            solver, status = self._run(cp_model, model, remaining, gap(goal))
             if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 tie_break = "not proven"
                 break
@@ -100,8 +105,9 @@ class CpSat(SolverBase):
             offloaded=sorted(v for v, val in away.items() if val),
         )
 
-    def _run(self, cp_model, model, time_limit: float):  # type: ignore[no-untyped-def]
-        """One CP-SAT solve of ``model``: the CpSolver (its values) and the status.
+    def _run(self, cp_model, model, time_limit: float, gap: float):  # type: ignore[no-untyped-def]
+        """One CP-SAT solve of ``model`` to within an absolute ``gap`` (units): the
+        CpSolver (its values) and the status.
 
         One worker (deterministic) with the LP of CP-SAT's ``max_lp_sym`` subsolver: the
         full linear relaxation, with the symmetries presolve finds kept in the LP. A model
@@ -114,6 +120,7 @@ class CpSat(SolverBase):
         solver.parameters.random_seed = self.seed
         solver.parameters.linearization_level = 2
         solver.parameters.use_symmetry_in_lp = True
+        solver.parameters.absolute_gap_limit = gap
         status = solver.solve(model)
         if status == cp_model.MODEL_INVALID:  # a bug of ours, never a user error
             raise RuntimeError(f"cpsat: invalid model: {model.validate()}")

@@ -45,10 +45,15 @@ class MipModel(Protocol):
     """The closure model built in one MIP backend's API (see ``ilp``, ``highs``, ``mip``)."""
 
     def minimize(
-        self, objective: dict[MipObjective, float], time_limit: float, hint: Plan | None
+        self,
+        objective: dict[MipObjective, float],
+        time_limit: float,
+        hint: Plan | None,
+        gap: float = 0.5,
     ) -> MipResult:
         """Minimise ``sum(weight * objective)`` over the objectives (in units),
-        warm-started from the plan ``hint`` where the API takes one."""
+        warm-started from the plan ``hint`` where the API takes one, to within an
+        absolute ``gap`` (units; below one: exact)."""
         ...
 
     def cap(self, which: MipObjective, units: int) -> None:
@@ -112,7 +117,7 @@ def solve_lexicographic(
     objective: dict[MipObjective, float] = (
         {first: 1.0} if scale is None else {first: float(scale), second: 1.0}
     )
-    res = model.minimize(objective, time_limit, None)
+    res = model.minimize(objective, time_limit, None, _gap(weights, objective))
     if res.status == "infeasible":
         raise InfeasibleError(f"no plan saves at most {target_bytes} bytes")
     if res.status == "none":
@@ -172,7 +177,7 @@ def _tie_breaks(
         capped, extra = order[k - 1], slack if k == 1 else 0
         caps.append((capped, weights.value(problem, plan.saved, capped, plan.offloaded) + extra))
         model.cap(*caps[-1])
-        res = model.minimize({order[k]: 1.0}, remaining, plan)
+        res = model.minimize({order[k]: 1.0}, remaining, plan, _gap(weights, {order[k]: 1.0}))
         if res.status not in ("optimal", "feasible"):
             return plan, "not proven"
         other = _plan(problem, res)
@@ -182,6 +187,12 @@ def _tie_breaks(
         if tie_break != "optimal":
             break
     return plan, tie_break
+
+
+def _gap(weights: MipWeights, objective: dict[MipObjective, float]) -> float:
+    """The absolute gap of a solve of ``objective``: the cost's alone may have one wider
+    than exact (:attr:`MipWeights.cost_gap`, with offload)."""
+    return weights.cost_gap if set(objective) == {"cost"} else 0.5
 
 
 def _better(

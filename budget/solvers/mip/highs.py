@@ -6,7 +6,7 @@ gap below one unit proves the exact optimum; with offload where the problem pric
 allow it, else two). HiGHS reports its dual bound, so a
 time-limited solve is "feasible" with its proven gap. Deterministic: one thread, a
 fixed seed, a relative gap of 0 (HiGHS's default, 1e-4, would call a plan 0.01% above
-the optimum optimal).
+the optimum optimal); the cost with offload to ``MipWeights.cost_gap``.
 
 Why a subprocess. The ``ortools`` wheel ships its own HiGHS (1.12) as ``libhighs.so.1``
 and ``highspy`` 1.15 another one under the same name; in one process, whichever loads
@@ -42,7 +42,7 @@ from .model import ClosureModel, MipObjective, MipWeights
 
 _CHILD = Path(__file__).with_name("_highs_child.py")
 _GRACE = 30.0  # seconds the child may run past its time limit before it is killed
-_OPTIONS = {"mip_rel_gap": 0.0, "mip_abs_gap": 0.5}
+_OPTIONS = {"mip_rel_gap": 0.0}  # and mip_abs_gap: the driver's, per solve
 
 
 class _Worker:
@@ -135,7 +135,11 @@ class HighsChild:
         self.problem, self.matrix = problem, matrix
 
     def minimize(
-        self, objective: dict[MipObjective, float], time_limit: float, hint: Plan | None
+        self,
+        objective: dict[MipObjective, float],
+        time_limit: float,
+        hint: Plan | None,
+        gap: float = 0.5,
     ) -> MipResult:
         m = self.matrix
         if m.num_cols == 0:  # HiGHS calls an empty model an error; nothing to choose
@@ -153,6 +157,7 @@ class HighsChild:
             "objective": m.weighted(objective),
             "time_limit": np.float64(max(0.1, time_limit)),
             **{k: np.float64(v) for k, v in _OPTIONS.items()},
+            "mip_abs_gap": np.float64(gap),
         }
         if hint is not None:
             arrays["hint"] = m.point(self.problem, hint.saved, hint.offloaded)

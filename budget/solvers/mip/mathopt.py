@@ -59,18 +59,22 @@ class MathOptModel:
                 row.set_coefficient(x[index[e]], value[e])
         self._rows = len(m.row_lower)
 
-    def _params(self, time_limit: float) -> Any:
+    def _params(self, time_limit: float, gap: float) -> Any:
         return self.mathopt.SolveParameters(
             time_limit=datetime.timedelta(seconds=max(0.1, float(time_limit))),
             threads=1 if self.backend == "scip" else None,  # HiGHS takes no thread option
             random_seed=0,
             relative_gap_tolerance=0.0,
-            absolute_gap_tolerance=0.5,
+            absolute_gap_tolerance=gap,
             enable_output=False,
         )
 
     def minimize(
-        self, objective: dict[MipObjective, float], time_limit: float, hint: Plan | None
+        self,
+        objective: dict[MipObjective, float],
+        time_limit: float,
+        hint: Plan | None,
+        gap: float = 0.5,
     ) -> MipResult:
         mathopt, m = self.mathopt, self.matrix
         target = self.model.objective
@@ -88,7 +92,7 @@ class MathOptModel:
             )
         kind = mathopt.SolverType.GSCIP if self.backend == "scip" else mathopt.SolverType.HIGHS
         result = mathopt.solve(
-            self.model, kind, params=self._params(time_limit), model_params=model_params
+            self.model, kind, params=self._params(time_limit, gap), model_params=model_params
         )
         reason = result.termination.reason
         T = mathopt.TerminationReason

@@ -91,6 +91,12 @@ def unit_scale(problem: Problem) -> float:
     return _MAX_UNITS / top if top > 0 else 1.0
 
 
+def proof_gap(problem: Problem) -> float:
+    """The absolute gap, in :func:`unit_scale`'s units, within which a solve of the cost
+    proves it (:class:`MipWeights`' ``cost_gap`` before the common divisor)."""
+    return 0.5 if problem.offload is None else max(0.5, problem.offload.gap * unit_scale(problem))
+
+
 def integer_costs(problem: Problem) -> np.ndarray:
     """Recompute costs as int64 objective units (:func:`unit_scale`)."""
     return np.round(problem.cost * unit_scale(problem)).astype(np.int64)
@@ -167,7 +173,9 @@ class MipWeights:
     ``host`` gives each offloadable node's host bytes in byte units. Offload costs are
     always rounded (:func:`unit_scale`), so plans of equal cost may round apart by one
     unit per rounded term: ``cost_slack`` is that many units, which the cost tie-break's
-    cap admits above the least cost, as ``cpsat`` does.
+    cap admits above the least cost, as ``cpsat`` does. ``cost_gap``: the absolute gap, in
+    cost units, within which a solve of the cost proves it (half a unit, exact, without
+    offload; :attr:`OffloadTerms.gap <budget.core.offload.OffloadTerms.gap>` with it).
     """
 
     cost: np.ndarray  # int64[n]: recompute cost units (0 for inputs)
@@ -179,6 +187,7 @@ class MipWeights:
     offload: OffloadUnits | None = None  # in cost units; None when offload is not planned
     host: dict[int, int] = field(default_factory=dict)  # offloadable node -> byte units
     cost_slack: int = 0  # see the class docstring
+    cost_gap: float = 0.5  # see the class docstring
 
     @property
     def offloads(self) -> bool:
@@ -232,4 +241,5 @@ def mip_weights(problem: Problem, m: ClosureModel, target_bytes: int | None) -> 
         offload=None if units is None else units.divided(g),
         host={v: problem.node_bytes(v) // b for v in m.offload},
         cost_slack=0 if units is None or exact else rounded // g,
+        cost_gap=0.5 if units is None else max(0.5, problem.offload.gap / cost_unit),
     )

@@ -92,7 +92,11 @@ class PulpModel:
         return price
 
     def minimize(
-        self, objective: dict[MipObjective, float], time_limit: float, hint: Plan | None
+        self,
+        objective: dict[MipObjective, float],
+        time_limit: float,
+        hint: Plan | None,
+        gap: float = 0.5,
     ) -> MipResult:
         """As the protocol; ``hint`` is ignored (module docstring)."""
         pulp, model = self.pulp, self.model
@@ -100,13 +104,14 @@ class PulpModel:
         with warnings.catch_warnings():
             # PuLP 3.3 deprecates its bundled CBC in favour of pulp[cbc] for 4.0; we pin pulp<4.
             warnings.simplefilter("ignore", DeprecationWarning)
-            # gapRel 0 and an absolute gap below one unit: "optimal" is the exact optimum.
+            # gapRel 0 and an absolute gap below one unit: "optimal" is the exact optimum
+            # (the offload cost's own gap aside, MipWeights.cost_gap).
             command = pulp.PULP_CBC_CMD(
                 msg=False,
                 timeLimit=max(1, int(time_limit)),
                 threads=1,
                 gapRel=0.0,
-                gapAbs=0.5,
+                gapAbs=gap,
             )
             model.solve(command)
         if model.status == pulp.LpStatusInfeasible:
