@@ -38,8 +38,9 @@ PROOF_GAP = 1e-3
 """With offload the exact solvers prove a plan's cost within this share of the step's
 compute (the two windows) of the optimum, rather than to its last unit. Where copies
 fill the compute that hides them, which values fill it best is a subset sum over their
-sizes: proving the last fraction of a microsecond took CP-SAT minutes on a 24-layer GPT,
-for prices that model overlap, not measure it. 0.1% of the step is far below both."""
+sizes, which the LP bound cannot see: branch and bound over many equal-sized values
+then proves the last fraction of a microsecond slowly, for prices that model overlap
+rather than measure it. 0.1% of the step is below what those prices tell apart."""
 
 
 @dataclass(frozen=True)
