@@ -62,7 +62,7 @@ from .meta_code import (
     host_tensor,
     meta_tensor,
 )
-from .offload_safety import pin_waits_pass
+from .pins import pinning
 
 # The graph Inductor is compiling under a CodeCapture (its code not yet known) and, for a
 # backward, its forward as compiled: compile/reuse.py runs the code as it is generated.
@@ -290,29 +290,6 @@ def _traced(call: Callable[[list[Any]], Any], tracer: Any, live: LiveStorages) -
     return run
 
 
-def _offload_waits(gm: fx.GraphModule) -> contextlib.AbstractContextManager[Any]:
-    """A graph where torch's offload waits free storages, made safe for Inductor, which
-    does not know ``ao::wait_tensor`` frees its ``keepalive`` (``resize_(0)``): each wait
-    pinned after the reads of what it frees (:func:`budget.compile.offload_safety.pin_waits`),
-    and no buffer reuse (a later buffer would be written into the freed one:
-    ``buf4 = buf0; del buf0  # reuse``)."""
-    waits = any(  # an offload's (the forward's): a reload's keepalive is the host copy
-        str(n.target) == "ao.wait_tensor.default"
-        and isinstance(n.args[0], fx.Node)
-        and str(n.args[0].target) == "ao.offload.default"
-        for n in gm.graph.nodes
-    )
-    if not waits:
-        return contextlib.nullcontext()
-    passes = T.inductor_config.post_grad_custom_post_pass  # none, one, or several
-    passes = (
-        [] if passes is None else list(passes) if isinstance(passes, list | tuple) else [passes]
-    )
-    return T.inductor_config.patch(
-        allow_buffer_reuse=False, post_grad_custom_post_pass=[*passes, pin_waits_pass()]
-    )
-
-
 class CodeCapture:
     """An Inductor ``inner_compile`` that compiles as Inductor does and keeps each graph's
     wrapper code (CPU or CUDA): :meth:`peak` is then the compiled step's peak (the
@@ -326,7 +303,7 @@ class CodeCapture:
 
         graph = describe(gm)  # before Inductor's passes edit gm
         forward = self.graphs.get("forward") if kwargs.get("is_backward") else None
-        with _compiling(graph, forward), _offload_waits(gm):
+        with _compiling(graph, forward), pinning(gm):
             compiled = compile_fx_inner(gm, example_inputs, **kwargs)
         source = getattr(compiled, "source_code", None)
         if isinstance(source, str):

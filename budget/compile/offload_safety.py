@@ -1,17 +1,14 @@
 """What keeps torch's side-stream offload from reading freed memory where torch leaves it
 to its caller: each forward wait, which frees its value's device storage
 (``ao::wait_tensor``: ``resize_(0)``), ordered after every read of that storage in the
-code Inductor generates (:func:`pin_waits`, run as Inductor's post-grad pass
-:func:`pin_waits_pass`), and a second backward through a step whose backward frees the
+code Inductor generates (:func:`pin_waits`, run as Inductor's post-grad pass:
+:mod:`budget.compile.pins`), and a second backward through a step whose backward frees the
 host copies it reloads refused (:func:`backward_once`)."""
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import operator
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -85,20 +82,16 @@ def _refuse_returned(output: fx.Node, freed: dict[int, fx.Node]) -> None:
             )
 
 
-@functools.cache
-def pin_waits_pass() -> Any:
-    """:func:`pin_waits` as Inductor's post-grad pass (``post_grad_custom_post_pass``),
-    which runs after its rewrites and after its FX graph cache key is taken (a pass with a
-    uuid keeps the cache: control_deps in the graph handed over would bypass it)."""
-
-    class PinWaits(T.CustomGraphPass):  # type: ignore[misc, name-defined]
-        def __call__(self, graph: fx.Graph) -> None:
-            pin_waits(graph)
-
-        def uuid(self) -> bytes:
-            return hashlib.sha256(Path(__file__).read_bytes()).digest()
-
-    return PinWaits()
+def waits_to_pin(graph: fx.Graph) -> bool:
+    """Whether ``graph`` has an offload's wait (the forward's: a reload's keepalive is the
+    host copy), which frees a storage Inductor does not know it frees. By name: the ao ops
+    exist once torch's offload pass is imported."""
+    return any(
+        str(n.target) == "ao.wait_tensor.default"
+        and isinstance(n.args[0], fx.Node)
+        and str(n.args[0].target) == "ao.offload.default"
+        for n in graph.nodes
+    )
 
 
 def frees_host_copies(plans: Sequence[Plan], example_inputs: Sequence[Any]) -> bool:

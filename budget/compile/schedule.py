@@ -309,9 +309,16 @@ def _options(
     return [(value, clones, late) for *_, value, clones, late in options]
 
 
+PIN_AFTER = "budget_pin_after"
+"""Node meta: the names of the nodes this one may be made to wait for in the code Inductor
+makes, nearest first (:mod:`budget.compile.pins` takes the nearest its rewrites kept)."""
+_ANCHORS = 4  # how many, in case Inductor's rewrites replace the nearest (mm + add: addmm)
+
+
 def pin_order(bw: fx.GraphModule, again: set[str]) -> int:
-    """Keep the extra recomputations ``again`` (node names of ``bw``) where they are, under
-    Inductor; returns how many nodes it pinned.
+    """Mark the extra recomputations ``again`` (node names of ``bw``) to be kept where they
+    are under Inductor (``PIN_AFTER``, which :mod:`budget.compile.pins` turns into
+    ordering edges in the graph Inductor lowers); returns how many nodes it marked.
 
     Inductor schedules a backward by its data dependencies, not its order: it fused an
     extra recomputation with the first one (they read the same batch-norm statistics, so
@@ -326,22 +333,18 @@ def pin_order(bw: fx.GraphModule, again: set[str]) -> int:
     can still run early, though never before the pinned kernels it reads. With the pins
     the same plan compiled to 35.43 MiB, and the plan that met the target to 28.46 MiB
     against 23.99 predicted: better, not the prediction. The values are unchanged."""
-    from ..runtime._torch_private import preserve_node_ordering
-
-    deps: dict[fx.Node, list[fx.Node]] = {}
-    anchor: fx.Node | None = None
+    marked = 0
+    anchors: list[str] = []  # the latest last
     for node in bw.graph.nodes:
         if node.name in again:
             if node.target is operator.getitem or not tensors(node.meta.get("val")):
                 continue  # a view of a pinned node, or a size: nothing to allocate early
-            if anchor is not None:
-                deps[node] = [anchor]
+            if anchors:
+                node.meta[PIN_AFTER] = tuple(reversed(anchors[-_ANCHORS:]))
+                marked += 1
         elif _anchor(node):
-            anchor = node
-    if deps:
-        preserve_node_ordering(bw.graph, deps)
-        bw.recompile()
-    return len(deps)
+            anchors.append(node.name)
+    return marked
 
 
 def _anchor(node: fx.Node) -> bool:

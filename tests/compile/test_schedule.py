@@ -183,16 +183,20 @@ def test_inductor_convnets_are_rescheduled_only_for_a_peak_budget(layout_optimiz
 @pytest.mark.full
 def test_inductor_keeps_extra_recomputations_where_they_are_planned():
     """Training a convnet under Inductor for a peak budget below the grid: the backward
-    handed to Inductor pins its extra recomputations with Inductor's control_deps (each
-    waits for a node of the backward before it), the gradients are the uncompiled step's,
+    handed to Inductor marks its extra recomputations, each with nodes of the backward
+    before it to wait for, which Inductor's post-grad pass turns into control_deps in the
+    graph it lowers (budget.compile.pins), the gradients are the uncompiled step's,
     and the budget is met by the compiled code or refused naming its lowest peak. With
     Inductor's layout copies (its default), no plan of the grid recomputes again: only
     the peak budget reschedules. Of the plans compiled, only the kept one's kernels are
     built (compile/kernels.py)."""
     import contextlib
 
-    from budget.compile import kernels, partition
+    from torch._inductor.utils import fresh_cache
+
+    from budget.compile import compiled_peak, kernels, pins
     from budget.compile.kernels import _Deferred
+    from budget.compile.schedule import PIN_AFTER
     from budget.errors import BudgetTooSmallError
 
     ex = get_builtin("resnet", batch=2, size=16, width=8, blocks=2)
@@ -200,15 +204,25 @@ def test_inductor_keeps_extra_recomputations_where_they_are_planned():
     assert all(p.copied_input_bytes > 0 for p in grid)
     assert not any(p.recomputed_again for p in grid)
     reference = _grads(ex, ex.step)
-    backwards: list[torch.fx.GraphModule] = []
-    finish = partition._finish
+    marks: list[bool] = []  # per marked node of a graph handed to Inductor: its marks before it
+    pinning = compiled_peak.pinning
 
-    def spy(partitions, plan, log):  # type: ignore[no-untyped-def]
-        fw, bw = finish(partitions, plan, log)
-        backwards.append(bw)
-        return fw, bw
+    def handed(gm):  # type: ignore[no-untyped-def]
+        order = {n.name: i for i, n in enumerate(gm.graph.nodes)}
+        for n in gm.graph.nodes:
+            if PIN_AFTER in n.meta:
+                marks.append(all(order[a] < order[n.name] for a in n.meta[PIN_AFTER]))
+        return pinning(gm)
 
-    partition._finish = spy
+    compiled_peak.pinning = handed
+    pinned: list[int] = []  # per post-grad pass: the edges it made
+    pin_marked = pins.pin_marked
+
+    def pin_spy(graph):  # type: ignore[no-untyped-def]
+        pinned.append(pin_marked(graph))
+        return pinned[-1]
+
+    pins.pin_marked = pin_spy
     attempts: list[list] = []  # each compile's generated modules, their kernels deferred
     deferred = kernels.deferred
 
@@ -219,6 +233,8 @@ def test_inductor_keeps_extra_recomputations_where_they_are_planned():
             yield unbuilt
 
     kernels.deferred = kept_modules
+    fresh = contextlib.ExitStack()  # compiled here, not served by an earlier run's caches,
+    fresh.enter_context(fresh_cache())  # which keep the pinned code, not the pinning
     try:
         torch._dynamo.reset()
         be = budget.backend(peak_memory_budget=f"{target}B")
@@ -233,8 +249,10 @@ def test_inductor_keeps_extra_recomputations_where_they_are_planned():
             assert refused.lowest_peak_bytes > target
             grads = None
     finally:
-        partition._finish = finish
+        compiled_peak.pinning = pinning
         kernels.deferred = deferred
+        pins.pin_marked = pin_marked
+        fresh.close()
     # per compile that generated modules of its own (one may reuse another's): built?
     built = [
         not any(isinstance(v, _Deferred) and v.kernel is None for s in a for v in s.values())
@@ -244,17 +262,8 @@ def test_inductor_keeps_extra_recomputations_where_they_are_planned():
     assert len(built) > 1 and not all(built), built
     if grads is not None:
         assert built.count(True) == 1, "the kept plan's kernels, and only those, built"
-    pinned = [
-        n
-        for bw in backwards
-        for n in bw.graph.nodes
-        if getattr(n.target, "__name__", "") == "control_deps"
-    ]
-    assert pinned, "no extra recomputation was pinned"
-    order = {n: i for bw in backwards for i, n in enumerate(bw.graph.nodes)}
-    for node in pinned:
-        (deps,) = node.args[:1]
-        assert all(order[d] < order[node] and d.target != node.target for d in deps)
+    assert marks and all(marks), "no extra recomputation was marked, or not after its marks"
+    assert sum(pinned) > 0, "no mark became an ordering edge in the graph Inductor lowered"
     if grads is not None:
         (plan,) = be.plans
         assert plan.compiled_peak_bytes is not None and plan.compiled_peak_bytes <= target
