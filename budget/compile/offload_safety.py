@@ -30,7 +30,7 @@ def pin_waits(graph: fx.Graph) -> int:
     moved one before the matmul reading the value it frees (Inductor's CPU code of an
     offloaded MLP: ``ao.wait_tensor(buf3, buf1)`` then ``mm(buf1, ...)``, a read of a
     storage ``resize_(0)`` emptied). Each wait is made to wait, with Inductor's
-    ``control_deps`` (as :func:`budget.compile.schedule.pin_order` pins recomputations),
+    ``control_deps`` (as :mod:`budget.compile.pins` pins recomputations),
     for every op that reads its storage, through a view too. Run on the graph Inductor
     lowers, after its own rewrites, so that every read is seen: a clone Inductor drops
     makes its readers, placed after the wait, read the value itself, and the wait moves

@@ -311,7 +311,8 @@ def _options(
 
 PIN_AFTER = "budget_pin_after"
 """Node meta: the names of the nodes this one may be made to wait for in the code Inductor
-makes, nearest first (:mod:`budget.compile.pins` takes the nearest its rewrites kept)."""
+makes, nearest first (:mod:`budget.compile.pins` takes the nearest its rewrites kept; a
+node its rewrites replace goes unpinned: the replacement carries no meta of it)."""
 _ANCHORS = 4  # how many, in case Inductor's rewrites replace the nearest (mm + add: addmm)
 
 
@@ -325,7 +326,7 @@ def pin_order(bw: fx.GraphModule, again: set[str]) -> int:
     the fusion scores well), and so ran it early, with the convolutions it needs: both
     copies were then alive together, and the step peaked higher than with none (the bench
     convnet at a 30 MiB target: 42.05 MiB compiled against 29.94 MiB predicted). Each
-    extra recomputation is made to wait, with Inductor's ``control_deps`` (what Inductor
+    extra recomputation is to wait, with Inductor's ``control_deps`` (what Inductor
     uses to keep random ops in program order), for the last node before it that computes a
     tensor of its own. That binds the ops Inductor lowers to operations of their own
     (convolutions, matmuls and other extern kernels): a pointwise op that Inductor inlines

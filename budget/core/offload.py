@@ -19,8 +19,9 @@ copies no compute can hide whatever else is copied: the forward's compute after 
 starts (after v is made, or after its last forward use where the front end copies then)
 is all its offload can overlap, and (the backward reading values in about the
 reverse order) the reload is hidden by about as much backward compute. The model is
-linear in the decisions, so the exact solvers optimise it exactly; it is a model, and the
-GPU check measures the step times it stands for.
+linear in the decisions, so the exact solvers optimise it, proving a plan's cost to within
+:data:`PROOF_GAP` of the step's compute; it is a model, and the GPU check measures the
+step times it stands for.
 
 Which values can be offloaded is the front end's call (``transfer`` is NaN elsewhere):
 torch's offload pass moves only whole, contiguous tensors that are not views, model

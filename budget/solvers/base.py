@@ -4,7 +4,8 @@ returns a Solution.
 Solvers minimise recompute cost subject to saved bytes <= target (``minimize="cost"``),
 or the saved bytes themselves (``minimize="bytes"``, used to find the smallest reachable
 plan); ties go to fewer bytes (resp. less cost). ``status`` speaks of the primary
-objective: "optimal" when it is proven; whether the tie-break was proven too is in
+objective: "optimal" when it is proven (where something may be offloaded: to within
+``OffloadTerms.gap`` of the optimum's cost); whether the tie-break was proven too is in
 ``info["tie_break"]``. A solver never returns a plan over the
 target: it returns an optimal or feasible plan, or raises :class:`InfeasibleError`.
 

@@ -196,7 +196,6 @@ def test_inductor_keeps_extra_recomputations_where_they_are_planned():
 
     from budget.compile import compiled_peak, kernels, pins
     from budget.compile.kernels import _Deferred
-    from budget.compile.schedule import PIN_AFTER
     from budget.errors import BudgetTooSmallError
 
     ex = get_builtin("resnet", batch=2, size=16, width=8, blocks=2)
@@ -210,8 +209,8 @@ def test_inductor_keeps_extra_recomputations_where_they_are_planned():
     def handed(gm):  # type: ignore[no-untyped-def]
         order = {n.name: i for i, n in enumerate(gm.graph.nodes)}
         for n in gm.graph.nodes:
-            if PIN_AFTER in n.meta:
-                marks.append(all(order[a] < order[n.name] for a in n.meta[PIN_AFTER]))
+            if pins.marks(n):
+                marks.append(all(order.get(a, len(order)) < order[n.name] for a in pins.marks(n)))
         return pinning(gm)
 
     compiled_peak.pinning = handed

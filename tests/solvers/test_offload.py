@@ -111,6 +111,12 @@ def test_cpsat_solves_the_cost_alone_to_the_offload_gap(monkeypatch):
     gaps.clear()
     get_solver("cpsat", reduce=False).solve(dataclasses.replace(p, offload=None), None)
     assert gaps == [0.5, 0.5]
+    gaps.clear()  # offload priced, nothing that may be offloaded: exact
+    none = np.full(p.n, np.nan)
+    get_solver("cpsat", reduce=False).solve(
+        dataclasses.replace(p, offload=OffloadTerms(none, none, 2.0, 300.0)), None
+    )
+    assert gaps == [0.5, 0.5]
 
 
 @pytest.mark.parametrize("name", [n for n in PLANNERS if n not in ("cpsat", "auto")])

@@ -87,6 +87,20 @@ def test_reduction_with_offload_keeps_every_optimum_and_expands_exactly(kind, se
         assert _lexicographic(theirs, target) == _lexicographic(mine, target), target
 
 
+def test_the_offload_exemptions_are_exercised():
+    """A guard on the property test above: in its problems, leaving the values that may be
+    offloaded to the solver keeps nodes the rules would otherwise remove."""
+    import dataclasses
+
+    kept = 0
+    for kind in KINDS:
+        for seed in range(40):
+            p = with_offload(kind(seed, n=10), seed)
+            plain = reduce_problem(dataclasses.replace(p, offload=None))
+            kept += reduce_problem(p).problem.n > plain.problem.n
+    assert kept >= 20
+
+
 def test_every_rule_is_exercised():
     """Not a proof, a guard: the property test above must exercise every rule."""
     fired: set[str] = set()

@@ -53,9 +53,10 @@ class CpSat(SolverBase):
         rounded = minimize == "cost" and unit_scale(problem) != 1.0
         slack = (sum(1 for v in r if w[v] > 0) + 2 * len(o)) if rounded else 0
 
-        # the cost is proven to within its gap (exact without offload: MipWeights.cost_gap)
+        # the cost is proven to within its gap where something may be offloaded (exact
+        # otherwise: MipWeights.cost_gap)
         def gap(goal: object) -> float:
-            return proof_gap(problem) if goal is cost_expr else 0.5
+            return proof_gap(problem) if goal is cost_expr and o else 0.5
 
         model.minimize(first)
         solver, status = self._run(cp_model, model, time_limit, gap(first))

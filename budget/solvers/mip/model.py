@@ -93,7 +93,8 @@ def unit_scale(problem: Problem) -> float:
 
 def proof_gap(problem: Problem) -> float:
     """The absolute gap, in :func:`unit_scale`'s units, within which a solve of the cost
-    proves it (:class:`MipWeights`' ``cost_gap`` before the common divisor)."""
+    proves it where something may be offloaded (:class:`MipWeights`' ``cost_gap`` before
+    the common divisor)."""
     return 0.5 if problem.offload is None else max(0.5, problem.offload.gap * unit_scale(problem))
 
 
@@ -174,8 +175,9 @@ class MipWeights:
     always rounded (:func:`unit_scale`), so plans of equal cost may round apart by one
     unit per rounded term: ``cost_slack`` is that many units, which the cost tie-break's
     cap admits above the least cost, as ``cpsat`` does. ``cost_gap``: the absolute gap, in
-    cost units, within which a solve of the cost proves it (half a unit, exact, without
-    offload; :attr:`OffloadTerms.gap <budget.core.offload.OffloadTerms.gap>` with it).
+    cost units, within which a solve of the cost proves it (half a unit, exact, where
+    nothing may be offloaded; :attr:`OffloadTerms.gap <budget.core.offload.OffloadTerms.gap>`
+    where something may).
     """
 
     cost: np.ndarray  # int64[n]: recompute cost units (0 for inputs)
@@ -241,5 +243,5 @@ def mip_weights(problem: Problem, m: ClosureModel, target_bytes: int | None) -> 
         offload=None if units is None else units.divided(g),
         host={v: problem.node_bytes(v) // b for v in m.offload},
         cost_slack=0 if units is None or exact else rounded // g,
-        cost_gap=0.5 if units is None else max(0.5, problem.offload.gap / cost_unit),
+        cost_gap=max(0.5, problem.offload.gap / cost_unit) if units and units.transfer else 0.5,
     )
