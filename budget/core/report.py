@@ -11,6 +11,7 @@ from __future__ import annotations
 import textwrap
 from typing import TYPE_CHECKING
 
+from .offload import PROOF_GAP
 from .sizes import format_bytes
 from .tables import largest_decisions, module_table
 from .text import (
@@ -28,8 +29,11 @@ if TYPE_CHECKING:  # plan.py imports this module for Plan.__str__
 
 
 def format_status(plan: Plan) -> str:
-    """``optimal``, ``feasible`` with its gap, or for a plan the tie-break took at more
-    recompute than the optimum, that share (the tie-break's choice, not a solver's gap)."""
+    """``optimal`` (for a plan that offloads: its cost to the offload's proof gap),
+    ``feasible`` with its gap, or for a plan the tie-break took at more recompute than the
+    optimum, that share (the tie-break's choice, not a solver's gap)."""
+    if plan.status == "optimal" and plan.offloaded:
+        return f"optimal to {PROOF_GAP:.1%} of the step"
     if plan.status != "feasible":
         return plan.status
     if plan.tie_broken:

@@ -231,3 +231,14 @@ def test_data_dependent_sizes_say_how_each_is_priced_within_80_columns():
     assert max(len(line) for line in text.splitlines()) <= 80
     plain = plan_report(make_plan())
     assert "bounded " not in plain and "guessed " not in plain
+
+
+def test_an_optimal_plan_that_offloads_says_its_cost_is_proven_to_the_offload_gap():
+    from budget.core.report import format_status
+
+    plain = make_plan()
+    moving = make_plan()
+    next(d for d in moving.decisions if d.decision == "save").decision = "offload"
+    assert format_status(plain) == "optimal"
+    assert format_status(moving) == "optimal to 0.1% of the step"
+    assert "optimal to 0.1% of the step" in plan_line(moving)
