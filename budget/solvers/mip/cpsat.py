@@ -56,7 +56,7 @@ class CpSat(SolverBase):
         # the cost is proven to within its gap where something may be offloaded (exact
         # otherwise: MipWeights.cost_gap)
         def gap(goal: object) -> float:
-            return proof_gap(problem) if goal is cost_expr and o else 0.5
+            return proof_gap(problem, bool(o)) if goal is cost_expr else 0.5
 
         model.minimize(first)
         solver, status = self._run(cp_model, model, time_limit, gap(first))

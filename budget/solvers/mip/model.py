@@ -91,11 +91,14 @@ def unit_scale(problem: Problem) -> float:
     return _MAX_UNITS / top if top > 0 else 1.0
 
 
-def proof_gap(problem: Problem) -> float:
+def proof_gap(problem: Problem, offloads: bool) -> float:
     """The absolute gap, in :func:`unit_scale`'s units, within which a solve of the cost
-    proves it where something may be offloaded (:class:`MipWeights`' ``cost_gap`` before
-    the common divisor)."""
-    return 0.5 if problem.offload is None else max(0.5, problem.offload.gap * unit_scale(problem))
+    proves it: half a unit (exact) unless the model has offload columns (``offloads``),
+    then :attr:`OffloadTerms.gap <budget.core.offload.OffloadTerms.gap>` (every backend's,
+    :class:`MipWeights`' ``cost_gap`` in its divided units)."""
+    if not offloads or problem.offload is None:
+        return 0.5
+    return max(0.5, problem.offload.gap * unit_scale(problem))
 
 
 def integer_costs(problem: Problem) -> np.ndarray:
@@ -243,5 +246,5 @@ def mip_weights(problem: Problem, m: ClosureModel, target_bytes: int | None) -> 
         offload=None if units is None else units.divided(g),
         host={v: problem.node_bytes(v) // b for v in m.offload},
         cost_slack=0 if units is None or exact else rounded // g,
-        cost_gap=max(0.5, problem.offload.gap / cost_unit) if units and units.transfer else 0.5,
+        cost_gap=max(0.5, proof_gap(problem, bool(m.offload)) / g),
     )
